@@ -1,0 +1,25 @@
+// Bulk copies and fills: the device-memory bandwidth probe of `doctor`, and building blocks for
+// materialisation.
+#include "common.cuh"
+
+// dst[i] = src[i] over 16-byte words; each thread moves one 16-byte vector per iteration, so a
+// warp reads and writes 512 contiguous bytes.
+extern "C" __global__ void copy_u128(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        dst[i] = src[i];
+    }
+}
+
+// Byte copy for the tail that is not a multiple of 16 bytes.
+extern "C" __global__ void copy_u8(const u8* __restrict__ src, u8* __restrict__ dst, u64 n) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        dst[i] = src[i];
+    }
+}
+
+// dst[i] = value for i < n.
+extern "C" __global__ void fill_u32(u32* __restrict__ dst, u32 value, u64 n) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        dst[i] = value;
+    }
+}

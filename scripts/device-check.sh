@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One device run: unpack the carried binaries, find NVRTC, run the GPU test suite, `doctor` twice
+# (the second must load kernels from the disk cache), the transfer benchmark and the demo.
+# Logs go to $OUT (or ./device-out); a short summary prints last.
+#   usage: scripts/device-check.sh [test-filter]
+set -uo pipefail
+out=${OUT:-device-out}; mkdir -p "$out"
+mkdir -p /tmp/b && for f in .device/bin/*.xz; do xz -dc "$f" > "/tmp/b/$(basename "$f" .xz)"; chmod +x "/tmp/b/$(basename "$f" .xz)"; done
+export PATH=/tmp/b:$PATH
+
+# cudarc loads libnvrtc.so.13 by name: make sure the loader can find it.
+if ! ldconfig -p | grep -q 'libnvrtc.so'; then
+    d=$(dirname "$(find / -xdev -name 'libnvrtc.so*' -path '*13*' 2>/dev/null | head -1)" 2>/dev/null)
+    [ -z "$d" ] && d=$(dirname "$(find / -xdev -name 'libnvrtc.so*' 2>/dev/null | head -1)" 2>/dev/null)
+    [ -n "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+fi
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.txt"
+
+summary=()
+step() { # name, command...
+    local name=$1; shift
+    local t0=$(date +%s%N)
+    "$@" > "$out/$name.log" 2>&1; local rc=$?
+    local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    summary+=("$(printf '%-16s rc=%-3s %8d ms' "$name" "$rc" "$ms")")
+    return $rc
+}
+
+tests=$(ls /tmp/b | grep -E '^datafusion_gpu-[0-9a-f]+$' | head -1)
+export XDG_CACHE_HOME=/tmp/dfg-cache
+step tests "/tmp/b/$tests" --test-threads 4 ${1:-}
+step doctor-1 datafusion-gpu doctor
+step doctor-2 datafusion-gpu doctor
+step transfer datafusion-gpu bench transfer
+step demo datafusion-gpu demo
+
+echo "== test summary"; grep -E '^test result|FAILED|panicked|SKIPPED' "$out/tests.log" | head -40
+echo "== doctor (second run)"; cat "$out/doctor-2.log"
+echo "== doctor kernel source, first run:"; grep 'copy kernels' "$out/doctor-1.log"
+echo "== transfer"; cat "$out/transfer.log"
+echo "== demo (tail)"; tail -8 "$out/demo.log"
+echo "== steps"; printf '%s\n' "${summary[@]}"

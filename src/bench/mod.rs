@@ -1,0 +1,3 @@
+//! Benchmarks run by `datafusion-gpu bench ...`; results are recorded under `benches/results/`.
+
+pub mod transfer;

@@ -1,0 +1,276 @@
+//! `datafusion-gpu`: the DataFusion CLI with the GPU rule registered, plus `doctor`, `demo` and
+//! `bench`. Built on the library's public API and the `datafusion-cli` crate.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use datafusion::config::ConfigOptions;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::ExplainFormat;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_cli::catalog::DynamicObjectStoreCatalog;
+use datafusion_cli::exec;
+use datafusion_cli::functions::ParquetMetadataFunc;
+use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistry;
+use datafusion_cli::print_format::PrintFormat;
+use datafusion_cli::print_options::{MaxRows, PrintOptions};
+use datafusion_gpu::bench::transfer::{self, TransferBenchOptions};
+use datafusion_gpu::config::ByteSize;
+use datafusion_gpu::demo::{self, DemoOptions};
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
+use datafusion_gpu::device::{Gpu, probe};
+use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
+use mimalloc::MiMalloc;
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "datafusion-gpu",
+    version,
+    about = "DataFusion SQL with joins and aggregations on NVIDIA GPUs",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    sql: SqlArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show the GPU, its driver and NVRTC, and measure its bandwidths; exits non-zero without a GPU.
+    Doctor {
+        /// CUDA ordinal of the device.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Bytes per host<->device transfer measurement.
+        #[arg(long, default_value = "256M")]
+        transfer_bytes: ByteSize,
+    },
+    /// Generate data in memory, run a join + aggregate with the GPU rule on and off, and compare.
+    Demo {
+        #[arg(long, default_value_t = 2_000_000)]
+        orders: usize,
+        #[arg(long, default_value_t = 100_000)]
+        customers: usize,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Benchmarks (results belong in benches/results/).
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Upload then download Int64 and Float64 columns through the runtime, against raw pinned bandwidth.
+    Transfer {
+        #[arg(long, default_value = "1G")]
+        bytes: ByteSize,
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        /// Host threads filling the staging buffers (0: one per core, at most 16).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Staging slot size.
+        #[arg(long, default_value = "32M")]
+        staging: ByteSize,
+    },
+}
+
+#[derive(Args, Debug)]
+struct SqlArgs {
+    /// Execute the given SQL command(s), then exit.
+    #[arg(short = 'c', long, num_args = 0..)]
+    command: Vec<String>,
+    /// Execute commands from file(s), then exit.
+    #[arg(short, long, num_args = 0..)]
+    file: Vec<String>,
+    /// Run the provided files on startup instead of ~/.datafusionrc.
+    #[arg(short = 'r', long, num_args = 0.., conflicts_with = "file")]
+    rc: Option<Vec<String>>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = PrintFormat::Automatic)]
+    format: PrintFormat,
+    /// Reduce printing other than the results.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Most rows to display for the table format (a number, or 'inf').
+    #[arg(long, default_value = "40")]
+    maxrows: MaxRows,
+    /// Console syntax highlighting.
+    #[arg(long)]
+    color: bool,
+    /// Path to your data (the working folder).
+    #[arg(short = 'p', long)]
+    data_path: Option<PathBuf>,
+    /// Batch size of each query.
+    #[arg(short = 'b', long)]
+    batch_size: Option<usize>,
+    /// Host memory pool limit for DataFusion (e.g. '10G'); unlimited if not given.
+    #[arg(short = 'm', long)]
+    memory_limit: Option<ByteSize>,
+    /// Run everything on the CPU (same as SET gpu.enable = false).
+    #[arg(long)]
+    no_gpu: bool,
+}
+
+fn session_config(args: &SqlArgs) -> Result<SessionConfig> {
+    let mut options = ConfigOptions::from_env()?;
+    if let Some(b) = args.batch_size {
+        options.execution.batch_size = datafusion::common::config::ConfigNonZeroUsize::try_new(b)?;
+    }
+    if std::env::var_os("DATAFUSION_EXPLAIN_FORMAT").is_none() {
+        options.explain.format = ExplainFormat::Tree;
+    }
+    if std::env::var_os("DATAFUSION_FORMAT_NULL").is_none() {
+        options.format.null = "NULL".to_string();
+    }
+    let mut config = with_gpu_options(SessionConfig::from(options).with_information_schema(true));
+    if args.no_gpu {
+        if let Some(g) = config.options_mut().extensions.get_mut::<GpuConfig>() {
+            g.enable = false;
+        }
+    }
+    Ok(config)
+}
+
+async fn run_sql(args: SqlArgs) -> Result<()> {
+    if let Some(p) = &args.data_path {
+        std::env::set_current_dir(p)
+            .map_err(|e| DataFusionError::Execution(format!("cannot use data path {}: {e}", p.display())))?;
+    }
+    let config = session_config(&args)?;
+    let mut rt = RuntimeEnvBuilder::new();
+    if let Some(limit) = args.memory_limit.and_then(|m| m.bytes()) {
+        rt = rt.with_memory_pool(Arc::new(GreedyMemoryPool::new(limit as usize)) as Arc<dyn MemoryPool>);
+    }
+    let registry = Arc::new(InstrumentedObjectStoreRegistry::new());
+    rt = rt.with_object_store_registry(Arc::clone(&registry) as _);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(rt.build_arc()?)
+        .with_default_features()
+        .with_gpu()
+        .build();
+    let ctx = SessionContext::new_with_state(state).enable_url_table();
+    ctx.refresh_catalogs().await?;
+    ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(
+        ctx.state().catalog_list().clone(),
+        ctx.state_weak_ref(),
+    )));
+    ctx.register_udtf("parquet_metadata", Arc::new(ParquetMetadataFunc {}));
+
+    let mut print = PrintOptions {
+        format: args.format,
+        quiet: args.quiet,
+        maxrows: args.maxrows,
+        color: args.color,
+        instrumented_registry: registry,
+    };
+    if args.command.is_empty() && args.file.is_empty() {
+        if !args.quiet {
+            let gpu = match probe::device_count() {
+                Ok(n) => format!("{n} GPU(s) found"),
+                Err(e) => format!("{e}; queries run on the CPU"),
+            };
+            println!("datafusion-gpu v{} (DataFusion 55): {gpu}", env!("CARGO_PKG_VERSION"));
+        }
+        let rc = match args.rc {
+            Some(files) => files,
+            None => dirs::home_dir()
+                .map(|h| h.join(".datafusionrc"))
+                .filter(|p| p.exists())
+                .map(|p| vec![p.to_string_lossy().into_owned()])
+                .unwrap_or_default(),
+        };
+        if !rc.is_empty() {
+            exec::exec_from_files(&ctx, rc, &print).await?;
+        }
+        return exec::exec_from_repl(&ctx, &mut print).await.map_err(|e| DataFusionError::External(Box::new(e)));
+    }
+    for f in &args.file {
+        if !std::path::Path::new(f).is_file() {
+            return Err(DataFusionError::Execution(format!("cannot read SQL file {f}")));
+        }
+    }
+    if !args.file.is_empty() {
+        exec::exec_from_files(&ctx, args.file, &print).await?;
+    }
+    if !args.command.is_empty() {
+        exec::exec_from_commands(&ctx, args.command, &print).await?;
+    }
+    Ok(())
+}
+
+/// The device, or a message saying why there is none.
+fn gpu_for(device: usize, cfg: GpuConfig) -> std::result::Result<Arc<Gpu>, String> {
+    let mut cfg = cfg;
+    cfg.device = device;
+    probe::check_ordinal(device).map_err(|e| e.to_string())?;
+    Gpu::for_config(&cfg).map_err(|e| e.to_string())
+}
+
+async fn run(cli: Cli) -> std::result::Result<(), String> {
+    match cli.command {
+        None => run_sql(cli.sql).await.map_err(|e| e.to_string()),
+        Some(Command::Doctor { device, transfer_bytes }) => {
+            let gpu = gpu_for(device, GpuConfig::default())?;
+            let opts = DoctorOptions {
+                transfer_bytes: transfer_bytes.bytes().unwrap_or(256 << 20) as usize,
+                ..DoctorOptions::default()
+            };
+            let report = doctor::run(&gpu, opts).map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+        Some(Command::Demo { orders, customers, runs, seed }) => {
+            let o = DemoOptions { orders, customers, runs, seed };
+            eprintln!("generating {orders} orders and {customers} customers in memory (seed {seed})...");
+            let report = demo::run(&o, SessionConfig::new()).await.map_err(|e| e.to_string())?;
+            println!("{report}");
+            if report.results_match { Ok(()) } else { Err("the GPU session's answer differs from the CPU's".into()) }
+        }
+        Some(Command::Bench { which: BenchCommand::Transfer { bytes, runs, warmup, threads, staging } }) => {
+            let mut cfg = GpuConfig::default();
+            cfg.transfer_threads = threads;
+            cfg.staging_buffer_size = staging;
+            let gpu = gpu_for(0, cfg)?;
+            let opts = TransferBenchOptions {
+                bytes: bytes.bytes().unwrap_or(1 << 30) as usize,
+                runs,
+                warmup,
+                ..TransferBenchOptions::default()
+            };
+            let report = transfer::run(&gpu, opts).map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    env_logger::init();
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("datafusion-gpu: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

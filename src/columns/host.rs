@@ -1,0 +1,241 @@
+//! Host-side packing: an Arrow array becomes a [`HostColumn`], a flat list of byte buffers in the
+//! layout the device uses, with every offset normalised to zero; [`unpack`] rebuilds the exact
+//! array (data type, time zone, precision and scale, values and nulls).
+//!
+//! Device layouts:
+//! - fixed-width types (integers, floats, dates, timestamps, times, durations, Decimal128...):
+//!   `[values]`, `len * width` bytes;
+//! - Boolean: `[values bitmap]`, LSB-first like Arrow;
+//! - Utf8/Binary: `[i32 offsets (len + 1, starting at 0), bytes]`; LargeUtf8/LargeBinary the same
+//!   with i64 offsets;
+//! - Utf8View/BinaryView: stored as LargeUtf8/LargeBinary (one contiguous byte buffer suits GPU
+//!   kernels better than views); the logical type is kept and restored on unpack;
+//! - Dictionary: `[keys]` plus one child column, the values.
+//!
+//! Validity is a separate LSB-first bitmap, absent when the column has no nulls.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayData, ArrayRef, make_array};
+use datafusion::arrow::buffer::{Buffer, MutableBuffer};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::error::{DataFusionError, Result};
+
+/// An array in device layout, still on the host.
+#[derive(Debug, Clone)]
+pub struct HostColumn {
+    /// The logical Arrow type, restored on unpack.
+    pub data_type: DataType,
+    pub len: usize,
+    pub null_count: usize,
+    /// LSB-first validity bitmap of `len` bits at bit offset 0, or `None` if there are no nulls.
+    pub validity: Option<Buffer>,
+    pub buffers: Vec<Buffer>,
+    pub children: Vec<HostColumn>,
+}
+
+impl HostColumn {
+    /// Bytes held in all buffers, children included.
+    pub fn byte_size(&self) -> usize {
+        self.validity.as_ref().map_or(0, |b| b.len())
+            + self.buffers.iter().map(|b| b.len()).sum::<usize>()
+            + self.children.iter().map(|c| c.byte_size()).sum::<usize>()
+    }
+}
+
+/// The type used on the device for `dt` (view types become their large contiguous forms).
+pub fn storage_type(dt: &DataType) -> DataType {
+    match dt {
+        DataType::Utf8View => DataType::LargeUtf8,
+        DataType::BinaryView => DataType::LargeBinary,
+        other => other.clone(),
+    }
+}
+
+/// Whether the device layer can hold arrays of type `dt`.
+pub fn is_supported(dt: &DataType) -> bool {
+    match dt {
+        DataType::Boolean
+        | DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView => true,
+        DataType::Dictionary(k, v) => k.is_dictionary_key_type() && is_supported(v) && !matches!(**v, DataType::Dictionary(..)),
+        other => other.is_primitive(),
+    }
+}
+
+fn unsupported(dt: &DataType) -> DataFusionError {
+    DataFusionError::NotImplemented(format!("GPU columns of type {dt} are not supported"))
+}
+
+/// Bitmap of `len` bits starting at bit `offset` of `buf`, moved to bit offset 0
+/// (zero-copy when the offset is a whole byte).
+fn bits_from_zero(buf: &Buffer, offset: usize, len: usize) -> Buffer {
+    buf.bit_slice(offset, len)
+}
+
+/// Packs `array` (any offset, any length) into device layout.
+pub fn pack(array: &dyn Array) -> Result<HostColumn> {
+    let dt = array.data_type().clone();
+    if !is_supported(&dt) {
+        return Err(unsupported(&dt));
+    }
+    if matches!(dt, DataType::Utf8View | DataType::BinaryView) {
+        let contiguous = cast(array, &storage_type(&dt))?;
+        let mut col = pack(contiguous.as_ref())?;
+        col.data_type = dt;
+        return Ok(col);
+    }
+    let data = array.to_data();
+    let (offset, len) = (data.offset(), data.len());
+    let null_count = data.null_count();
+    let validity = match data.nulls() {
+        Some(n) if null_count > 0 => Some(n.inner().sliced()),
+        _ => None,
+    };
+    let (buffers, children) = match &dt {
+        DataType::Boolean => (vec![bits_from_zero(&data.buffers()[0], offset, len)], vec![]),
+        DataType::Utf8 | DataType::Binary => (pack_bytes::<i32>(&data, offset, len), vec![]),
+        DataType::LargeUtf8 | DataType::LargeBinary => (pack_bytes::<i64>(&data, offset, len), vec![]),
+        DataType::Dictionary(k, _) => {
+            let width = k.primitive_width().ok_or_else(|| unsupported(&dt))?;
+            let keys = data.buffers()[0].slice_with_length(offset * width, len * width);
+            let values = make_array(data.child_data()[0].clone());
+            (vec![keys], vec![pack(values.as_ref())?])
+        }
+        other => {
+            let width = other.primitive_width().ok_or_else(|| unsupported(other))?;
+            (vec![data.buffers()[0].slice_with_length(offset * width, len * width)], vec![])
+        }
+    };
+    Ok(HostColumn { data_type: dt, len, null_count, validity, buffers, children })
+}
+
+/// Offsets rebased to start at zero, and the referenced bytes only.
+fn pack_bytes<O: OffsetInt>(data: &ArrayData, offset: usize, len: usize) -> Vec<Buffer> {
+    let offsets: &[O] = &data.buffer::<O>(0)[offset..offset + len + 1];
+    let first = offsets[0].as_offset();
+    let last = offsets[len].as_offset();
+    let values = data.buffers()[1].slice_with_length(first, last - first);
+    let offsets = if first == 0 {
+        data.buffers()[0].slice_with_length(offset * O::WIDTH, (len + 1) * O::WIDTH)
+    } else {
+        let mut out = MutableBuffer::with_capacity((len + 1) * O::WIDTH);
+        for o in offsets {
+            out.push(O::from_offset(o.as_offset() - first));
+        }
+        out.into()
+    };
+    vec![offsets, values]
+}
+
+/// The two Arrow offset widths.
+trait OffsetInt: datafusion::arrow::datatypes::ArrowNativeType {
+    const WIDTH: usize;
+    fn as_offset(self) -> usize;
+    fn from_offset(v: usize) -> Self;
+}
+
+impl OffsetInt for i32 {
+    const WIDTH: usize = 4;
+    fn as_offset(self) -> usize {
+        self as usize
+    }
+    fn from_offset(v: usize) -> Self {
+        v as i32
+    }
+}
+
+impl OffsetInt for i64 {
+    const WIDTH: usize = 8;
+    fn as_offset(self) -> usize {
+        self as usize
+    }
+    fn from_offset(v: usize) -> Self {
+        v as i64
+    }
+}
+
+/// Rebuilds the Arrow array; validates the buffers against the type.
+pub fn unpack(col: HostColumn) -> Result<ArrayRef> {
+    let logical = col.data_type.clone();
+    let stored = storage_type(&logical);
+    let children = col.children.into_iter().map(|c| unpack(c).map(|a| a.to_data())).collect::<Result<Vec<_>>>()?;
+    let data = ArrayData::builder(stored.clone())
+        .len(col.len)
+        .null_count(col.null_count)
+        .null_bit_buffer(col.validity)
+        .buffers(col.buffers)
+        .child_data(children)
+        .build()?;
+    let array = make_array(data);
+    if stored != logical { Ok(cast(array.as_ref(), &logical)?) } else { Ok(Arc::clone(&array)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+    use crate::testing::{all_types, assert_same_array, random_array};
+
+    /// pack -> unpack must give back the same array, for every type, length, slice and null mix.
+    fn roundtrip(type_idx: usize, len: usize, offset: usize, take: usize, null_pct: u32, seed: u64) {
+        let types = all_types();
+        let dt = &types[type_idx % types.len()];
+        let mut rng = StdRng::seed_from_u64(seed);
+        let full = random_array(&mut rng, dt, len + offset, null_pct as f64 / 100.0);
+        let take = take.min(len);
+        let sliced = full.slice(offset, take);
+        let packed = pack(sliced.as_ref()).unwrap();
+        assert_eq!(packed.len, take);
+        if packed.null_count == 0 {
+            assert!(packed.validity.is_none());
+        }
+        // Device layout has no offsets: string offsets start at zero.
+        if matches!(storage_type(dt), DataType::Utf8 | DataType::Binary) {
+            assert_eq!(packed.buffers[0].typed_data::<i32>()[0], 0);
+        }
+        let back = unpack(packed).unwrap();
+        assert_same_array(sliced.as_ref(), back.as_ref(), &format!("{dt} len {take} offset {offset} seed {seed}"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn pack_unpack_roundtrip(
+            type_idx in 0usize..64,
+            len in 0usize..200,
+            offset in 0usize..19,
+            take in 0usize..200,
+            null_pct in prop_oneof![Just(0u32), Just(100u32), 0u32..100],
+            seed in any::<u64>(),
+        ) {
+            roundtrip(type_idx, len, offset, take, null_pct, seed);
+        }
+    }
+
+    #[test]
+    fn every_type_empty_and_all_null() {
+        for i in 0..all_types().len() {
+            roundtrip(i, 0, 0, 0, 0, 1);
+            roundtrip(i, 0, 5, 0, 50, 2);
+            roundtrip(i, 37, 3, 37, 100, 3);
+        }
+    }
+
+    #[test]
+    fn unsupported_types_are_refused_with_a_message() {
+        use datafusion::arrow::array::ListArray;
+        use datafusion::arrow::datatypes::Int32Type;
+        let list = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![Some(vec![Some(1)])]);
+        let err = pack(&list).unwrap_err().to_string();
+        assert!(err.contains("not supported"), "{err}");
+    }
+}

@@ -1,0 +1,9 @@
+//! Arrow arrays and record batches on the device: host-side packing into the device layout
+//! ([`host`]), and device columns and batches with their transfers ([`device`]).
+//! Pure data movement; no query semantics.
+
+pub mod device;
+pub mod host;
+
+pub use device::{DeviceBatch, DeviceColumn, download_columns, upload_columns};
+pub use host::{HostColumn, is_supported, pack, unpack};

@@ -1,0 +1,221 @@
+//! Session options under the `gpu.` prefix, settable with `SET gpu.<name> = <value>`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use std::any::Any;
+
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit};
+use datafusion::error::{DataFusionError, Result};
+
+/// A byte count written like `512M`, `8GiB`, `1073741824` or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ByteSize {
+    /// Chosen by the runtime (for `memory_limit`: 90% of the device memory free at start).
+    #[default]
+    Auto,
+    Bytes(u64),
+}
+
+impl ByteSize {
+    /// The explicit value, if one was set.
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            ByteSize::Auto => None,
+            ByteSize::Bytes(b) => Some(b),
+        }
+    }
+}
+
+impl FromStr for ByteSize {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("auto") || t.is_empty() {
+            return Ok(ByteSize::Auto);
+        }
+        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let value: f64 = num.parse().map_err(|_| {
+            DataFusionError::Configuration(format!(
+                "invalid byte size '{s}': expected a number with an optional unit (K, M, G, T), or 'auto'"
+            ))
+        })?;
+        let mult: u64 = match unit.trim().to_ascii_uppercase().as_str() {
+            "" | "B" => 1,
+            "K" | "KB" | "KIB" => 1 << 10,
+            "M" | "MB" | "MIB" => 1 << 20,
+            "G" | "GB" | "GIB" => 1 << 30,
+            "T" | "TB" | "TIB" => 1 << 40,
+            other => {
+                return Err(DataFusionError::Configuration(format!(
+                    "invalid byte size unit '{other}' in '{s}': use K, M, G or T"
+                )));
+            }
+        };
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(DataFusionError::Configuration(format!("invalid byte size '{s}'")));
+        }
+        Ok(ByteSize::Bytes((value * mult as f64) as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ByteSize::Auto => write!(f, "auto"),
+            ByteSize::Bytes(b) => write!(f, "{}", human_bytes(*b)),
+        }
+    }
+}
+
+impl ConfigField for ByteSize {
+    fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+        v.some(key, self, description)
+    }
+
+    fn set(&mut self, _key: &str, value: &str) -> Result<()> {
+        *self = value.parse()?;
+        Ok(())
+    }
+
+    fn reset(&mut self, _key: &str) -> Result<()> {
+        *self = ByteSize::Auto;
+        Ok(())
+    }
+}
+
+/// Formats a byte count with a binary unit, exactly when it divides evenly (`8GiB`, `1.50GiB`).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, size) in UNITS {
+        if b >= size {
+            return if b % size == 0 {
+                format!("{}{name}", b / size)
+            } else {
+                format!("{:.2}{name}", b as f64 / size as f64)
+            };
+        }
+    }
+    format!("{b}B")
+}
+
+/// Declares the options struct, its defaults, and DataFusion's `ExtensionOptions` with the keys
+/// listed under their full `gpu.` names (DataFusion's `extensions_options!` lists extension keys
+/// without their prefix, so `information_schema.df_settings` would show a bare `min_rows`).
+macro_rules! gpu_options {
+    ($(#[doc = $sd:literal])* pub struct $name:ident { $($(#[doc = $d:literal])* pub $field:ident: $ty:ty, default = $default:expr)* }) => {
+        $(#[doc = $sd])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            $($(#[doc = $d])* pub $field: $ty,)*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $($field: $default,)* }
+            }
+        }
+
+        impl ExtensionOptions for $name {
+            fn as_any(&self) -> &dyn Any {
+                self
+            }
+
+            fn as_any_mut(&mut self) -> &mut dyn Any {
+                self
+            }
+
+            fn cloned(&self) -> Box<dyn ExtensionOptions> {
+                Box::new(self.clone())
+            }
+
+            fn set(&mut self, key: &str, value: &str) -> Result<()> {
+                match key {
+                    $(stringify!($field) => ConfigField::set(&mut self.$field, "", value),)*
+                    _ => Err(DataFusionError::Configuration(format!(
+                        "unknown option gpu.{key}; the gpu. options are: {}",
+                        [$(stringify!($field)),*].join(", ")
+                    ))),
+                }
+            }
+
+            fn entries(&self) -> Vec<ConfigEntry> {
+                let mut v = Entries(Vec::new());
+                $(
+                    ConfigField::visit(
+                        &self.$field,
+                        &mut v,
+                        concat!("gpu.", stringify!($field)),
+                        concat!($($d),*).trim(),
+                    );
+                )*
+                v.0
+            }
+        }
+    };
+}
+
+/// Collects option entries.
+struct Entries(Vec<ConfigEntry>);
+
+impl Visit for Entries {
+    fn some<V: fmt::Display>(&mut self, key: &str, value: V, description: &'static str) {
+        self.0.push(ConfigEntry { key: key.to_string(), value: Some(value.to_string()), description });
+    }
+
+    fn none(&mut self, key: &str, description: &'static str) {
+        self.0.push(ConfigEntry { key: key.to_string(), value: None, description });
+    }
+}
+
+gpu_options! {
+    /// Options of the GPU extension, under the `gpu.` prefix.
+    pub struct GpuConfig {
+        /// Run eligible joins and aggregates on the GPU. When false the rule leaves the plan untouched.
+        pub enable: bool, default = true
+        /// CUDA ordinal of the GPU to use.
+        pub device: usize, default = 0
+        /// Most device memory the GPU operators may hold at once (e.g. '8G'); 'auto' takes 90% of the memory free when the device is first used.
+        pub memory_limit: ByteSize, default = ByteSize::Auto
+        /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small).
+        pub min_rows: usize, default = 100_000
+        /// Size of each pinned host staging buffer used for host-to-device copies.
+        pub staging_buffer_size: ByteSize, default = ByteSize::Bytes(32 << 20)
+        /// Host threads that copy into pinned staging buffers (0: one per core, at most 16).
+        pub transfer_threads: usize, default = 0
+        /// Folder of the compiled-kernel cache ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/kernels).
+        pub kernel_cache_dir: String, default = String::new()
+    }
+}
+
+impl ConfigExtension for GpuConfig {
+    const PREFIX: &'static str = "gpu";
+}
+
+impl GpuConfig {
+    /// The options of a session, or the defaults if the extension is not registered.
+    pub fn from_options(options: &datafusion::config::ConfigOptions) -> GpuConfig {
+        options.extensions.get::<GpuConfig>().cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes_parse_and_print() {
+        assert_eq!("auto".parse::<ByteSize>().unwrap(), ByteSize::Auto);
+        assert_eq!("1024".parse::<ByteSize>().unwrap(), ByteSize::Bytes(1024));
+        assert_eq!("8G".parse::<ByteSize>().unwrap(), ByteSize::Bytes(8 << 30));
+        assert_eq!("512MiB".parse::<ByteSize>().unwrap(), ByteSize::Bytes(512 << 20));
+        assert_eq!("1.5g".parse::<ByteSize>().unwrap(), ByteSize::Bytes(3 << 29));
+        assert!("12 parsecs".parse::<ByteSize>().is_err());
+        assert!("x".parse::<ByteSize>().is_err());
+        assert_eq!(ByteSize::Bytes(8 << 30).to_string(), "8GiB");
+        assert_eq!(ByteSize::Bytes(3 << 29).to_string(), "1.50GiB");
+        assert_eq!(ByteSize::Bytes(100).to_string(), "100B");
+    }
+}

@@ -1,0 +1,245 @@
+//! The device runtime: discovery, one shared context per GPU ordinal, a pool of streams, device
+//! memory under a budget, pinned staging, and NVRTC-compiled kernels.
+
+pub mod doctor;
+pub mod kernels;
+pub mod memory;
+pub mod pinned;
+pub mod probe;
+pub mod transfer;
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg};
+
+pub use memory::{DeviceBuffer, MemoryBudget};
+pub use pinned::PinnedPool;
+pub use probe::{DeviceInfo, NoDevice};
+pub use transfer::StagingRing;
+
+use crate::config::GpuConfig;
+use crate::error::{CudaResultExt, Result, gpu_error};
+
+/// Streams per device. Partitions take them round-robin.
+const STREAMS: usize = 4;
+/// Share of the free device memory that `gpu.memory_limit = auto` grants.
+const AUTO_LIMIT_SHARE: f64 = 0.9;
+/// Most free pinned bytes the pool keeps for reuse.
+const PINNED_CACHE_LIMIT: u64 = 4 << 30;
+
+/// Transfer settings, from the session's `gpu.` options.
+#[derive(Debug, Clone, Copy)]
+pub struct TransferSettings {
+    pub staging_bytes: usize,
+    pub threads: usize,
+}
+
+impl TransferSettings {
+    fn from_config(cfg: &GpuConfig) -> Self {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        TransferSettings {
+            staging_bytes: cfg.staging_buffer_size.bytes().unwrap_or(32 << 20).clamp(1 << 16, 1 << 30) as usize,
+            threads: if cfg.transfer_threads == 0 { cores.min(16) } else { cfg.transfer_threads },
+        }
+    }
+}
+
+/// One GPU, shared by every session and query of the process.
+#[derive(Debug)]
+pub struct Gpu {
+    info: DeviceInfo,
+    ctx: Arc<CudaContext>,
+    streams: Vec<Arc<CudaStream>>,
+    next_stream: AtomicUsize,
+    memory: Arc<MemoryBudget>,
+    pinned: Arc<PinnedPool>,
+    rings: Mutex<Vec<StagingRing>>,
+    settings: RwLock<TransferSettings>,
+    kernels: kernels::KernelCache,
+}
+
+fn registry() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    GPUS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl Gpu {
+    /// The runtime of device `ordinal`, created on first use (kernel cache in the default folder).
+    pub fn get(ordinal: usize) -> Result<Arc<Gpu>> {
+        Gpu::get_or_open(ordinal, kernels::default_cache_dir())
+    }
+
+    /// The runtime of the session's device, with the session's limits applied. The kernel cache
+    /// folder is fixed by whichever session opens the device first.
+    pub fn for_config(cfg: &GpuConfig) -> Result<Arc<Gpu>> {
+        let dir = match cfg.kernel_cache_dir.trim() {
+            "" => kernels::default_cache_dir(),
+            d => Some(std::path::PathBuf::from(d)),
+        };
+        let gpu = Gpu::get_or_open(cfg.device, dir)?;
+        gpu.apply_config(cfg);
+        Ok(gpu)
+    }
+
+    fn get_or_open(ordinal: usize, cache_dir: Option<std::path::PathBuf>) -> Result<Arc<Gpu>> {
+        probe::check_ordinal(ordinal).map_err(|e| gpu_error(e.to_string()))?;
+        let mut gpus = registry().lock().map_err(|_| gpu_error("device registry lock poisoned"))?;
+        if let Some(g) = gpus.get(&ordinal) {
+            return Ok(Arc::clone(g));
+        }
+        let gpu = catch_unwind(AssertUnwindSafe(|| Gpu::open(ordinal, cache_dir)))
+            .map_err(|_| gpu_error(format!("the CUDA driver panicked while opening device {ordinal}")))??;
+        let gpu = Arc::new(gpu);
+        gpus.insert(ordinal, Arc::clone(&gpu));
+        Ok(gpu)
+    }
+
+    fn open(ordinal: usize, cache_dir: Option<std::path::PathBuf>) -> Result<Gpu> {
+        let ctx = CudaContext::new(ordinal).gpu(format!("creating a context on device {ordinal}"))?;
+        let info = DeviceInfo::read(&ctx).gpu("reading device properties")?;
+        if ctx.has_async_alloc() {
+            memory::retain_pool_memory(&ctx)?;
+        }
+        let streams = (0..STREAMS).map(|_| ctx.new_stream().gpu("creating a stream")).collect::<Result<Vec<_>>>()?;
+        let default_limit = (info.free_memory_at_start as f64 * AUTO_LIMIT_SHARE) as u64;
+        Ok(Gpu {
+            kernels: kernels::KernelCache::new(Arc::clone(&ctx), &info, cache_dir),
+            pinned: PinnedPool::new(Arc::clone(&ctx), PINNED_CACHE_LIMIT),
+            memory: Arc::new(MemoryBudget::new(default_limit)),
+            settings: RwLock::new(TransferSettings::from_config(&GpuConfig::default())),
+            rings: Mutex::new(Vec::new()),
+            next_stream: AtomicUsize::new(0),
+            streams,
+            info,
+            ctx,
+        })
+    }
+
+    /// Applies a session's `gpu.memory_limit`, staging size and transfer threads. The limit is the
+    /// device's: the most recently configured value applies to every query in the process.
+    pub fn apply_config(&self, cfg: &GpuConfig) {
+        self.memory.set_limit(cfg.memory_limit.bytes());
+        if let Ok(mut s) = self.settings.write() {
+            *s = TransferSettings::from_config(cfg);
+        }
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub fn memory(&self) -> &Arc<MemoryBudget> {
+        &self.memory
+    }
+
+    pub fn pinned(&self) -> &Arc<PinnedPool> {
+        &self.pinned
+    }
+
+    pub fn kernels(&self) -> &kernels::KernelCache {
+        &self.kernels
+    }
+
+    pub fn transfer_settings(&self) -> TransferSettings {
+        self.settings.read().map(|s| *s).unwrap_or_else(|e| *e.into_inner())
+    }
+
+    /// A stream from the pool (round-robin).
+    pub fn stream(&self) -> Arc<CudaStream> {
+        let i = self.next_stream.fetch_add(1, Ordering::Relaxed) % self.streams.len();
+        Arc::clone(&self.streams[i])
+    }
+
+    /// Allocates `len` bytes on `stream` within the memory budget.
+    pub fn alloc(&self, stream: &Arc<CudaStream>, len: usize, what: &str) -> Result<DeviceBuffer> {
+        DeviceBuffer::alloc(stream, &self.memory, len, what)
+    }
+
+    /// Takes a staging ring (creating one if none is free); give it back with [`Gpu::return_ring`].
+    pub fn take_ring(&self) -> Result<StagingRing> {
+        let want = self.transfer_settings().staging_bytes;
+        let mut rings = self.rings.lock().map_err(|_| gpu_error("staging lock poisoned"))?;
+        while let Some(r) = rings.pop() {
+            if r.slot_bytes() >= want {
+                return Ok(r);
+            }
+        }
+        drop(rings);
+        StagingRing::new(&self.pinned, want)
+    }
+
+    pub fn return_ring(&self, ring: StagingRing) {
+        if let Ok(mut rings) = self.rings.lock() {
+            rings.push(ring);
+        }
+    }
+
+    /// Uploads host byte slices into device buffers on `stream`.
+    pub fn upload(&self, stream: &Arc<CudaStream>, pieces: &[transfer::UploadPiece<'_>]) -> Result<()> {
+        let mut ring = self.take_ring()?;
+        let result = transfer::upload(stream, &mut ring, pieces, self.transfer_settings().threads);
+        self.return_ring(ring);
+        result
+    }
+
+    /// Downloads device buffers into Arrow buffers after `stream` has finished.
+    pub fn download(&self, stream: &Arc<CudaStream>, buffers: &[&DeviceBuffer]) -> Result<Vec<datafusion::arrow::buffer::Buffer>> {
+        let mut ring = self.take_ring()?;
+        let result = transfer::download(stream, &self.pinned, &mut ring, buffers, self.transfer_settings().threads);
+        self.return_ring(ring);
+        result
+    }
+
+    /// Copies `len` bytes between device buffers with the `copy` kernels (16-byte vectors, then a
+    /// byte tail), checking the launches.
+    pub fn copy_device(&self, stream: &Arc<CudaStream>, src: &DeviceBuffer, dst: &mut DeviceBuffer, len: usize) -> Result<()> {
+        if len > src.len() || len > dst.len() {
+            return Err(gpu_error(format!("device copy of {len} bytes overruns its buffers")));
+        }
+        let (Some(s), Some(d)) = (src.slice(), dst.slice_mut()) else { return Ok(()) };
+        let words = (len / 16) as u64;
+        if words > 0 {
+            let f = self.kernels.function("copy", "copy_u128")?;
+            let mut b = stream.launch_builder(&f);
+            b.arg(s).arg(&mut *d).arg(&words);
+            // SAFETY: copy_u128(const uint4*, uint4*, u64) over `words` 16-byte words of both buffers.
+            check_launch(stream, unsafe { b.launch(grid_for(words, 256, self.info.sm_count)) }, "copy_u128")?;
+        }
+        let tail = (len % 16) as u64;
+        if tail > 0 {
+            let off = len - tail as usize;
+            let f = self.kernels.function("copy", "copy_u8")?;
+            let sv = s.slice(off..len);
+            let mut dv = d.slice_mut(off..len);
+            let mut b = stream.launch_builder(&f);
+            b.arg(&sv).arg(&mut dv).arg(&tail);
+            // SAFETY: copy_u8(const u8*, u8*, u64) over the `tail` bytes of both views.
+            check_launch(stream, unsafe { b.launch(grid_for(tail, 256, self.info.sm_count)) }, "copy_u8")?;
+        }
+        Ok(())
+    }
+}
+
+/// A grid-stride launch shape for `n` items: enough blocks to fill every SM several times.
+pub fn grid_for(n: u64, block: u32, sm_count: i32) -> LaunchConfig {
+    let max_blocks = (sm_count.max(1) as u64) * 32;
+    let blocks = n.div_ceil(block as u64).clamp(1, max_blocks) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Checks a kernel launch: the launch's own status and any error the context recorded.
+pub fn check_launch<T>(
+    stream: &Arc<CudaStream>,
+    launched: std::result::Result<T, cudarc::driver::DriverError>,
+    kernel: &str,
+) -> Result<()> {
+    launched.gpu(format!("launching kernel {kernel}"))?;
+    stream.context().check_err().gpu(format!("after launching kernel {kernel}"))
+}

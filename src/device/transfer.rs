@@ -1,0 +1,253 @@
+//! Host <-> device copies, always through pinned memory.
+//!
+//! Upload: host bytes are copied by several threads into one of two pinned staging slots while
+//! the DMA engine drains the other (double buffering); small pieces share a slot. Download: the
+//! device writes straight into pooled pinned blocks that become the Arrow buffers.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaEvent, CudaStream, sys};
+use datafusion::arrow::buffer::{Buffer, MutableBuffer};
+
+use super::memory::DeviceBuffer;
+use super::pinned::{PinnedBlock, PinnedPool};
+use crate::error::{CudaResultExt, Result, gpu_error};
+
+/// Below this many bytes per thread, splitting a copy across threads costs more than it saves.
+const MIN_BYTES_PER_THREAD: usize = 1 << 20;
+
+/// Copies each `(src, dst)` pair, splitting the bytes evenly over up to `threads` threads.
+///
+/// # Safety
+/// Every `dst` must be valid for `src.len()` bytes of writes and not overlap another `dst` or
+/// any `src`.
+unsafe fn parallel_copy(pieces: &[(&[u8], *mut u8)], threads: usize) {
+    let total: usize = pieces.iter().map(|(s, _)| s.len()).sum();
+    let threads = threads.clamp(1, (total / MIN_BYTES_PER_THREAD).max(1));
+    if threads == 1 {
+        for (src, dst) in pieces {
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), *dst, src.len()) };
+        }
+        return;
+    }
+    // Cut the pieces into `threads` groups of about equal byte counts.
+    let share = total.div_ceil(threads);
+    let mut groups: Vec<Vec<(&[u8], usize)>> = vec![Vec::new()];
+    let mut in_group = 0;
+    for (src, dst) in pieces {
+        let mut off = 0;
+        while off < src.len() {
+            if in_group == share {
+                groups.push(Vec::new());
+                in_group = 0;
+            }
+            let n = (src.len() - off).min(share - in_group);
+            groups.last_mut().expect("groups starts non-empty").push((&src[off..off + n], *dst as usize + off));
+            off += n;
+            in_group += n;
+        }
+    }
+    std::thread::scope(|scope| {
+        for group in &groups {
+            scope.spawn(move || {
+                for (src, dst) in group {
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), *dst as *mut u8, src.len()) };
+                }
+            });
+        }
+    });
+}
+
+/// Two pinned staging slots and the events that say when the DMA out of each has finished.
+#[derive(Debug)]
+pub struct StagingRing {
+    slots: [PinnedBlock; 2],
+    done: [Option<CudaEvent>; 2],
+}
+
+impl StagingRing {
+    pub fn new(pool: &Arc<PinnedPool>, slot_bytes: usize) -> Result<Self> {
+        Ok(StagingRing { slots: [pool.alloc(slot_bytes)?, pool.alloc(slot_bytes)?], done: [None, None] })
+    }
+
+    pub fn slot_bytes(&self) -> usize {
+        self.slots[0].capacity().min(self.slots[1].capacity())
+    }
+
+    /// Waits until the DMA out of every slot has finished.
+    pub fn drain(&mut self) -> Result<()> {
+        for ev in self.done.iter_mut() {
+            if let Some(e) = ev.take() {
+                e.synchronize().gpu("waiting for a staging copy")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One piece of an upload: host bytes into a device buffer at a byte offset.
+pub struct UploadPiece<'a> {
+    pub src: &'a [u8],
+    pub dst: &'a DeviceBuffer,
+    pub dst_offset: usize,
+}
+
+/// Copies every piece to the device on `stream` through `ring`, `threads` host threads filling
+/// the staging slots. Returns when the host bytes are no longer needed (they are all in pinned
+/// memory or already on the device); the device copies may still be in flight on `stream`.
+pub fn upload(stream: &Arc<CudaStream>, ring: &mut StagingRing, pieces: &[UploadPiece<'_>], threads: usize) -> Result<()> {
+    let slot_bytes = ring.slot_bytes();
+    let ctx = stream.context();
+    ctx.bind_to_thread().gpu("binding the CUDA context")?;
+    // (host source, slot offset, device address) of the copies gathered in the current slot.
+    let mut batch: Vec<(&[u8], usize, sys::CUdeviceptr)> = Vec::new();
+    let mut fill = 0usize;
+    let mut slot = 0usize;
+    for piece in pieces {
+        if piece.dst_offset + piece.src.len() > piece.dst.len() {
+            return Err(gpu_error(format!(
+                "upload of {} bytes at offset {} overruns a device buffer of {} bytes",
+                piece.src.len(),
+                piece.dst_offset,
+                piece.dst.len()
+            )));
+        }
+        let base = piece.dst.raw_ptr(stream) + piece.dst_offset as u64;
+        let mut off = 0usize;
+        while off < piece.src.len() {
+            let n = (piece.src.len() - off).min(slot_bytes - fill);
+            batch.push((&piece.src[off..off + n], fill, base + off as u64));
+            fill += n;
+            off += n;
+            if fill == slot_bytes {
+                flush(stream, ring, slot, &batch, threads)?;
+                batch.clear();
+                fill = 0;
+                slot ^= 1;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        flush(stream, ring, slot, &batch, threads)?;
+    }
+    Ok(())
+}
+
+fn flush(
+    stream: &Arc<CudaStream>,
+    ring: &mut StagingRing,
+    slot: usize,
+    batch: &[(&[u8], usize, sys::CUdeviceptr)],
+    threads: usize,
+) -> Result<()> {
+    if let Some(ev) = ring.done[slot].take() {
+        ev.synchronize().gpu("waiting for a staging slot")?;
+    }
+    let base = ring.slots[slot].as_mut_ptr();
+    let copies: Vec<(&[u8], *mut u8)> = batch.iter().map(|(src, off, _)| (*src, unsafe { base.add(*off) })).collect();
+    // SAFETY: offsets were assigned without overlap inside the slot's capacity.
+    unsafe { parallel_copy(&copies, threads) };
+    for (src, off, dptr) in batch {
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(*dptr, base.add(*off) as *const _, src.len(), stream.cu_stream())
+        }
+        .result()
+        .gpu("host-to-device copy")?;
+    }
+    let ev = stream
+        .context()
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        .gpu("creating an event")?;
+    ev.record(stream).gpu("recording a staging event")?;
+    ring.done[slot] = Some(ev);
+    Ok(())
+}
+
+/// Copies each device buffer into a new pinned block and returns them as Arrow buffers, after
+/// `stream` has finished. Falls back to ordinary host memory through the staging ring when pinned
+/// memory runs out.
+pub fn download(
+    stream: &Arc<CudaStream>,
+    pool: &Arc<PinnedPool>,
+    ring: &mut StagingRing,
+    buffers: &[&DeviceBuffer],
+    threads: usize,
+) -> Result<Vec<Buffer>> {
+    stream.context().bind_to_thread().gpu("binding the CUDA context")?;
+    let mut blocks: Vec<Option<PinnedBlock>> = Vec::with_capacity(buffers.len());
+    for buf in buffers {
+        if buf.is_empty() {
+            blocks.push(None);
+            continue;
+        }
+        match pool.alloc(buf.len()) {
+            Ok(mut block) => {
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(
+                        block.as_mut_ptr() as *mut _,
+                        buf.raw_ptr(stream),
+                        buf.len(),
+                        stream.cu_stream(),
+                    )
+                }
+                .result()
+                .gpu("device-to-host copy")?;
+                blocks.push(Some(block));
+            }
+            Err(e) => {
+                log::warn!("{e}; downloading through the staging buffers instead");
+                blocks.push(None);
+            }
+        }
+    }
+    stream.synchronize().gpu("waiting for device-to-host copies")?;
+    let mut out = Vec::with_capacity(buffers.len());
+    for (buf, block) in buffers.iter().zip(blocks) {
+        out.push(match block {
+            Some(b) => b.into_buffer(buf.len())?,
+            None if buf.is_empty() => Buffer::from(MutableBuffer::new(0)),
+            None => download_staged(stream, ring, buf, threads)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Slot-by-slot download into ordinary host memory, for when pinned memory is exhausted.
+fn download_staged(stream: &Arc<CudaStream>, ring: &mut StagingRing, buf: &DeviceBuffer, threads: usize) -> Result<Buffer> {
+    ring.drain()?;
+    let slot_bytes = ring.slot_bytes();
+    let mut host = MutableBuffer::from_len_zeroed(buf.len());
+    let src = buf.raw_ptr(stream);
+    let mut off = 0usize;
+    while off < buf.len() {
+        let n = (buf.len() - off).min(slot_bytes);
+        let slot = ring.slots[0].as_mut_ptr();
+        unsafe { sys::cuMemcpyDtoHAsync_v2(slot as *mut _, src + off as u64, n, stream.cu_stream()) }
+            .result()
+            .gpu("device-to-host copy")?;
+        stream.synchronize().gpu("waiting for a device-to-host copy")?;
+        let staged = unsafe { std::slice::from_raw_parts(slot as *const u8, n) };
+        let dst = host.as_mut_ptr();
+        unsafe { parallel_copy(&[(staged, dst.add(off))], threads) };
+        off += n;
+    }
+    Ok(host.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parallel_copy;
+
+    #[test]
+    fn parallel_copy_copies_every_byte() {
+        for threads in [1, 3, 8] {
+            let a: Vec<u8> = (0..(5 << 20) + 17).map(|i| (i * 7 + 3) as u8).collect();
+            let b: Vec<u8> = (0..1000).map(|i| (i * 13) as u8).collect();
+            let mut out = vec![0u8; a.len() + b.len()];
+            let base = out.as_mut_ptr();
+            unsafe { parallel_copy(&[(&a, base), (&b, base.add(a.len()))], threads) };
+            assert_eq!(&out[..a.len()], &a[..]);
+            assert_eq!(&out[a.len()..], &b[..]);
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! DataFusion `ExecutionPlan`s of the GPU path, and the plumbing between them.
+//!
+//! Every GPU exec implements [`GpuExec`]: `execute_device` yields [`DeviceBatch`]es, and its
+//! ordinary `execute` downloads them, so a CPU parent consumes it like any other plan. A GPU
+//! parent asks its child through [`execute_device_input`]: a GPU child hands over device batches
+//! directly (no round trip through the host); a CPU child is uploaded on the way.
+
+pub mod fallback;
+pub mod upload;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::{Stream, StreamExt};
+
+pub use fallback::CpuFallbackExec;
+pub use upload::GpuUploadExec;
+
+use crate::columns::DeviceBatch;
+
+/// A stream of device batches.
+pub type DeviceBatchStream = Pin<Box<dyn Stream<Item = Result<DeviceBatch>> + Send>>;
+
+/// An `ExecutionPlan` that produces device-resident batches.
+pub trait GpuExec: ExecutionPlan {
+    /// Executes partition `partition`, yielding batches that stay in device memory.
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream>;
+}
+
+/// `plan` as a [`GpuExec`], if it is one of this crate's GPU execs.
+pub fn as_gpu_exec(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
+    if let Some(p) = plan.downcast_ref::<GpuUploadExec>() {
+        return Some(p);
+    }
+    None
+}
+
+/// Device batches of `child`'s partition: straight from a GPU child, uploaded from a CPU one.
+pub fn execute_device_input(
+    child: &Arc<dyn ExecutionPlan>,
+    partition: usize,
+    context: Arc<TaskContext>,
+) -> Result<DeviceBatchStream> {
+    match as_gpu_exec(child) {
+        Some(gpu) => gpu.execute_device(partition, context),
+        None => GpuUploadExec::new(Arc::clone(child)).execute_device(partition, context),
+    }
+}
+
+/// Runs blocking GPU work (copies, synchronisation) off the async executor's threads.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("GPU: a transfer task failed: {e}")))?
+}
+
+/// Downloads every device batch of `stream`, for a CPU consumer.
+pub fn download_stream(schema: datafusion::arrow::datatypes::SchemaRef, stream: DeviceBatchStream) -> SendableRecordBatchStream {
+    let batches = stream.then(|b| async move {
+        let b = b?;
+        blocking(move || b.download()).await
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}

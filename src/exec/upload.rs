@@ -1,0 +1,205 @@
+//! `GpuUploadExec`: the boundary where a CPU child feeds GPU execs. Packs each host batch and
+//! copies it to the device through the pinned staging buffers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::Result;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
+use futures::StreamExt;
+
+use super::{DeviceBatchStream, GpuExec, blocking, download_stream};
+use crate::columns::DeviceBatch;
+use crate::config::GpuConfig;
+use crate::device::Gpu;
+
+#[derive(Debug)]
+pub struct GpuUploadExec {
+    input: Arc<dyn ExecutionPlan>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GpuUploadExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        GpuUploadExec { input, metrics: ExecutionPlanMetricsSet::new() }
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+}
+
+impl DisplayAs for GpuUploadExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match t {
+            DisplayFormatType::TreeRender => Ok(()),
+            _ => write!(f, "GpuUploadExec"),
+        }
+    }
+}
+
+impl ExecutionPlan for GpuUploadExec {
+    fn name(&self) -> &str {
+        "GpuUploadExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        match children.pop() {
+            Some(c) if children.is_empty() => Ok(Arc::new(GpuUploadExec::new(c))),
+            _ => datafusion::common::internal_err!("GpuUploadExec takes exactly one child"),
+        }
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        Ok(download_stream(self.schema(), self.execute_device(partition, context)?))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+impl GpuExec for GpuUploadExec {
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_config(&cfg)?;
+        let stream = gpu.stream();
+        let input = self.input.execute(partition, context)?;
+        let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
+        let bytes = MetricBuilder::new(&self.metrics).counter("bytes_uploaded", partition);
+        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        Ok(Box::pin(input.then(move |batch| {
+            let (gpu, stream, time, bytes, rows) = (gpu.clone(), stream.clone(), time.clone(), bytes.clone(), rows.clone());
+            async move {
+                let batch = batch?;
+                blocking(move || {
+                    let _timer = time.timer();
+                    let dev = DeviceBatch::upload(&gpu, &stream, &batch)?;
+                    bytes.add(dev.byte_size());
+                    rows.add(dev.num_rows());
+                    Ok(dev)
+                })
+                .await
+            }
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::SessionConfig;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+    use crate::exec::{as_gpu_exec, execute_device_input};
+    use crate::session::gpu_session_context;
+    use crate::testing::{assert_same_array, fresh_seed, gpu_lock, gpu_or_skip, random_array};
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::arrow::record_batch::RecordBatch;
+
+    fn source(seed: u64, partitions: usize, rows: usize) -> (Arc<dyn ExecutionPlan>, Vec<Vec<RecordBatch>>) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("d", DataType::Decimal128(20, 4), true),
+        ]));
+        let parts: Vec<Vec<RecordBatch>> = (0..partitions)
+            .map(|_| {
+                (0..3)
+                    .map(|_| {
+                        let cols = schema.fields().iter().map(|f| random_array(&mut rng, f.data_type(), rows, 0.2)).collect();
+                        RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        let plan = MemorySourceConfig::try_new_exec(&parts, schema, None).unwrap();
+        (plan, parts)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpu_upload_exec_returns_its_input() {
+        let _l = gpu_lock();
+        let Some(_gpu) = gpu_or_skip("gpu_upload_exec_returns_its_input") else { return };
+        let (plan, parts) = source(fresh_seed("gpu_upload_exec_returns_its_input"), 3, 10_000);
+        let upload: Arc<dyn ExecutionPlan> = Arc::new(GpuUploadExec::new(plan));
+        assert!(as_gpu_exec(&upload).is_some());
+        let ctx = gpu_session_context(SessionConfig::new());
+        let got = collect(Arc::clone(&upload), ctx.task_ctx()).await.unwrap();
+        let want: Vec<RecordBatch> = parts.into_iter().flatten().collect();
+        assert_eq!(got.len(), want.len());
+        let got_rows: usize = got.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(got_rows, want.iter().map(|b| b.num_rows()).sum::<usize>());
+        // Partitions are collected in order; batches within a partition keep their order.
+        for (g, w) in got.iter().zip(&want) {
+            for (a, b) in w.columns().iter().zip(g.columns()) {
+                assert_same_array(a.as_ref(), b.as_ref(), "uploaded then downloaded column");
+            }
+        }
+        let metrics = upload.metrics().unwrap();
+        assert_eq!(metrics.output_rows(), Some(got_rows));
+    }
+
+    /// A GPU parent gets device batches from a GPU child without a host round trip, and from a
+    /// CPU child through an implicit upload.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpu_device_input_from_gpu_and_cpu_children() {
+        let _l = gpu_lock();
+        let Some(_gpu) = gpu_or_skip("gpu_device_input_from_gpu_and_cpu_children") else { return };
+        let (plan, parts) = source(fresh_seed("gpu_device_input"), 1, 5000);
+        let ctx = gpu_session_context(SessionConfig::new());
+        for child in [Arc::clone(&plan), Arc::new(GpuUploadExec::new(Arc::clone(&plan))) as Arc<dyn ExecutionPlan>] {
+            let mut s = execute_device_input(&child, 0, ctx.task_ctx()).unwrap();
+            let mut i = 0;
+            while let Some(b) = futures::StreamExt::next(&mut s).await {
+                let b = b.unwrap();
+                assert_eq!(b.num_rows(), parts[0][i].num_rows());
+                assert_eq!(&b.download().unwrap(), &parts[0][i]);
+                i += 1;
+            }
+            assert_eq!(i, parts[0].len());
+        }
+    }
+
+    /// A request over gpu.memory_limit fails with the option's name in the message.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpu_request_over_memory_limit_is_a_clear_error() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_request_over_memory_limit_is_a_clear_error") else { return };
+        let (plan, _) = source(1, 1, 50_000);
+        let ctx = gpu_session_context(SessionConfig::new());
+        ctx.sql("SET gpu.memory_limit = '64K'").await.unwrap().collect().await.unwrap();
+        let err = collect(Arc::new(GpuUploadExec::new(plan)), ctx.task_ctx()).await.unwrap_err().to_string();
+        // Restore the default for the other tests before asserting.
+        gpu.memory().set_limit(None);
+        assert!(err.contains("gpu.memory_limit is 64KiB"), "{err}");
+        assert_eq!(gpu.memory().used(), 0, "failed uploads must release their reservations");
+    }
+}

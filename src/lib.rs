@@ -1,0 +1,26 @@
+//! # datafusion-gpu
+//!
+//! An Apache DataFusion extension that runs joins and grouped aggregations on NVIDIA GPUs.
+//! Add [`GpuOptimizerRule`] to a session (see [`SessionStateBuilderGpuExt::with_gpu`]); plans
+//! keep DataFusion's semantics, and whatever the GPU path cannot do stays on the CPU with the
+//! reason shown by EXPLAIN.
+//!
+//! Layers, bottom to top: `kernels/` (CUDA C++), [`device`] (runtime), [`columns`] (Arrow on the
+//! device), [`exec`] (execution plans), [`rule`] (the optimizer rule), [`session`] (registration).
+
+pub mod bench;
+pub mod columns;
+pub mod config;
+pub mod demo;
+pub mod device;
+pub mod error;
+pub mod exec;
+pub mod rule;
+pub mod session;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use config::GpuConfig;
+pub use rule::GpuOptimizerRule;
+pub use session::{SessionStateBuilderGpuExt, gpu_session_context, with_gpu_options};

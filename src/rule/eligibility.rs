@@ -1,0 +1,136 @@
+//! Whether an operator can run on the GPU, and if not, why: each check returns the reasons that
+//! EXPLAIN prints on the operator's `CpuFallbackExec`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::PhysicalExpr;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+
+/// Why an operator stays on the CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FallbackReason {
+    /// No usable GPU (driver, NVRTC, device or ordinal missing).
+    NoDevice(String),
+    /// Estimated input rows below `gpu.min_rows`.
+    BelowMinRows { rows: usize, min_rows: usize },
+    /// A key or value of a type the GPU path does not handle.
+    UnsupportedType { what: String, data_type: DataType },
+    /// An expression the GPU path cannot evaluate.
+    UnsupportedExpression { what: String, expr: String },
+    /// The GPU operator itself is not part of this build yet.
+    NotImplemented(&'static str),
+}
+
+impl fmt::Display for FallbackReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FallbackReason::NoDevice(r) => write!(f, "no GPU ({r})"),
+            FallbackReason::BelowMinRows { rows, min_rows } => {
+                write!(f, "about {rows} input rows, below gpu.min_rows = {min_rows}")
+            }
+            FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
+            FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
+            FallbackReason::NotImplemented(what) => write!(f, "{what}"),
+        }
+    }
+}
+
+/// Key types the GPU join and group-by handle: integers, dates, timestamps, Decimal128, Boolean
+/// and strings (with dictionaries of strings).
+pub fn is_supported_key_type(dt: &DataType) -> bool {
+    use DataType::*;
+    match dt {
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Date32 | Date64 | Timestamp(_, _)
+        | Decimal128(_, _) | Boolean | Utf8 | LargeUtf8 | Utf8View => true,
+        Dictionary(k, v) => k.is_dictionary_key_type() && matches!(**v, Utf8 | LargeUtf8 | Utf8View),
+        _ => false,
+    }
+}
+
+/// Estimated output rows of `plan`, when its statistics give one.
+pub fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    let stats = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new()).ok()?;
+    stats.num_rows.get_value().copied()
+}
+
+fn check_min_rows(rows: Option<usize>, min_rows: usize, out: &mut Vec<FallbackReason>) {
+    if let Some(rows) = rows {
+        if rows < min_rows {
+            out.push(FallbackReason::BelowMinRows { rows, min_rows });
+        }
+    }
+}
+
+/// A key must be a plain column of a supported type.
+fn check_key(what: &str, expr: &Arc<dyn PhysicalExpr>, schema: &Schema, out: &mut Vec<FallbackReason>) {
+    let mut found = Vec::new();
+    check_key_into(what, expr, schema, &mut found);
+    // Both sides of a join often name the same column: say each reason once.
+    for r in found {
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+}
+
+fn check_key_into(what: &str, expr: &Arc<dyn PhysicalExpr>, schema: &Schema, out: &mut Vec<FallbackReason>) {
+    if expr.downcast_ref::<Column>().is_none() {
+        out.push(FallbackReason::UnsupportedExpression { what: what.to_string(), expr: expr.to_string() });
+        return;
+    }
+    match expr.data_type(schema) {
+        Ok(dt) if is_supported_key_type(&dt) => {}
+        Ok(dt) => out.push(FallbackReason::UnsupportedType { what: format!("{what} {expr}"), data_type: dt }),
+        Err(e) => out.push(FallbackReason::UnsupportedExpression { what: format!("{what} (type unknown: {e})"), expr: expr.to_string() }),
+    }
+}
+
+/// Reasons a hash join stays on the CPU, besides the device (empty: it can run on the GPU).
+pub fn join_reasons(join: &HashJoinExec, min_rows: usize) -> Vec<FallbackReason> {
+    let mut out = Vec::new();
+    let (ls, rs) = (join.left().schema(), join.right().schema());
+    for (l, r) in join.on() {
+        check_key("join key", l, &ls, &mut out);
+        check_key("join key", r, &rs, &mut out);
+    }
+    let rows = match (estimated_rows(join.left()), estimated_rows(join.right())) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => None,
+    };
+    check_min_rows(rows, min_rows, &mut out);
+    out.push(FallbackReason::NotImplemented("the GPU hash join is not part of this build yet"));
+    out
+}
+
+/// Aggregate functions the GPU group-by computes.
+const GPU_AGGREGATES: &[&str] = &["count", "sum", "min", "max", "avg"];
+
+/// Reasons an aggregate stays on the CPU, besides the device (empty: it can run on the GPU).
+pub fn aggregate_reasons(agg: &AggregateExec, min_rows: usize) -> Vec<FallbackReason> {
+    let mut out = Vec::new();
+    let schema = agg.input_schema();
+    if !agg.group_expr().is_single() {
+        out.push(FallbackReason::UnsupportedExpression {
+            what: "grouping sets".into(),
+            expr: format!("{} grouping sets", agg.group_expr().groups().len()),
+        });
+    }
+    for (expr, _) in agg.group_expr().expr() {
+        check_key("group key", expr, &schema, &mut out);
+    }
+    for a in agg.aggr_expr() {
+        let name = a.fun().name().to_ascii_lowercase();
+        if !GPU_AGGREGATES.contains(&name.as_str()) {
+            out.push(FallbackReason::UnsupportedExpression { what: "aggregate function".into(), expr: a.name().to_string() });
+        }
+    }
+    check_min_rows(estimated_rows(agg.input()), min_rows, &mut out);
+    out.push(FallbackReason::NotImplemented("the GPU aggregate is not part of this build yet"));
+    out
+}

@@ -1,0 +1,211 @@
+//! `GpuOptimizerRule`: the physical optimizer rule that moves joins and aggregates to the GPU,
+//! and annotates every one it leaves on the CPU with the reason.
+
+pub mod eligibility;
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+
+pub use eligibility::FallbackReason;
+
+use crate::config::GpuConfig;
+use crate::device::probe;
+use crate::exec::CpuFallbackExec;
+use crate::exec::fallback::CPU_FALLBACK_NAME;
+
+/// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the
+/// same answer, and annotates the rest. Controlled by the `gpu.` session options.
+#[derive(Debug, Default)]
+pub struct GpuOptimizerRule {}
+
+impl GpuOptimizerRule {
+    pub fn new() -> Self {
+        GpuOptimizerRule {}
+    }
+}
+
+/// Removes annotations from an earlier run of the rule, so that running it again is idempotent.
+fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        if node.name() == CPU_FALLBACK_NAME {
+            if let Some(child) = node.children().first() {
+                return Ok(Transformed::yes(Arc::clone(child)));
+            }
+        }
+        Ok(Transformed::no(node))
+    })
+    .map(|t| t.data)
+}
+
+impl PhysicalOptimizerRule for GpuOptimizerRule {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let cfg = GpuConfig::from_options(config);
+        let plan = strip_annotations(plan)?;
+        if !cfg.enable {
+            return Ok(plan);
+        }
+        let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
+        plan.transform_up(|node| {
+            let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+                eligibility::join_reasons(join, cfg.min_rows)
+            } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
+                eligibility::aggregate_reasons(agg, cfg.min_rows)
+            } else {
+                return Ok(Transformed::no(node));
+            };
+            if let Some(d) = &device {
+                reasons.insert(0, d.clone());
+            }
+            // No GPU operator exists yet, so every join and aggregate has at least one reason.
+            Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as Arc<dyn ExecutionPlan>))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "gpu"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::datasource::MemTable;
+    use datafusion::physical_plan::displayable;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use super::*;
+    use crate::session::gpu_session_context;
+
+    fn table(rows: i64) -> Arc<MemTable> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("f", DataType::Float64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..rows)),
+                Arc::new(Float64Array::from_iter_values((0..rows).map(|i| i as f64))),
+                Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("s{}", i % 7)))),
+            ],
+        )
+        .unwrap();
+        Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())
+    }
+
+    async fn ctx_with_tables(config: SessionConfig) -> SessionContext {
+        let ctx = gpu_session_context(config.with_target_partitions(2));
+        ctx.register_table("a", table(50)).unwrap();
+        ctx.register_table("b", table(20)).unwrap();
+        ctx
+    }
+
+    async fn physical_plan(ctx: &SessionContext, sql: &str) -> String {
+        let df = ctx.sql(sql).await.unwrap();
+        let plan = df.create_physical_plan().await.unwrap();
+        displayable(plan.as_ref()).indent(true).to_string()
+    }
+
+    const JOIN_AGG: &str = "SELECT a.s, count(*), sum(b.f) FROM a JOIN b ON a.k = b.k GROUP BY a.s";
+
+    #[tokio::test]
+    async fn explain_shows_why_joins_and_aggregates_stay_on_cpu() {
+        let ctx = ctx_with_tables(SessionConfig::new()).await;
+        let plan = physical_plan(&ctx, JOIN_AGG).await;
+        assert!(plan.contains("CpuFallbackExec: HashJoinExec stays on the CPU"), "{plan}");
+        assert!(plan.contains("CpuFallbackExec: AggregateExec stays on the CPU"), "{plan}");
+        assert!(plan.contains("below gpu.min_rows = 100000"), "{plan}");
+        if probe::device_count().is_err() {
+            assert!(plan.contains("no GPU ("), "{plan}");
+        }
+        // Every join and aggregate is annotated exactly once.
+        let annotated = plan.matches("CpuFallbackExec").count();
+        let operators = plan.matches("HashJoinExec: ").count() + plan.matches("AggregateExec: ").count();
+        assert_eq!(annotated, operators, "{plan}");
+
+        // EXPLAIN through SQL shows the same.
+        let batches = ctx.sql(&format!("EXPLAIN {JOIN_AGG}")).await.unwrap().collect().await.unwrap();
+        let text = pretty_format_batches(&batches).unwrap().to_string();
+        assert!(text.contains("CpuFallbackExec"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn options_are_settable_with_set() {
+        let ctx = ctx_with_tables(SessionConfig::new().with_information_schema(true)).await;
+        ctx.sql("SET gpu.min_rows = 10").await.unwrap().collect().await.unwrap();
+        let plan = physical_plan(&ctx, JOIN_AGG).await;
+        assert!(!plan.contains("below gpu.min_rows"), "{plan}");
+
+        ctx.sql("SET gpu.enable = false").await.unwrap().collect().await.unwrap();
+        let plan = physical_plan(&ctx, JOIN_AGG).await;
+        assert!(!plan.contains("CpuFallbackExec"), "{plan}");
+
+        ctx.sql("SET gpu.memory_limit = '2G'").await.unwrap().collect().await.unwrap();
+        let cfg = GpuConfig::from_options(ctx.state().config_options());
+        assert_eq!(cfg.memory_limit.bytes(), Some(2 << 30));
+        assert!(ctx.sql("SET gpu.memory_limit = 'lots'").await.is_err());
+        assert!(ctx.sql("SET gpu.no_such_option = 1").await.is_err());
+
+        // Extension options are listed with DataFusion's own settings.
+        let shown = ctx
+            .sql("SELECT name, value FROM information_schema.df_settings WHERE name LIKE 'gpu.%' ORDER BY name")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = pretty_format_batches(&shown).unwrap().to_string();
+        for expected in ["| gpu.min_rows ", "| 10 ", "| gpu.memory_limit ", "| 2GiB ", "| gpu.enable "] {
+            assert!(text.contains(expected), "{expected} missing from\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unsupported_key_types_and_expressions_are_named() {
+        let ctx = ctx_with_tables(SessionConfig::new()).await;
+        let plan = physical_plan(&ctx, "SELECT count(*) FROM a JOIN b ON a.f = b.f").await;
+        assert!(plan.contains("has unsupported type Float64"), "{plan}");
+        assert_eq!(plan.matches("has unsupported type Float64").count(), 1, "each reason once: {plan}");
+        let plan = physical_plan(&ctx, "SELECT k % 3, count(*) FROM a GROUP BY k % 3").await;
+        assert!(plan.contains("group key `"), "{plan}");
+        let plan = physical_plan(&ctx, "SELECT k, stddev(f) FROM a GROUP BY k").await;
+        assert!(plan.contains("aggregate function `stddev"), "{plan}");
+    }
+
+    #[tokio::test]
+    async fn annotated_plans_give_the_same_answers() {
+        let gpu = ctx_with_tables(SessionConfig::new()).await;
+        let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        cpu.register_table("a", table(50)).unwrap();
+        cpu.register_table("b", table(20)).unwrap();
+        let sql = format!("{JOIN_AGG} ORDER BY a.s");
+        let x = pretty_format_batches(&gpu.sql(&sql).await.unwrap().collect().await.unwrap()).unwrap().to_string();
+        let y = pretty_format_batches(&cpu.sql(&sql).await.unwrap().collect().await.unwrap()).unwrap().to_string();
+        assert_eq!(x, y);
+    }
+
+    #[tokio::test]
+    async fn running_the_rule_twice_annotates_once() {
+        let ctx = ctx_with_tables(SessionConfig::new()).await;
+        let plan = ctx.sql(JOIN_AGG).await.unwrap().create_physical_plan().await.unwrap();
+        let again = GpuOptimizerRule::new().optimize(Arc::clone(&plan), ctx.state().config_options()).unwrap();
+        assert_eq!(displayable(plan.as_ref()).indent(true).to_string(), displayable(again.as_ref()).indent(true).to_string());
+    }
+}

@@ -1,0 +1,172 @@
+//! Test helpers: random Arrow arrays of every type the device layer holds, and the GPU gate.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use datafusion::arrow::array::{
+    Array, ArrayData, ArrayRef, BooleanArray, DictionaryArray, LargeStringArray, StringArray, StringViewArray,
+    make_array,
+};
+use datafusion::arrow::buffer::{MutableBuffer, NullBuffer};
+use datafusion::arrow::datatypes::{DataType, Int8Type, Int32Type, TimeUnit, UInt16Type};
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore};
+
+use crate::device::{Gpu, probe};
+
+/// Every type the round-trip tests cover.
+pub fn all_types() -> Vec<DataType> {
+    use DataType::*;
+    let tz: Option<Arc<str>> = Some("+05:30".into());
+    vec![
+        Int8,
+        Int16,
+        Int32,
+        Int64,
+        UInt8,
+        UInt16,
+        UInt32,
+        UInt64,
+        Float32,
+        Float64,
+        Boolean,
+        Date32,
+        Date64,
+        Timestamp(TimeUnit::Second, None),
+        Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+        Timestamp(TimeUnit::Microsecond, tz.clone()),
+        Timestamp(TimeUnit::Nanosecond, None),
+        Decimal128(38, 10),
+        Decimal128(12, 2),
+        Utf8,
+        LargeUtf8,
+        Utf8View,
+        Dictionary(Box::new(Int32), Box::new(Utf8)),
+        Dictionary(Box::new(Int8), Box::new(LargeUtf8)),
+        Dictionary(Box::new(UInt16), Box::new(Utf8View)),
+    ]
+}
+
+fn validity(rng: &mut StdRng, len: usize, null_fraction: f64) -> Option<NullBuffer> {
+    if null_fraction <= 0.0 {
+        return None;
+    }
+    Some(NullBuffer::from((0..len).map(|_| !rng.random_bool(null_fraction)).collect::<Vec<_>>()))
+}
+
+fn strings(rng: &mut StdRng, len: usize, null_fraction: f64) -> Vec<Option<String>> {
+    (0..len)
+        .map(|_| {
+            if null_fraction > 0.0 && rng.random_bool(null_fraction) {
+                None
+            } else {
+                let n = rng.random_range(0..24);
+                // Mostly ASCII, sometimes multi-byte, sometimes empty.
+                Some((0..n).map(|_| if rng.random_bool(0.1) { 'é' } else { rng.random_range('a'..='z') }).collect())
+            }
+        })
+        .collect()
+}
+
+/// A random array of `dt` with `len` rows, about `null_fraction` of them null.
+pub fn random_array(rng: &mut StdRng, dt: &DataType, len: usize, null_fraction: f64) -> ArrayRef {
+    use DataType::*;
+    match dt {
+        Boolean => {
+            let values: Vec<Option<bool>> = (0..len)
+                .map(|_| if null_fraction > 0.0 && rng.random_bool(null_fraction) { None } else { Some(rng.random()) })
+                .collect();
+            Arc::new(BooleanArray::from(values))
+        }
+        Utf8 => Arc::new(StringArray::from(strings(rng, len, null_fraction))),
+        LargeUtf8 => Arc::new(LargeStringArray::from(strings(rng, len, null_fraction))),
+        Utf8View => Arc::new(StringViewArray::from(strings(rng, len, null_fraction))),
+        Dictionary(k, v) => {
+            let n_values = rng.random_range(1..8);
+            let values = random_array(rng, v, n_values, null_fraction / 2.0);
+            let keys: Vec<Option<i64>> = (0..len)
+                .map(|_| {
+                    if null_fraction > 0.0 && rng.random_bool(null_fraction) {
+                        None
+                    } else {
+                        Some(rng.random_range(0..n_values as i64))
+                    }
+                })
+                .collect();
+            match **k {
+                Int32 => Arc::new(
+                    DictionaryArray::<Int32Type>::try_new(keys.iter().map(|k| k.map(|x| x as i32)).collect(), values)
+                        .expect("valid dictionary"),
+                ),
+                Int8 => Arc::new(
+                    DictionaryArray::<Int8Type>::try_new(keys.iter().map(|k| k.map(|x| x as i8)).collect(), values)
+                        .expect("valid dictionary"),
+                ),
+                UInt16 => Arc::new(
+                    DictionaryArray::<UInt16Type>::try_new(keys.iter().map(|k| k.map(|x| x as u16)).collect(), values)
+                        .expect("valid dictionary"),
+                ),
+                _ => unimplemented!("dictionary key type {k} in tests"),
+            }
+        }
+        other => {
+            let width = other.primitive_width().expect("fixed-width type");
+            // Arrow requires buffers aligned to the value type: MutableBuffer allocates 64-byte aligned.
+            let mut buffer = MutableBuffer::from_len_zeroed(len * width);
+            let bytes = buffer.as_slice_mut();
+            match other {
+                Float32 => bytes.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&(rng.random::<f32>() * 1e6 - 5e5).to_le_bytes())),
+                Float64 => bytes.chunks_exact_mut(8).for_each(|c| c.copy_from_slice(&(rng.random::<f64>() * 1e12 - 5e11).to_le_bytes())),
+                Decimal128(p, _) => {
+                    let bound = 10i128.pow((*p).min(18) as u32);
+                    bytes.chunks_exact_mut(16).for_each(|c| c.copy_from_slice(&rng.random_range(-bound + 1..bound).to_le_bytes()))
+                }
+                _ => rng.fill_bytes(bytes),
+            }
+            let data = ArrayData::builder(other.clone())
+                .len(len)
+                .add_buffer(buffer.into())
+                .nulls(validity(rng, len, null_fraction))
+                .build()
+                .expect("valid random array");
+            make_array(data)
+        }
+    }
+}
+
+/// A fresh seed, printed so that a failure can be replayed with `DFG_TEST_SEED`.
+pub fn fresh_seed(test: &str) -> u64 {
+    let seed = std::env::var("DFG_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    let _ = writeln!(std::io::stderr(), "{test}: seed {seed} (replay with DFG_TEST_SEED={seed})");
+    seed
+}
+
+/// Serialises GPU tests: they share one device budget and its limit.
+pub fn gpu_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The GPU for a test, or `None` after printing why the test is skipped. A machine that has a
+/// device but fails to open it fails the test instead.
+pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
+    match probe::device_count() {
+        Err(e) => {
+            // Written to the real stderr, past the test harness's capture, so that CI shows it.
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {e}");
+            None
+        }
+        Ok(_) => Some(Gpu::get(0).expect("a GPU is present but could not be opened")),
+    }
+}
+
+/// Asserts that `b` equals `a`, with type and null count, and a readable message.
+pub fn assert_same_array(a: &dyn Array, b: &dyn Array, ctx: &str) {
+    assert_eq!(a.data_type(), b.data_type(), "{ctx}: data type");
+    assert_eq!(a.len(), b.len(), "{ctx}: length");
+    assert_eq!(a.null_count(), b.null_count(), "{ctx}: null count");
+    assert!(a.to_data() == b.to_data(), "{ctx}: values differ\n left: {a:?}\nright: {b:?}");
+}
