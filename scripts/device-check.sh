@@ -29,15 +29,22 @@ step() { # name, command...
 
 tests=$(ls /tmp/b | grep -E '^datafusion_gpu-[0-9a-f]+$' | head -1)
 export XDG_CACHE_HOME=/tmp/dfg-cache
+rm -rf "$XDG_CACHE_HOME"
+step doctor-1 datafusion-gpu doctor          # empty kernel cache: NVRTC compiles
+step doctor-2 datafusion-gpu doctor          # a second process: disk-cache hit
 step tests "/tmp/b/$tests" --test-threads 4 ${1:-}
-step doctor-1 datafusion-gpu doctor
-step doctor-2 datafusion-gpu doctor
 step transfer datafusion-gpu bench transfer
+# Extra transfer settings to compare, e.g. TRANSFER_VARIANTS="--staging 64M|--threads 8".
+IFS='|' read -ra variants <<< "${TRANSFER_VARIANTS:-}"
+for v in "${variants[@]}"; do
+    step "transfer-${v// /}" datafusion-gpu bench transfer $v
+done
 step demo datafusion-gpu demo
 
 echo "== test summary"; grep -E '^test result|FAILED|panicked|SKIPPED' "$out/tests.log" | head -40
 echo "== doctor (second run)"; cat "$out/doctor-2.log"
 echo "== doctor kernel source, first run:"; grep 'copy kernels' "$out/doctor-1.log"
 echo "== transfer"; cat "$out/transfer.log"
+for f in "$out"/transfer-*.log; do [ -e "$f" ] || continue; echo "-- $(basename "$f" .log)"; grep -E '^(upload|download|host copy)' "$f"; done
 echo "== demo (tail)"; tail -8 "$out/demo.log"
 echo "== steps"; printf '%s\n' "${summary[@]}"

@@ -183,6 +183,8 @@ gpu_options! {
         pub min_rows: usize, default = 100_000
         /// Size of each pinned host staging buffer used for host-to-device copies.
         pub staging_buffer_size: ByteSize, default = ByteSize::Bytes(32 << 20)
+        /// Most host memory page-locked in place for direct uploads: large buffers uploaded a second time (in-memory tables) are registered and then copied at the link's full speed; '0' disables, 'auto' is 8GiB.
+        pub host_register_limit: ByteSize, default = ByteSize::Auto
         /// Host threads that copy into pinned staging buffers (0: one per core, at most 16).
         pub transfer_threads: usize, default = 0
         /// Folder of the compiled-kernel cache ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/kernels).

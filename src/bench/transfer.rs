@@ -40,7 +40,14 @@ pub struct TransferBenchReport {
     /// Raw pinned copy bandwidths (doctor's measurement), bytes/s.
     pub pinned_h2d: f64,
     pub pinned_d2h: f64,
-    /// Median seconds of a whole-batch upload and download through the runtime.
+    /// Host memcpy from pageable Arrow buffers into pinned memory on the copy threads, bytes/s:
+    /// the ceiling of the upload's staging step.
+    pub host_copy: f64,
+    /// Median seconds of an upload of buffers uploaded for the first time (staged).
+    pub staged_upload_seconds: f64,
+    /// The upload that page-locks the buffers (their second), seconds.
+    pub registering_upload_seconds: f64,
+    /// Median seconds of a whole-batch upload (of buffers registered by then) and download.
     pub upload_seconds: f64,
     pub download_seconds: f64,
     /// First (cold) download, which allocates the pinned blocks.
@@ -48,6 +55,10 @@ pub struct TransferBenchReport {
 }
 
 impl TransferBenchReport {
+    pub fn staged_upload_rate(&self) -> f64 {
+        self.options.bytes as f64 / self.staged_upload_seconds
+    }
+
     pub fn upload_rate(&self) -> f64 {
         self.options.bytes as f64 / self.upload_seconds
     }
@@ -83,34 +94,90 @@ pub fn make_batch(bytes: usize, seed: u64) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, vec![Arc::new(ints) as ArrayRef, Arc::new(floats)])?)
 }
 
-pub fn run(gpu: &Arc<Gpu>, opts: TransferBenchOptions) -> Result<TransferBenchReport> {
-    let doc = doctor::run(gpu, DoctorOptions { device_bytes: 256 << 20, ..DoctorOptions::default() })?;
-    let batch = make_batch(opts.bytes, opts.seed)?;
+/// Times of repeated upload + download round trips of one batch.
+struct RoundTrips {
+    /// After warm-up.
+    ups: Vec<f64>,
+    downs: Vec<f64>,
+    /// Every upload, warm-up included, in order.
+    all_ups: Vec<f64>,
+    /// The very first download (cold pinned pool on a fresh process).
+    first_download: f64,
+}
+
+fn round_trips(gpu: &Arc<Gpu>, batch: &RecordBatch, opts: &TransferBenchOptions) -> Result<RoundTrips> {
     let stream = gpu.stream();
-    let mut ups = Vec::new();
-    let mut downs = Vec::new();
-    let mut first_download = 0.0;
-    for i in 0..opts.warmup + opts.runs.max(1) {
+    let mut r = RoundTrips { ups: vec![], downs: vec![], all_ups: vec![], first_download: 0.0 };
+    let n = opts.warmup.max(2) + opts.runs.max(1);
+    for i in 0..n {
         let t = Instant::now();
-        let dev = DeviceBatch::upload(gpu, &stream, &batch)?;
+        let dev = DeviceBatch::upload(gpu, &stream, batch)?;
         stream.synchronize().gpu("waiting for the upload")?;
         let up = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let back = dev.download()?;
         let down = t.elapsed().as_secs_f64();
         if i == 0 {
-            first_download = down;
+            r.first_download = down;
         }
-        if i == 0 || i + 1 == opts.warmup + opts.runs.max(1) {
-            if back != batch {
-                return Err(gpu_error("the downloaded batch differs from the uploaded one"));
-            }
+        if (i < 2 || i + 1 == n) && &back != batch {
+            return Err(gpu_error("the downloaded batch differs from the uploaded one"));
         }
-        if i >= opts.warmup {
-            ups.push(up);
-            downs.push(down);
+        r.all_ups.push(up);
+        if i >= opts.warmup.max(2) {
+            r.ups.push(up);
+            r.downs.push(down);
         }
     }
+    Ok(r)
+}
+
+/// Median rate of copying the batch's column buffers into one pinned block on the copy threads.
+fn measure_host_copy(gpu: &Arc<Gpu>, batch: &RecordBatch, opts: &TransferBenchOptions) -> Result<f64> {
+    // The column data (no nulls: one values buffer each); `datas` keeps the slices alive.
+    let datas: Vec<_> = batch.columns().iter().map(|c| c.to_data()).collect();
+    let srcs: Vec<&[u8]> = datas.iter().map(|d| d.buffers()[0].as_slice()).collect();
+    let total: usize = srcs.iter().map(|s| s.len()).sum();
+    let mut block = gpu.pinned().alloc(total)?;
+    let base = block.as_mut_ptr();
+    let pool = gpu.copy_threads();
+    let mut times = Vec::new();
+    for i in 0..opts.warmup + opts.runs.max(1) {
+        let mut off = 0;
+        let pieces: Vec<(&[u8], *mut u8)> = srcs
+            .iter()
+            .map(|s| {
+                let p = (*s, unsafe { base.add(off) });
+                off += s.len();
+                p
+            })
+            .collect();
+        let t = Instant::now();
+        // SAFETY: the pieces fill the block back to back, within its capacity.
+        unsafe { crate::device::transfer::parallel_copy(&pool, &pieces) };
+        if i >= opts.warmup {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    Ok(total as f64 / median(times))
+}
+
+pub fn run(gpu: &Arc<Gpu>, opts: TransferBenchOptions) -> Result<TransferBenchReport> {
+    let doc = doctor::run(gpu, DoctorOptions { device_bytes: 256 << 20, ..DoctorOptions::default() })?;
+    let batch = make_batch(opts.bytes, opts.seed)?;
+    let host_copy = measure_host_copy(gpu, &batch, &opts)?;
+    let registry = gpu.host_registry();
+    let limit = crate::device::DEFAULT_REGISTER_LIMIT;
+    // Staged: registration off, so every upload copies through the staging slots, as for
+    // batches uploaded once.
+    registry.set_limit(0);
+    let staged = round_trips(gpu, &batch, &opts)?;
+    // Direct: the second upload registers the buffers, later ones read them in place.
+    registry.set_limit(limit);
+    let direct = round_trips(gpu, &batch, &opts)?;
+    let registering_upload_seconds = direct.all_ups.get(1).copied().unwrap_or(f64::NAN);
+    let (staged_upload_seconds, upload_seconds) = (median(staged.ups), median(direct.ups));
+    let (download_seconds, first_download) = (median(direct.downs), staged.first_download);
     let s = gpu.transfer_settings();
     Ok(TransferBenchReport {
         device: gpu.info().name.clone(),
@@ -119,8 +186,11 @@ pub fn run(gpu: &Arc<Gpu>, opts: TransferBenchOptions) -> Result<TransferBenchRe
         staging_bytes: s.staging_bytes,
         pinned_h2d: doc.h2d_pinned,
         pinned_d2h: doc.d2h_pinned,
-        upload_seconds: median(ups),
-        download_seconds: median(downs),
+        host_copy,
+        staged_upload_seconds,
+        registering_upload_seconds,
+        upload_seconds,
+        download_seconds,
         first_download_seconds: first_download,
     })
 }
@@ -138,14 +208,16 @@ impl fmt::Display for TransferBenchReport {
             o.runs,
             o.warmup
         )?;
-        writeln!(f, "{:<10} {:>10} {:>12} {:>16} {:>10}", "direction", "ms", "GB/s", "pinned GB/s", "of pinned")?;
+        writeln!(f, "host copy into pinned staging on the copy threads: {:.1} GB/s", self.host_copy / 1e9)?;
+        writeln!(f, "{:<30} {:>10} {:>12} {:>16} {:>10}", "direction", "ms", "GB/s", "pinned GB/s", "of pinned")?;
         for (name, secs, rate, pinned) in [
-            ("upload", self.upload_seconds, self.upload_rate(), self.pinned_h2d),
+            ("upload, staged (first sight)", self.staged_upload_seconds, self.staged_upload_rate(), self.pinned_h2d),
+            ("upload, registered", self.upload_seconds, self.upload_rate(), self.pinned_h2d),
             ("download", self.download_seconds, self.download_rate(), self.pinned_d2h),
         ] {
             writeln!(
                 f,
-                "{name:<10} {:>10.2} {:>12.1} {:>16.1} {:>9.0}%",
+                "{name:<30} {:>10.2} {:>12.1} {:>16.1} {:>9.0}%",
                 secs * 1e3,
                 rate / 1e9,
                 pinned / 1e9,
@@ -154,7 +226,8 @@ impl fmt::Display for TransferBenchReport {
         }
         write!(
             f,
-            "(first, cold download: {:.2} ms, including pinned allocation; results checked equal)",
+            "(the registering upload took {:.2} ms; the first, cold download {:.2} ms, including pinned allocation; results checked equal)",
+            self.registering_upload_seconds * 1e3,
             self.first_download_seconds * 1e3
         )
     }

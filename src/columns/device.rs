@@ -73,10 +73,10 @@ impl DeviceColumn {
 
 fn host_pieces<'a>(host: &'a HostColumn, dev: &'a DeviceColumn, out: &mut Vec<UploadPiece<'a>>) {
     if let (Some(h), Some(d)) = (&host.validity, &dev.validity) {
-        out.push(UploadPiece { src: h.as_slice(), dst: d, dst_offset: 0 });
+        out.push(UploadPiece { src: h, dst: d, dst_offset: 0 });
     }
     for (h, d) in host.buffers.iter().zip(&dev.buffers) {
-        out.push(UploadPiece { src: h.as_slice(), dst: d, dst_offset: 0 });
+        out.push(UploadPiece { src: h, dst: d, dst_offset: 0 });
     }
     for (h, d) in host.children.iter().zip(&dev.children) {
         host_pieces(h, d, out);
@@ -254,16 +254,58 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_copy_kernel_moves_every_byte"));
         let stream = gpu.stream();
         for len in [1usize, 15, 16, 17, 1 << 20, (3 << 20) + 5] {
-            let mut host = vec![0u8; len];
-            rng.fill(&mut host[..]);
+            let mut bytes = vec![0u8; len];
+            rng.fill(&mut bytes[..]);
+            let host = Buffer::from_vec(bytes);
             let src = gpu.alloc(&stream, len, "test source").unwrap();
             let mut dst = gpu.alloc(&stream, len, "test target").unwrap();
             gpu.upload(&stream, &[UploadPiece { src: &host, dst: &src, dst_offset: 0 }]).unwrap();
             // Poison the target so unwritten bytes show.
-            gpu.upload(&stream, &[UploadPiece { src: &vec![0xEE; len], dst: &dst, dst_offset: 0 }]).unwrap();
+            gpu.upload(&stream, &[UploadPiece { src: &Buffer::from_vec(vec![0xEEu8; len]), dst: &dst, dst_offset: 0 }]).unwrap();
             gpu.copy_device(&stream, &src, &mut dst, len).unwrap();
             let back = gpu.download(&stream, &[&dst]).unwrap();
-            assert_eq!(back[0].as_slice(), &host[..], "copy of {len} bytes");
+            assert_eq!(back[0].as_slice(), host.as_slice(), "copy of {len} bytes");
         }
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use datafusion::arrow::array::{ArrayRef, Int64Array};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::device::DEFAULT_REGISTER_LIMIT;
+    use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip};
+
+    /// A buffer uploaded a second time is page-locked and then read in place; every upload,
+    /// staged or direct, gives the same bytes, and lowering the limit unregisters.
+    #[test]
+    fn gpu_repeated_uploads_register_host_buffers() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_repeated_uploads_register_host_buffers") else { return };
+        let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_repeated_uploads_register_host_buffers"));
+        let registry = gpu.host_registry();
+        registry.set_limit(DEFAULT_REGISTER_LIMIT);
+        let before = registry.registered_bytes();
+        let values: Int64Array = (0..(1 << 20)).map(|_| rng.random::<i64>()).collect::<Vec<_>>().into();
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(values) as ArrayRef]).unwrap();
+        let stream = gpu.stream();
+        for round in 0..4 {
+            let back = DeviceBatch::upload(&gpu, &stream, &batch).unwrap().download().unwrap();
+            assert_eq!(back, batch, "round {round}");
+            let registered = registry.registered_bytes() - before;
+            if round == 0 {
+                assert_eq!(registered, 0, "a first upload is staged");
+            } else {
+                assert_eq!(registered, 8 << 20, "a second upload registers the 8 MiB column");
+            }
+        }
+        registry.set_limit(0);
+        assert_eq!(registry.registered_bytes(), 0);
+        registry.set_limit(DEFAULT_REGISTER_LIMIT);
     }
 }

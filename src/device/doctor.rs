@@ -55,7 +55,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Times `op` (which enqueues work on `stream`) with events: median seconds over `runs` after `warmup`.
 fn time_events(stream: &Arc<CudaStream>, opts: &DoctorOptions, mut op: impl FnMut() -> Result<()>) -> Result<f64> {
     let ctx = stream.context();
-    let new_event = || -> Result<CudaEvent> { ctx.new_event(None).gpu("creating a timing event") };
+    // cudarc's default event flags disable timing.
+    let new_event = || -> Result<CudaEvent> {
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).gpu("creating a timing event")
+    };
     for _ in 0..opts.warmup {
         op()?;
     }

@@ -6,6 +6,7 @@ pub mod kernels;
 pub mod memory;
 pub mod pinned;
 pub mod probe;
+pub mod registered;
 pub mod transfer;
 
 use std::collections::HashMap;
@@ -27,6 +28,8 @@ use crate::error::{CudaResultExt, Result, gpu_error};
 const STREAMS: usize = 4;
 /// Share of the free device memory that `gpu.memory_limit = auto` grants.
 const AUTO_LIMIT_SHARE: f64 = 0.9;
+/// Default of `gpu.host_register_limit`.
+pub const DEFAULT_REGISTER_LIMIT: u64 = 8 << 30;
 /// Most free pinned bytes the pool keeps for reuse.
 const PINNED_CACHE_LIMIT: u64 = 4 << 30;
 
@@ -58,7 +61,19 @@ pub struct Gpu {
     pinned: Arc<PinnedPool>,
     rings: Mutex<Vec<StagingRing>>,
     settings: RwLock<TransferSettings>,
+    /// Threads that fill the staging slots, rebuilt when `gpu.transfer_threads` changes.
+    copy_threads: RwLock<Arc<rayon::ThreadPool>>,
+    registry: registered::HostRegistry,
     kernels: kernels::KernelCache,
+}
+
+fn copy_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("gpu-copy-{i}"))
+        .build()
+        .map(Arc::new)
+        .map_err(|e| gpu_error(format!("starting {threads} transfer threads: {e}")))
 }
 
 fn registry() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
@@ -108,7 +123,9 @@ impl Gpu {
         Ok(Gpu {
             kernels: kernels::KernelCache::new(Arc::clone(&ctx), &info, cache_dir),
             pinned: PinnedPool::new(Arc::clone(&ctx), PINNED_CACHE_LIMIT),
+            registry: registered::HostRegistry::new(Arc::clone(&ctx), DEFAULT_REGISTER_LIMIT),
             memory: Arc::new(MemoryBudget::new(default_limit)),
+            copy_threads: RwLock::new(copy_pool(TransferSettings::from_config(&GpuConfig::default()).threads)?),
             settings: RwLock::new(TransferSettings::from_config(&GpuConfig::default())),
             rings: Mutex::new(Vec::new()),
             next_stream: AtomicUsize::new(0),
@@ -122,8 +139,17 @@ impl Gpu {
     /// device's: the most recently configured value applies to every query in the process.
     pub fn apply_config(&self, cfg: &GpuConfig) {
         self.memory.set_limit(cfg.memory_limit.bytes());
+        self.registry.set_limit(cfg.host_register_limit.bytes().unwrap_or(DEFAULT_REGISTER_LIMIT));
+        let new = TransferSettings::from_config(cfg);
         if let Ok(mut s) = self.settings.write() {
-            *s = TransferSettings::from_config(cfg);
+            if s.threads != new.threads {
+                match (copy_pool(new.threads), self.copy_threads.write()) {
+                    (Ok(pool), Ok(mut p)) => *p = pool,
+                    (Err(e), _) => log::warn!("{e}; keeping {} transfer threads", s.threads),
+                    _ => {}
+                }
+            }
+            *s = new;
         }
     }
 
@@ -143,12 +169,24 @@ impl Gpu {
         &self.pinned
     }
 
+    pub fn host_registry(&self) -> &registered::HostRegistry {
+        &self.registry
+    }
+
     pub fn kernels(&self) -> &kernels::KernelCache {
         &self.kernels
     }
 
     pub fn transfer_settings(&self) -> TransferSettings {
         self.settings.read().map(|s| *s).unwrap_or_else(|e| *e.into_inner())
+    }
+
+    /// The pool of host threads that fill staging buffers.
+    pub fn copy_threads(&self) -> Arc<rayon::ThreadPool> {
+        match self.copy_threads.read() {
+            Ok(p) => Arc::clone(&p),
+            Err(e) => Arc::clone(&e.into_inner()),
+        }
     }
 
     /// A stream from the pool (round-robin).
@@ -172,7 +210,7 @@ impl Gpu {
             }
         }
         drop(rings);
-        StagingRing::new(&self.pinned, want)
+        StagingRing::new(&self.pinned, &self.ctx, want)
     }
 
     pub fn return_ring(&self, ring: StagingRing) {
@@ -184,7 +222,7 @@ impl Gpu {
     /// Uploads host byte slices into device buffers on `stream`.
     pub fn upload(&self, stream: &Arc<CudaStream>, pieces: &[transfer::UploadPiece<'_>]) -> Result<()> {
         let mut ring = self.take_ring()?;
-        let result = transfer::upload(stream, &mut ring, pieces, self.transfer_settings().threads);
+        let result = transfer::upload(stream, &mut ring, &self.registry, pieces, &self.copy_threads());
         self.return_ring(ring);
         result
     }
@@ -192,7 +230,7 @@ impl Gpu {
     /// Downloads device buffers into Arrow buffers after `stream` has finished.
     pub fn download(&self, stream: &Arc<CudaStream>, buffers: &[&DeviceBuffer]) -> Result<Vec<datafusion::arrow::buffer::Buffer>> {
         let mut ring = self.take_ring()?;
-        let result = transfer::download(stream, &self.pinned, &mut ring, buffers, self.transfer_settings().threads);
+        let result = transfer::download(stream, &self.pinned, &mut ring, buffers, &self.copy_threads());
         self.return_ring(ring);
         result
     }

@@ -31,51 +31,96 @@ fn block_size(len: usize) -> usize {
     }
 }
 
+/// Blocks up to this size are carved out of larger chunks, so that downloads of many small
+/// buffers do not each pay a `cuMemHostAlloc`.
+const SMALL_BLOCK: usize = 1 << 20;
+/// Size of a chunk that small blocks are carved from.
+const CHUNK: usize = 8 << 20;
+
+/// One `cuMemHostAlloc` allocation; freed when its last block is gone.
+#[derive(Debug)]
+struct Chunk {
+    addr: usize,
+    size: usize,
+    pool: Arc<PoolShared>,
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        // Errors here cannot be reported to anyone; the context records them.
+        if self.pool.ctx.bind_to_thread().is_ok() {
+            let _ = unsafe { result::free_host(self.addr as *mut std::ffi::c_void) };
+        }
+        self.pool.allocated.fetch_sub(self.size as u64, Ordering::SeqCst);
+    }
+}
+
+/// A free block: an address inside a chunk.
+#[derive(Debug)]
+struct FreeBlock {
+    addr: usize,
+    chunk: Arc<Chunk>,
+}
+
+#[derive(Debug)]
+struct PoolShared {
+    ctx: Arc<CudaContext>,
+    /// Bytes allocated from the driver and not yet released.
+    allocated: AtomicU64,
+}
+
 /// A pool of pinned host blocks of one context.
 #[derive(Debug)]
 pub struct PinnedPool {
-    ctx: Arc<CudaContext>,
-    /// Free blocks by size; pointers kept as addresses.
-    free: Mutex<BTreeMap<usize, Vec<usize>>>,
+    shared: Arc<PoolShared>,
+    /// Free blocks by size.
+    free: Mutex<BTreeMap<usize, Vec<FreeBlock>>>,
     /// Bytes held in `free`.
     cached: AtomicU64,
-    /// Most bytes `free` may hold; beyond it returned blocks are released to the driver.
+    /// Most bytes `free` may hold; beyond it returned blocks are dropped (and their chunk freed
+    /// once none of its blocks is left).
     cache_limit: u64,
-    /// Bytes allocated from the driver and not yet released.
-    allocated: AtomicU64,
 }
 
 impl PinnedPool {
     pub fn new(ctx: Arc<CudaContext>, cache_limit: u64) -> Arc<Self> {
         Arc::new(PinnedPool {
-            ctx,
+            shared: Arc::new(PoolShared { ctx, allocated: AtomicU64::new(0) }),
             free: Mutex::new(BTreeMap::new()),
             cached: AtomicU64::new(0),
             cache_limit,
-            allocated: AtomicU64::new(0),
         })
     }
 
     /// Pinned bytes held by this process (in use and cached).
     pub fn allocated_bytes(&self) -> u64 {
-        self.allocated.load(Ordering::SeqCst)
+        self.shared.allocated.load(Ordering::SeqCst)
     }
 
     /// A block of at least `len` bytes, reused when one of a close size is free.
     pub fn alloc(self: &Arc<Self>, len: usize) -> Result<PinnedBlock> {
         let size = block_size(len);
-        {
-            let mut free = self.free.lock().map_err(|_| gpu_error("pinned pool lock poisoned"))?;
-            // Accept a cached block up to 25% larger than needed.
-            let found = free.range_mut(size..=size + size / 4).find(|(_, v)| !v.is_empty()).map(|(k, _)| *k);
-            if let Some(k) = found {
-                if let Some(addr) = free.get_mut(&k).and_then(|v| v.pop()) {
-                    self.cached.fetch_sub(k as u64, Ordering::SeqCst);
-                    return Ok(PinnedBlock { addr, size: k, pool: Arc::clone(self) });
-                }
+        let mut free = self.free.lock().map_err(|_| gpu_error("pinned pool lock poisoned"))?;
+        // Accept a cached block up to 25% larger than needed.
+        let found = free.range(size..=size + size / 4).find(|(_, v)| !v.is_empty()).map(|(k, _)| *k);
+        if let Some(k) = found {
+            if let Some(b) = free.get_mut(&k).and_then(|v| v.pop()) {
+                self.cached.fetch_sub(k as u64, Ordering::SeqCst);
+                return Ok(PinnedBlock { addr: b.addr, size: k, chunk: b.chunk, pool: Arc::clone(self) });
             }
         }
-        self.ctx.bind_to_thread().map_err(|e| gpu_error(format!("binding the CUDA context: {e}")))?;
+        // Small blocks come several to a chunk; the others go to the free list.
+        let per_chunk = if size <= SMALL_BLOCK { CHUNK / size } else { 1 };
+        let chunk = self.new_chunk(size * per_chunk)?;
+        for i in 1..per_chunk {
+            free.entry(size).or_default().push(FreeBlock { addr: chunk.addr + i * size, chunk: Arc::clone(&chunk) });
+            self.cached.fetch_add(size as u64, Ordering::SeqCst);
+        }
+        Ok(PinnedBlock { addr: chunk.addr, size, chunk, pool: Arc::clone(self) })
+    }
+
+    fn new_chunk(&self, size: usize) -> Result<Arc<Chunk>> {
+        self.shared.ctx.bind_to_thread().map_err(|e| gpu_error(format!("binding the CUDA context: {e}")))?;
         // Plain page-locked memory: write-combined memory would make host reads of downloads slow.
         let ptr = unsafe { result::malloc_host(size, 0) }.map_err(|e| {
             gpu_error(format!(
@@ -83,39 +128,18 @@ impl PinnedPool {
                 human_bytes(size as u64)
             ))
         })?;
-        self.allocated.fetch_add(size as u64, Ordering::SeqCst);
-        Ok(PinnedBlock { addr: ptr as usize, size, pool: Arc::clone(self) })
+        self.shared.allocated.fetch_add(size as u64, Ordering::SeqCst);
+        Ok(Arc::new(Chunk { addr: ptr as usize, size, pool: Arc::clone(&self.shared) }))
     }
 
-    fn give_back(&self, addr: usize, size: usize) {
-        let keep = self.cached.load(Ordering::SeqCst) + size as u64 <= self.cache_limit;
-        if keep {
+    fn give_back(&self, addr: usize, size: usize, chunk: Arc<Chunk>) {
+        if self.cached.load(Ordering::SeqCst) + size as u64 <= self.cache_limit {
             if let Ok(mut free) = self.free.lock() {
-                free.entry(size).or_default().push(addr);
+                free.entry(size).or_default().push(FreeBlock { addr, chunk });
                 self.cached.fetch_add(size as u64, Ordering::SeqCst);
-                return;
             }
         }
-        self.release(addr, size);
-    }
-
-    fn release(&self, addr: usize, size: usize) {
-        // Errors here cannot be reported to anyone; the context records them.
-        if self.ctx.bind_to_thread().is_ok() {
-            let _ = unsafe { result::free_host(addr as *mut std::ffi::c_void) };
-        }
-        self.allocated.fetch_sub(size as u64, Ordering::SeqCst);
-    }
-}
-
-impl Drop for PinnedPool {
-    fn drop(&mut self) {
-        let free = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));
-        for (size, addrs) in free {
-            for addr in addrs {
-                self.release(addr, size);
-            }
-        }
+        // Otherwise `chunk` drops here, and with its last block the memory goes back.
     }
 }
 
@@ -124,6 +148,7 @@ impl Drop for PinnedPool {
 pub struct PinnedBlock {
     addr: usize,
     size: usize,
+    chunk: Arc<Chunk>,
     pool: Arc<PinnedPool>,
 }
 
@@ -156,13 +181,40 @@ impl PinnedBlock {
 
 impl Drop for PinnedBlock {
     fn drop(&mut self) {
-        self.pool.give_back(self.addr, self.size);
+        let chunk = Arc::clone(&self.chunk);
+        self.pool.give_back(self.addr, self.size, chunk);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::block_size;
+    use super::*;
+    use crate::testing::{gpu_lock, gpu_or_skip};
+
+    /// Small blocks share chunks without overlapping, and return to the pool for reuse.
+    #[test]
+    fn gpu_small_blocks_are_carved_from_chunks() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_small_blocks_are_carved_from_chunks") else { return };
+        let pool = PinnedPool::new(Arc::clone(gpu.context()), 1 << 30);
+        let mut blocks: Vec<PinnedBlock> = (0..300).map(|_| pool.alloc(30_000).unwrap()).collect();
+        assert_eq!(pool.allocated_bytes(), (CHUNK * 2) as u64, "300 blocks of 32 KiB fit in two 8 MiB chunks (256 each)");
+        for (i, b) in blocks.iter_mut().enumerate() {
+            unsafe { std::ptr::write_bytes(b.as_mut_ptr(), (i % 251) as u8, 30_000) };
+        }
+        for (i, b) in blocks.iter().enumerate() {
+            let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr(), 30_000) };
+            assert!(bytes.iter().all(|x| *x == (i % 251) as u8), "block {i} was overwritten by another");
+        }
+        let buf = blocks.pop().unwrap().into_buffer(100).unwrap();
+        assert_eq!(buf.len(), 100);
+        drop((blocks, buf));
+        let again: Vec<PinnedBlock> = (0..300).map(|_| pool.alloc(30_000).unwrap()).collect();
+        assert_eq!(pool.allocated_bytes(), (CHUNK * 2) as u64, "freed blocks are reused");
+        drop(again);
+        let big = pool.alloc(3 << 20).unwrap();
+        assert_eq!(big.capacity(), 4 << 20);
+    }
 
     #[test]
     fn block_sizes_round_up() {

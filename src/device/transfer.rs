@@ -6,96 +6,100 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaStream, sys};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
 use datafusion::arrow::buffer::{Buffer, MutableBuffer};
 
 use super::memory::DeviceBuffer;
 use super::pinned::{PinnedBlock, PinnedPool};
+use super::registered::HostRegistry;
 use crate::error::{CudaResultExt, Result, gpu_error};
 
-/// Below this many bytes per thread, splitting a copy across threads costs more than it saves.
-const MIN_BYTES_PER_THREAD: usize = 1 << 20;
+/// Copies are cut into tasks of at most this many bytes, spread over the copy pool's threads.
+const COPY_TASK_BYTES: usize = 2 << 20;
 
-/// Copies each `(src, dst)` pair, splitting the bytes evenly over up to `threads` threads.
+/// Copies each `(src, dst)` pair on `pool`'s threads (on the caller's thread when small).
 ///
 /// # Safety
 /// Every `dst` must be valid for `src.len()` bytes of writes and not overlap another `dst` or
 /// any `src`.
-unsafe fn parallel_copy(pieces: &[(&[u8], *mut u8)], threads: usize) {
+pub(crate) unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)]) {
     let total: usize = pieces.iter().map(|(s, _)| s.len()).sum();
-    let threads = threads.clamp(1, (total / MIN_BYTES_PER_THREAD).max(1));
-    if threads == 1 {
+    if total <= COPY_TASK_BYTES || pool.current_num_threads() <= 1 {
         for (src, dst) in pieces {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), *dst, src.len()) };
         }
         return;
     }
-    // Cut the pieces into `threads` groups of about equal byte counts.
-    let share = total.div_ceil(threads);
-    let mut groups: Vec<Vec<(&[u8], usize)>> = vec![Vec::new()];
-    let mut in_group = 0;
-    for (src, dst) in pieces {
-        let mut off = 0;
-        while off < src.len() {
-            if in_group == share {
-                groups.push(Vec::new());
-                in_group = 0;
-            }
-            let n = (src.len() - off).min(share - in_group);
-            groups.last_mut().expect("groups starts non-empty").push((&src[off..off + n], *dst as usize + off));
-            off += n;
-            in_group += n;
-        }
-    }
-    std::thread::scope(|scope| {
-        for group in &groups {
-            scope.spawn(move || {
-                for (src, dst) in group {
-                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), *dst as *mut u8, src.len()) };
-                }
-            });
-        }
+    // Destinations travel as addresses: raw pointers are not Send.
+    let tasks: Vec<(&[u8], usize)> = pieces
+        .iter()
+        .flat_map(|(src, dst)| {
+            src.chunks(COPY_TASK_BYTES).enumerate().map(move |(i, c)| (c, *dst as usize + i * COPY_TASK_BYTES))
+        })
+        .collect();
+    use rayon::prelude::*;
+    pool.install(|| {
+        tasks.par_iter().for_each(|(src, dst)| unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), *dst as *mut u8, src.len())
+        })
     });
 }
 
-/// Two pinned staging slots and the events that say when the DMA out of each has finished.
+/// Two pinned staging slots and, per slot, an event marking the end of the DMA out of it.
 #[derive(Debug)]
 pub struct StagingRing {
     slots: [PinnedBlock; 2],
-    done: [Option<CudaEvent>; 2],
+    done: [CudaEvent; 2],
+    pending: [bool; 2],
 }
 
 impl StagingRing {
-    pub fn new(pool: &Arc<PinnedPool>, slot_bytes: usize) -> Result<Self> {
-        Ok(StagingRing { slots: [pool.alloc(slot_bytes)?, pool.alloc(slot_bytes)?], done: [None, None] })
+    pub fn new(pool: &Arc<PinnedPool>, ctx: &Arc<CudaContext>, slot_bytes: usize) -> Result<Self> {
+        let event = || ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).gpu("creating a staging event");
+        Ok(StagingRing {
+            slots: [pool.alloc(slot_bytes)?, pool.alloc(slot_bytes)?],
+            done: [event()?, event()?],
+            pending: [false, false],
+        })
     }
 
     pub fn slot_bytes(&self) -> usize {
         self.slots[0].capacity().min(self.slots[1].capacity())
     }
 
-    /// Waits until the DMA out of every slot has finished.
-    pub fn drain(&mut self) -> Result<()> {
-        for ev in self.done.iter_mut() {
-            if let Some(e) = ev.take() {
-                e.synchronize().gpu("waiting for a staging copy")?;
-            }
+    /// Waits until the DMA out of `slot` has finished.
+    fn wait(&mut self, slot: usize) -> Result<()> {
+        if std::mem::take(&mut self.pending[slot]) {
+            self.done[slot].synchronize().gpu("waiting for a staging copy")?;
         }
         Ok(())
     }
+
+    /// Waits until the DMA out of every slot has finished.
+    pub fn drain(&mut self) -> Result<()> {
+        self.wait(0)?;
+        self.wait(1)
+    }
 }
 
-/// One piece of an upload: host bytes into a device buffer at a byte offset.
+/// One piece of an upload: a host buffer into a device buffer at a byte offset.
 pub struct UploadPiece<'a> {
-    pub src: &'a [u8],
+    pub src: &'a Buffer,
     pub dst: &'a DeviceBuffer,
     pub dst_offset: usize,
 }
 
-/// Copies every piece to the device on `stream` through `ring`, `threads` host threads filling
-/// the staging slots. Returns when the host bytes are no longer needed (they are all in pinned
+/// Copies every piece to the device on `stream`: straight from host memory for buffers the
+/// `registry` has page-locked, through `ring` otherwise, `threads` filling the staging slots. Returns when the host bytes are no longer needed (they are all in pinned
 /// memory or already on the device); the device copies may still be in flight on `stream`.
-pub fn upload(stream: &Arc<CudaStream>, ring: &mut StagingRing, pieces: &[UploadPiece<'_>], threads: usize) -> Result<()> {
+/// `threads` fill the staging slots.
+pub fn upload(
+    stream: &Arc<CudaStream>,
+    ring: &mut StagingRing,
+    registry: &HostRegistry,
+    pieces: &[UploadPiece<'_>],
+    threads: &rayon::ThreadPool,
+) -> Result<()> {
     let slot_bytes = ring.slot_bytes();
     let ctx = stream.context();
     ctx.bind_to_thread().gpu("binding the CUDA context")?;
@@ -113,6 +117,14 @@ pub fn upload(stream: &Arc<CudaStream>, ring: &mut StagingRing, pieces: &[Upload
             )));
         }
         let base = piece.dst.raw_ptr(stream) + piece.dst_offset as u64;
+        if registry.prepare(piece.src) {
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(base, piece.src.as_ptr() as *const _, piece.src.len(), stream.cu_stream())
+            }
+            .result()
+            .gpu("host-to-device copy from registered memory")?;
+            continue;
+        }
         let mut off = 0usize;
         while off < piece.src.len() {
             let n = (piece.src.len() - off).min(slot_bytes - fill);
@@ -138,15 +150,13 @@ fn flush(
     ring: &mut StagingRing,
     slot: usize,
     batch: &[(&[u8], usize, sys::CUdeviceptr)],
-    threads: usize,
+    threads: &rayon::ThreadPool,
 ) -> Result<()> {
-    if let Some(ev) = ring.done[slot].take() {
-        ev.synchronize().gpu("waiting for a staging slot")?;
-    }
+    ring.wait(slot)?;
     let base = ring.slots[slot].as_mut_ptr();
     let copies: Vec<(&[u8], *mut u8)> = batch.iter().map(|(src, off, _)| (*src, unsafe { base.add(*off) })).collect();
     // SAFETY: offsets were assigned without overlap inside the slot's capacity.
-    unsafe { parallel_copy(&copies, threads) };
+    unsafe { parallel_copy(threads, &copies) };
     for (src, off, dptr) in batch {
         unsafe {
             sys::cuMemcpyHtoDAsync_v2(*dptr, base.add(*off) as *const _, src.len(), stream.cu_stream())
@@ -154,12 +164,8 @@ fn flush(
         .result()
         .gpu("host-to-device copy")?;
     }
-    let ev = stream
-        .context()
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-        .gpu("creating an event")?;
-    ev.record(stream).gpu("recording a staging event")?;
-    ring.done[slot] = Some(ev);
+    ring.done[slot].record(stream).gpu("recording a staging event")?;
+    ring.pending[slot] = true;
     Ok(())
 }
 
@@ -171,7 +177,7 @@ pub fn download(
     pool: &Arc<PinnedPool>,
     ring: &mut StagingRing,
     buffers: &[&DeviceBuffer],
-    threads: usize,
+    threads: &rayon::ThreadPool,
 ) -> Result<Vec<Buffer>> {
     stream.context().bind_to_thread().gpu("binding the CUDA context")?;
     let mut blocks: Vec<Option<PinnedBlock>> = Vec::with_capacity(buffers.len());
@@ -213,7 +219,12 @@ pub fn download(
 }
 
 /// Slot-by-slot download into ordinary host memory, for when pinned memory is exhausted.
-fn download_staged(stream: &Arc<CudaStream>, ring: &mut StagingRing, buf: &DeviceBuffer, threads: usize) -> Result<Buffer> {
+fn download_staged(
+    stream: &Arc<CudaStream>,
+    ring: &mut StagingRing,
+    buf: &DeviceBuffer,
+    threads: &rayon::ThreadPool,
+) -> Result<Buffer> {
     ring.drain()?;
     let slot_bytes = ring.slot_bytes();
     let mut host = MutableBuffer::from_len_zeroed(buf.len());
@@ -228,7 +239,7 @@ fn download_staged(stream: &Arc<CudaStream>, ring: &mut StagingRing, buf: &Devic
         stream.synchronize().gpu("waiting for a device-to-host copy")?;
         let staged = unsafe { std::slice::from_raw_parts(slot as *const u8, n) };
         let dst = host.as_mut_ptr();
-        unsafe { parallel_copy(&[(staged, dst.add(off))], threads) };
+        unsafe { parallel_copy(threads, &[(staged, dst.add(off))]) };
         off += n;
     }
     Ok(host.into())
@@ -241,11 +252,12 @@ mod tests {
     #[test]
     fn parallel_copy_copies_every_byte() {
         for threads in [1, 3, 8] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             let a: Vec<u8> = (0..(5 << 20) + 17).map(|i| (i * 7 + 3) as u8).collect();
             let b: Vec<u8> = (0..1000).map(|i| (i * 13) as u8).collect();
             let mut out = vec![0u8; a.len() + b.len()];
             let base = out.as_mut_ptr();
-            unsafe { parallel_copy(&[(&a, base), (&b, base.add(a.len()))], threads) };
+            unsafe { parallel_copy(&pool, &[(&a, base), (&b, base.add(a.len()))]) };
             assert_eq!(&out[..a.len()], &a[..]);
             assert_eq!(&out[a.len()..], &b[..]);
         }

@@ -121,6 +121,7 @@ mod tests {
     use crate::session::gpu_session_context;
     use crate::testing::{assert_same_array, fresh_seed, gpu_lock, gpu_or_skip, random_array};
     use datafusion::arrow::datatypes::DataType;
+    use datafusion::arrow::compute::concat_batches;
     use datafusion::arrow::record_batch::RecordBatch;
 
     fn source(seed: u64, partitions: usize, rows: usize) -> (Arc<dyn ExecutionPlan>, Vec<Vec<RecordBatch>>) {
@@ -152,19 +153,22 @@ mod tests {
         let upload: Arc<dyn ExecutionPlan> = Arc::new(GpuUploadExec::new(plan));
         assert!(as_gpu_exec(&upload).is_some());
         let ctx = gpu_session_context(SessionConfig::new());
-        let got = collect(Arc::clone(&upload), ctx.task_ctx()).await.unwrap();
-        let want: Vec<RecordBatch> = parts.into_iter().flatten().collect();
-        assert_eq!(got.len(), want.len());
-        let got_rows: usize = got.iter().map(|b| b.num_rows()).sum();
-        assert_eq!(got_rows, want.iter().map(|b| b.num_rows()).sum::<usize>());
-        // Partitions are collected in order; batches within a partition keep their order.
-        for (g, w) in got.iter().zip(&want) {
-            for (a, b) in w.columns().iter().zip(g.columns()) {
-                assert_same_array(a.as_ref(), b.as_ref(), "uploaded then downloaded column");
+        // Per partition, in order (the source may re-chunk batches at batch_size).
+        let mut total = 0;
+        for (p, want) in parts.iter().enumerate() {
+            let stream = upload.execute(p, ctx.task_ctx()).unwrap();
+            let got = datafusion::physical_plan::common::collect(stream).await.unwrap();
+            let got = concat_batches(&upload.schema(), &got).unwrap();
+            let want = concat_batches(&upload.schema(), want).unwrap();
+            assert_eq!(got.num_rows(), want.num_rows());
+            for (a, b) in want.columns().iter().zip(got.columns()) {
+                assert_same_array(a.as_ref(), b.as_ref(), &format!("partition {p}: uploaded then downloaded column"));
             }
+            total += got.num_rows();
         }
         let metrics = upload.metrics().unwrap();
-        assert_eq!(metrics.output_rows(), Some(got_rows));
+        assert_eq!(metrics.output_rows(), Some(total));
+        assert!(metrics.sum_by_name("bytes_uploaded").is_some_and(|b| b.as_usize() > 0));
     }
 
     /// A GPU parent gets device batches from a GPU child without a host round trip, and from a
