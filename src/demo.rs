@@ -57,11 +57,15 @@ pub fn tables(o: &DemoOptions, partitions: usize) -> Result<(Arc<MemTable>, Arc<
         let n = BATCH.min(o.orders - start);
         let cols: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from_iter_values((start..start + n).map(|i| i as i64))),
-            Arc::new(Int64Array::from_iter_values((0..n).map(|_| rng.random_range(0..o.customers.max(1) as i64 * 11 / 10)))),
+            Arc::new(Int64Array::from_iter_values(
+                (0..n).map(|_| rng.random_range(0..o.customers.max(1) as i64 * 11 / 10)),
+            )),
             Arc::new(StringArray::from_iter_values((0..n).map(|_| ["F", "O", "P"][rng.random_range(0..3)]))),
             Arc::new(
-                Decimal128Array::from_iter((0..n).map(|_| rng.random_bool(0.98).then(|| rng.random_range(100..50_000_000i128))))
-                    .with_precision_and_scale(15, 2)?,
+                Decimal128Array::from_iter(
+                    (0..n).map(|_| rng.random_bool(0.98).then(|| rng.random_range(100..50_000_000i128))),
+                )
+                .with_precision_and_scale(15, 2)?,
             ),
             Arc::new(Date32Array::from_iter_values((0..n).map(|_| rng.random_range(8000..10_000)))),
         ];
@@ -77,7 +81,9 @@ pub fn tables(o: &DemoOptions, partitions: usize) -> Result<(Arc<MemTable>, Arc<
         Arc::clone(&customers_schema),
         vec![
             Arc::new(Int64Array::from_iter_values(0..o.customers as i64)),
-            Arc::new(StringArray::from_iter_values((0..o.customers).map(|_| NATIONS[rng.random_range(0..NATIONS.len())]))),
+            Arc::new(StringArray::from_iter_values(
+                (0..o.customers).map(|_| NATIONS[rng.random_range(0..NATIONS.len())]),
+            )),
         ],
     )?;
     Ok((

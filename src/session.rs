@@ -42,9 +42,9 @@ mod tests {
     /// The README's example (with `crate::` for `datafusion_gpu::`), plus assertions.
     #[tokio::test]
     async fn readme_example_registers_the_rule_and_options() {
+        use crate::SessionStateBuilderGpuExt;
         use datafusion::execution::SessionStateBuilder;
         use datafusion::prelude::SessionContext;
-        use crate::SessionStateBuilderGpuExt;
 
         let state = SessionStateBuilder::new().with_default_features().with_gpu().build();
         let ctx = SessionContext::new_with_state(state);

@@ -115,11 +115,17 @@ pub fn random_array(rng: &mut StdRng, dt: &DataType, len: usize, null_fraction: 
             let mut buffer = MutableBuffer::from_len_zeroed(len * width);
             let bytes = buffer.as_slice_mut();
             match other {
-                Float32 => bytes.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&(rng.random::<f32>() * 1e6 - 5e5).to_le_bytes())),
-                Float64 => bytes.chunks_exact_mut(8).for_each(|c| c.copy_from_slice(&(rng.random::<f64>() * 1e12 - 5e11).to_le_bytes())),
+                Float32 => bytes
+                    .chunks_exact_mut(4)
+                    .for_each(|c| c.copy_from_slice(&(rng.random::<f32>() * 1e6 - 5e5).to_le_bytes())),
+                Float64 => bytes
+                    .chunks_exact_mut(8)
+                    .for_each(|c| c.copy_from_slice(&(rng.random::<f64>() * 1e12 - 5e11).to_le_bytes())),
                 Decimal128(p, _) => {
                     let bound = 10i128.pow((*p).min(18) as u32);
-                    bytes.chunks_exact_mut(16).for_each(|c| c.copy_from_slice(&rng.random_range(-bound + 1..bound).to_le_bytes()))
+                    bytes
+                        .chunks_exact_mut(16)
+                        .for_each(|c| c.copy_from_slice(&rng.random_range(-bound + 1..bound).to_le_bytes()))
                 }
                 _ => rng.fill_bytes(bytes),
             }
@@ -136,10 +142,7 @@ pub fn random_array(rng: &mut StdRng, dt: &DataType, len: usize, null_fraction: 
 
 /// A fresh seed, printed so that a failure can be replayed with `DFG_TEST_SEED`.
 pub fn fresh_seed(test: &str) -> u64 {
-    let seed = std::env::var("DFG_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
+    let seed = std::env::var("DFG_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
     let _ = writeln!(std::io::stderr(), "{test}: seed {seed} (replay with DFG_TEST_SEED={seed})");
     seed
 }

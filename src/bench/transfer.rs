@@ -86,11 +86,10 @@ pub fn make_batch(bytes: usize, seed: u64) -> Result<RecordBatch> {
         z ^ (z >> 31)
     };
     let ints: Int64Array = (0..rows).map(|_| next() as i64).collect::<Vec<_>>().into();
-    let floats: Float64Array = (0..rows).map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64).collect::<Vec<_>>().into();
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("i", DataType::Int64, false),
-        Field::new("f", DataType::Float64, false),
-    ]));
+    let floats: Float64Array =
+        (0..rows).map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64).collect::<Vec<_>>().into();
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("i", DataType::Int64, false), Field::new("f", DataType::Float64, false)]));
     Ok(RecordBatch::try_new(schema, vec![Arc::new(ints) as ArrayRef, Arc::new(floats)])?)
 }
 

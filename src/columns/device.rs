@@ -209,7 +209,9 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_roundtrip_every_type"));
         let stream = gpu.stream();
         for dt in all_types() {
-            for (len, offset, nulls) in [(0, 0, 0.0), (0, 3, 0.5), (1, 0, 0.0), (1000, 0, 0.0), (1000, 13, 0.3), (4099, 7, 1.0)] {
+            for (len, offset, nulls) in
+                [(0, 0, 0.0), (0, 3, 0.5), (1, 0, 0.0), (1000, 0, 0.0), (1000, 13, 0.3), (4099, 7, 1.0)]
+            {
                 let full = random_array(&mut rng, &dt, len + offset, nulls);
                 let array = full.slice(offset, len);
                 let schema = Arc::new(Schema::new(vec![Field::new("c", dt.clone(), true)]));
@@ -261,7 +263,8 @@ mod tests {
             let mut dst = gpu.alloc(&stream, len, "test target").unwrap();
             gpu.upload(&stream, &[UploadPiece { src: &host, dst: &src, dst_offset: 0 }]).unwrap();
             // Poison the target so unwritten bytes show.
-            gpu.upload(&stream, &[UploadPiece { src: &Buffer::from_vec(vec![0xEEu8; len]), dst: &dst, dst_offset: 0 }]).unwrap();
+            gpu.upload(&stream, &[UploadPiece { src: &Buffer::from_vec(vec![0xEEu8; len]), dst: &dst, dst_offset: 0 }])
+                .unwrap();
             gpu.copy_device(&stream, &src, &mut dst, len).unwrap();
             let back = gpu.download(&stream, &[&dst]).unwrap();
             assert_eq!(back[0].as_slice(), host.as_slice(), "copy of {len} bytes");

@@ -63,7 +63,9 @@ pub fn is_supported(dt: &DataType) -> bool {
         | DataType::Binary
         | DataType::LargeBinary
         | DataType::BinaryView => true,
-        DataType::Dictionary(k, v) => k.is_dictionary_key_type() && is_supported(v) && !matches!(**v, DataType::Dictionary(..)),
+        DataType::Dictionary(k, v) => {
+            k.is_dictionary_key_type() && is_supported(v) && !matches!(**v, DataType::Dictionary(..))
+        }
         other => other.is_primitive(),
     }
 }

@@ -96,7 +96,11 @@ pub fn run(gpu: &Gpu, opts: DoctorOptions) -> Result<DoctorReport> {
         let mut b = stream.launch_builder(&f);
         b.arg(&mut *s).arg(&value).arg(&words);
         // SAFETY: fill_u32(u32*, u32, u64) over n/4 words of `src`.
-        super::check_launch(&stream, unsafe { b.launch(super::grid_for(words, 256, gpu.info().sm_count)) }, "fill_u32")?;
+        super::check_launch(
+            &stream,
+            unsafe { b.launch(super::grid_for(words, 256, gpu.info().sm_count)) },
+            "fill_u32",
+        )?;
     }
     let t = time_events(&stream, &opts, || gpu.copy_device(&stream, &src, &mut dst, n))?;
     let device_copy = 2.0 * n as f64 / t;
@@ -149,7 +153,10 @@ impl fmt::Display for DoctorReport {
         let rows: Vec<(&str, String)> = vec![
             ("device", format!("{} (ordinal {})", i.name, i.ordinal)),
             ("compute capability", format!("{}.{} ({})", i.compute_capability.0, i.compute_capability.1, i.arch())),
-            ("memory", format!("{} total, {} free at start", human_bytes(i.total_memory), human_bytes(i.free_memory_at_start))),
+            (
+                "memory",
+                format!("{} total, {} free at start", human_bytes(i.total_memory), human_bytes(i.free_memory_at_start)),
+            ),
             ("gpu.memory_limit", human_bytes(self.memory_limit)),
             ("multiprocessors", i.sm_count.to_string()),
             ("L2 cache", human_bytes(i.l2_cache_bytes as u64)),

@@ -160,7 +160,9 @@ pub fn compile(name: &str, source: &str, arch: &str) -> Result<Vec<u8>> {
     let hn: Vec<*const c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
     let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
     nvrtc_check(
-        unsafe { nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), file.as_ptr(), hs.len() as i32, hs.as_ptr(), hn.as_ptr()) },
+        unsafe {
+            nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), file.as_ptr(), hs.len() as i32, hs.as_ptr(), hn.as_ptr())
+        },
         "create program",
     )?;
     let prog = Program(prog);

@@ -141,7 +141,10 @@ impl DeviceBuffer {
         self.slice.as_mut()
     }
 
-    /// Raw device address for driver calls issued on `stream`; 0 when empty.
+    /// Raw device address for driver calls issued on `stream`; 0 when empty. cudarc notes the
+    /// access when this returns, before the caller enqueues its work, so issue that work on the
+    /// stream that produced the buffer (as `DeviceBatch` does) rather than relying on cudarc's
+    /// cross-stream events.
     pub(crate) fn raw_ptr(&self, stream: &CudaStream) -> sys::CUdeviceptr {
         match &self.slice {
             Some(s) => s.device_ptr(stream).0,
@@ -154,9 +157,7 @@ impl DeviceBuffer {
 /// every synchronisation, so that repeated stream-ordered allocations are cheap.
 pub(crate) fn retain_pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<()> {
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
-        .result()
-        .gpu("cuDeviceGetDefaultMemPool")?;
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result().gpu("cuDeviceGetDefaultMemPool")?;
     let mut threshold: u64 = u64::MAX;
     unsafe {
         sys::cuMemPoolSetAttribute(

@@ -228,7 +228,11 @@ impl Gpu {
     }
 
     /// Downloads device buffers into Arrow buffers after `stream` has finished.
-    pub fn download(&self, stream: &Arc<CudaStream>, buffers: &[&DeviceBuffer]) -> Result<Vec<datafusion::arrow::buffer::Buffer>> {
+    pub fn download(
+        &self,
+        stream: &Arc<CudaStream>,
+        buffers: &[&DeviceBuffer],
+    ) -> Result<Vec<datafusion::arrow::buffer::Buffer>> {
         let mut ring = self.take_ring()?;
         let result = transfer::download(stream, &self.pinned, &mut ring, buffers, &self.copy_threads());
         self.return_ring(ring);
@@ -237,7 +241,13 @@ impl Gpu {
 
     /// Copies `len` bytes between device buffers with the `copy` kernels (16-byte vectors, then a
     /// byte tail), checking the launches.
-    pub fn copy_device(&self, stream: &Arc<CudaStream>, src: &DeviceBuffer, dst: &mut DeviceBuffer, len: usize) -> Result<()> {
+    pub fn copy_device(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &DeviceBuffer,
+        dst: &mut DeviceBuffer,
+        len: usize,
+    ) -> Result<()> {
         if len > src.len() || len > dst.len() {
             return Err(gpu_error(format!("device copy of {len} bytes overruns its buffers")));
         }

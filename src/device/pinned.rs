@@ -198,7 +198,11 @@ mod tests {
         let Some(gpu) = gpu_or_skip("gpu_small_blocks_are_carved_from_chunks") else { return };
         let pool = PinnedPool::new(Arc::clone(gpu.context()), 1 << 30);
         let mut blocks: Vec<PinnedBlock> = (0..300).map(|_| pool.alloc(30_000).unwrap()).collect();
-        assert_eq!(pool.allocated_bytes(), (CHUNK * 2) as u64, "300 blocks of 32 KiB fit in two 8 MiB chunks (256 each)");
+        assert_eq!(
+            pool.allocated_bytes(),
+            (CHUNK * 2) as u64,
+            "300 blocks of 32 KiB fit in two 8 MiB chunks (256 each)"
+        );
         for (i, b) in blocks.iter_mut().enumerate() {
             unsafe { std::ptr::write_bytes(b.as_mut_ptr(), (i % 251) as u8, 30_000) };
         }

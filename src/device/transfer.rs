@@ -39,9 +39,9 @@ pub(crate) unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *
         .collect();
     use rayon::prelude::*;
     pool.install(|| {
-        tasks.par_iter().for_each(|(src, dst)| unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), *dst as *mut u8, src.len())
-        })
+        tasks
+            .par_iter()
+            .for_each(|(src, dst)| unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), *dst as *mut u8, src.len()) })
     });
 }
 
@@ -158,11 +158,9 @@ fn flush(
     // SAFETY: offsets were assigned without overlap inside the slot's capacity.
     unsafe { parallel_copy(threads, &copies) };
     for (src, off, dptr) in batch {
-        unsafe {
-            sys::cuMemcpyHtoDAsync_v2(*dptr, base.add(*off) as *const _, src.len(), stream.cu_stream())
-        }
-        .result()
-        .gpu("host-to-device copy")?;
+        unsafe { sys::cuMemcpyHtoDAsync_v2(*dptr, base.add(*off) as *const _, src.len(), stream.cu_stream()) }
+            .result()
+            .gpu("host-to-device copy")?;
     }
     ring.done[slot].record(stream).gpu("recording a staging event")?;
     ring.pending[slot] = true;

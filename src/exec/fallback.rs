@@ -13,6 +13,7 @@ use datafusion::physical_plan::execution_plan::CardinalityEffect;
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
 
+use super::single_child;
 use crate::rule::FallbackReason;
 
 #[derive(Debug)]
@@ -75,18 +76,19 @@ impl ExecutionPlan for CpuFallbackExec {
         vec![true]
     }
 
-    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.pop() {
-            Some(c) if children.is_empty() => Ok(Arc::new(CpuFallbackExec::new(c, self.reasons.clone()))),
-            _ => datafusion::common::internal_err!("{CPU_FALLBACK_NAME} takes exactly one child"),
-        }
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(CpuFallbackExec::new(single_child(children, CPU_FALLBACK_NAME)?, self.reasons.clone())))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         self.input.execute(partition, context)
     }
 
-    fn statistics_from_inputs(&self, input_stats: &[Arc<Statistics>], _args: &StatisticsArgs) -> Result<Arc<Statistics>> {
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
         match input_stats.first() {
             Some(s) => Ok(Arc::clone(s)),
             None => Ok(Arc::new(Statistics::new_unknown(&self.schema()))),

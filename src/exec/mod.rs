@@ -51,6 +51,14 @@ pub fn execute_device_input(
     }
 }
 
+/// The one child of a unary exec's `with_new_children`, or an internal error naming `exec`.
+pub(crate) fn single_child(mut children: Vec<Arc<dyn ExecutionPlan>>, exec: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    match children.pop() {
+        Some(c) if children.is_empty() => Ok(c),
+        _ => datafusion::common::internal_err!("{exec} takes exactly one child"),
+    }
+}
+
 /// Runs blocking GPU work (copies, synchronisation) off the async executor's threads.
 pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
@@ -59,7 +67,10 @@ pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + 
 }
 
 /// Downloads every device batch of `stream`, for a CPU consumer.
-pub fn download_stream(schema: datafusion::arrow::datatypes::SchemaRef, stream: DeviceBatchStream) -> SendableRecordBatchStream {
+pub fn download_stream(
+    schema: datafusion::arrow::datatypes::SchemaRef,
+    stream: DeviceBatchStream,
+) -> SendableRecordBatchStream {
     let batches = stream.then(|b| async move {
         let b = b?;
         blocking(move || b.download()).await

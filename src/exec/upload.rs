@@ -11,7 +11,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder,
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
 use futures::StreamExt;
 
-use super::{DeviceBatchStream, GpuExec, blocking, download_stream};
+use super::{DeviceBatchStream, GpuExec, blocking, download_stream, single_child};
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::device::Gpu;
@@ -65,11 +65,8 @@ impl ExecutionPlan for GpuUploadExec {
         vec![true]
     }
 
-    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.pop() {
-            Some(c) if children.is_empty() => Ok(Arc::new(GpuUploadExec::new(c))),
-            _ => datafusion::common::internal_err!("GpuUploadExec takes exactly one child"),
-        }
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuUploadExec::new(single_child(children, self.name())?)))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
@@ -91,7 +88,8 @@ impl GpuExec for GpuUploadExec {
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_uploaded", partition);
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         Ok(Box::pin(input.then(move |batch| {
-            let (gpu, stream, time, bytes, rows) = (gpu.clone(), stream.clone(), time.clone(), bytes.clone(), rows.clone());
+            let (gpu, stream, time, bytes, rows) =
+                (gpu.clone(), stream.clone(), time.clone(), bytes.clone(), rows.clone());
             async move {
                 let batch = batch?;
                 blocking(move || {
@@ -120,8 +118,8 @@ mod tests {
     use crate::exec::{as_gpu_exec, execute_device_input};
     use crate::session::gpu_session_context;
     use crate::testing::{assert_same_array, fresh_seed, gpu_lock, gpu_or_skip, random_array};
-    use datafusion::arrow::datatypes::DataType;
     use datafusion::arrow::compute::concat_batches;
+    use datafusion::arrow::datatypes::DataType;
     use datafusion::arrow::record_batch::RecordBatch;
 
     fn source(seed: u64, partitions: usize, rows: usize) -> (Arc<dyn ExecutionPlan>, Vec<Vec<RecordBatch>>) {
@@ -135,7 +133,8 @@ mod tests {
             .map(|_| {
                 (0..3)
                     .map(|_| {
-                        let cols = schema.fields().iter().map(|f| random_array(&mut rng, f.data_type(), rows, 0.2)).collect();
+                        let cols =
+                            schema.fields().iter().map(|f| random_array(&mut rng, f.data_type(), rows, 0.2)).collect();
                         RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()
                     })
                     .collect()

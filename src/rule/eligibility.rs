@@ -46,8 +46,22 @@ impl fmt::Display for FallbackReason {
 pub fn is_supported_key_type(dt: &DataType) -> bool {
     use DataType::*;
     match dt {
-        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Date32 | Date64 | Timestamp(_, _)
-        | Decimal128(_, _) | Boolean | Utf8 | LargeUtf8 | Utf8View => true,
+        Int8
+        | Int16
+        | Int32
+        | Int64
+        | UInt8
+        | UInt16
+        | UInt32
+        | UInt64
+        | Date32
+        | Date64
+        | Timestamp(_, _)
+        | Decimal128(_, _)
+        | Boolean
+        | Utf8
+        | LargeUtf8
+        | Utf8View => true,
         Dictionary(k, v) => k.is_dictionary_key_type() && matches!(**v, Utf8 | LargeUtf8 | Utf8View),
         _ => false,
     }
@@ -87,7 +101,10 @@ fn check_key_into(what: &str, expr: &Arc<dyn PhysicalExpr>, schema: &Schema, out
     match expr.data_type(schema) {
         Ok(dt) if is_supported_key_type(&dt) => {}
         Ok(dt) => out.push(FallbackReason::UnsupportedType { what: format!("{what} {expr}"), data_type: dt }),
-        Err(e) => out.push(FallbackReason::UnsupportedExpression { what: format!("{what} (type unknown: {e})"), expr: expr.to_string() }),
+        Err(e) => out.push(FallbackReason::UnsupportedExpression {
+            what: format!("{what} (type unknown: {e})"),
+            expr: expr.to_string(),
+        }),
     }
 }
 
@@ -127,7 +144,10 @@ pub fn aggregate_reasons(agg: &AggregateExec, min_rows: usize) -> Vec<FallbackRe
     for a in agg.aggr_expr() {
         let name = a.fun().name().to_ascii_lowercase();
         if !GPU_AGGREGATES.contains(&name.as_str()) {
-            out.push(FallbackReason::UnsupportedExpression { what: "aggregate function".into(), expr: a.name().to_string() });
+            out.push(FallbackReason::UnsupportedExpression {
+                what: "aggregate function".into(),
+                expr: a.name().to_string(),
+            });
         }
     }
     check_min_rows(estimated_rows(agg.input()), min_rows, &mut out);

@@ -206,6 +206,9 @@ mod tests {
         let ctx = ctx_with_tables(SessionConfig::new()).await;
         let plan = ctx.sql(JOIN_AGG).await.unwrap().create_physical_plan().await.unwrap();
         let again = GpuOptimizerRule::new().optimize(Arc::clone(&plan), ctx.state().config_options()).unwrap();
-        assert_eq!(displayable(plan.as_ref()).indent(true).to_string(), displayable(again.as_ref()).indent(true).to_string());
+        assert_eq!(
+            displayable(plan.as_ref()).indent(true).to_string(),
+            displayable(again.as_ref()).indent(true).to_string()
+        );
     }
 }
