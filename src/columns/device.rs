@@ -105,7 +105,9 @@ pub fn download_columns(gpu: &Gpu, stream: &Arc<CudaStream>, cols: &[&DeviceColu
 }
 
 /// The unit GPU execs exchange: a schema, device columns and a row count. Work that produced
-/// the columns was issued on `stream`; consumers issue theirs on the same stream (or wait on it).
+/// the columns was issued on `stream`; consumers issue theirs on the same stream (or make their
+/// stream wait on it). Consecutive batches may sit on different streams, so that one batch's
+/// transfer overlaps the kernels of the one before.
 #[derive(Debug, Clone)]
 pub struct DeviceBatch {
     schema: SchemaRef,

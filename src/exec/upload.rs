@@ -82,19 +82,19 @@ impl GpuExec for GpuUploadExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
         let gpu = Gpu::for_config(&cfg)?;
-        let stream = gpu.stream();
         let input = self.input.execute(partition, context)?;
         let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_uploaded", partition);
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         Ok(Box::pin(input.then(move |batch| {
-            let (gpu, stream, time, bytes, rows) =
-                (gpu.clone(), stream.clone(), time.clone(), bytes.clone(), rows.clone());
+            let (gpu, time, bytes, rows) = (gpu.clone(), time.clone(), bytes.clone(), rows.clone());
             async move {
                 let batch = batch?;
                 blocking(move || {
                     let _timer = time.timer();
-                    let dev = DeviceBatch::upload(&gpu, &stream, &batch)?;
+                    // A stream per batch, round-robin: this batch's copies overlap the kernels
+                    // that consumers run on the previous batch's stream.
+                    let dev = DeviceBatch::upload(&gpu, &gpu.stream(), &batch)?;
                     bytes.add(dev.byte_size());
                     rows.add(dev.num_rows());
                     Ok(dev)
