@@ -39,6 +39,7 @@ IFS='|' read -ra variants <<< "${TRANSFER_VARIANTS:-}"
 for v in "${variants[@]}"; do
     step "transfer-${v// /}" datafusion-gpu bench transfer $v
 done
+step primitives datafusion-gpu bench primitives
 step demo datafusion-gpu demo
 
 echo "== test summary"; grep -E '^test result|FAILED|panicked|SKIPPED' "$out/tests.log" | head -40
@@ -46,5 +47,6 @@ echo "== doctor (second run)"; cat "$out/doctor-2.log"
 echo "== doctor kernel source, first run:"; grep 'copy kernels' "$out/doctor-1.log"
 echo "== transfer"; cat "$out/transfer.log"
 for f in "$out"/transfer-*.log; do [ -e "$f" ] || continue; echo "-- $(basename "$f" .log)"; grep -E '^(upload|download|host copy)' "$f"; done
+echo "== primitives"; cat "$out/primitives.log"
 echo "== demo (tail)"; tail -8 "$out/demo.log"
 echo "== steps"; printf '%s\n' "${summary[@]}"

@@ -1,3 +1,4 @@
 //! Benchmarks run by `datafusion-gpu bench ...`; results are recorded under `benches/results/`.
 
+pub mod primitives;
 pub mod transfer;

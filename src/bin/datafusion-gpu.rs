@@ -19,6 +19,7 @@ use datafusion_cli::functions::ParquetMetadataFunc;
 use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistry;
 use datafusion_cli::print_format::PrintFormat;
 use datafusion_cli::print_options::{MaxRows, PrintOptions};
+use datafusion_gpu::bench::primitives;
 use datafusion_gpu::bench::transfer::{self, TransferBenchOptions};
 use datafusion_gpu::config::ByteSize;
 use datafusion_gpu::demo::{self, DemoOptions};
@@ -89,6 +90,16 @@ enum BenchCommand {
         /// Staging slot size.
         #[arg(long, default_value = "32M")]
         staging: ByteSize,
+    },
+    /// Scan, radix sort/partition and gather on device-resident data, against the bandwidth floor.
+    Primitives {
+        /// log2 of the number of rows.
+        #[arg(long, default_value_t = 27)]
+        log2_rows: u32,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
     },
 }
 
@@ -257,6 +268,12 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
                 ..TransferBenchOptions::default()
             };
             let report = transfer::run(&gpu, opts).map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+        Some(Command::Bench { which: BenchCommand::Primitives { log2_rows, runs, seed } }) => {
+            let gpu = gpu_for(0, GpuConfig::default())?;
+            let report = primitives::run(&gpu, log2_rows, runs, seed).map_err(|e| e.to_string())?;
             println!("{report}");
             Ok(())
         }

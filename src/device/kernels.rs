@@ -21,7 +21,12 @@ use crate::error::{CudaResultExt, Result, gpu_error};
 pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../../kernels/common.cuh"))];
 
 /// Kernel files by module name.
-pub const MODULES: &[(&str, &str)] = &[("copy", include_str!("../../kernels/copy.cu"))];
+pub const MODULES: &[(&str, &str)] = &[
+    ("copy", include_str!("../../kernels/copy.cu")),
+    ("scan", include_str!("../../kernels/scan.cu")),
+    ("radix", include_str!("../../kernels/radix.cu")),
+    ("gather", include_str!("../../kernels/gather.cu")),
+];
 
 /// NVRTC options besides the architecture.
 const OPTIONS: &[&str] = &["-std=c++17", "--device-int128"];

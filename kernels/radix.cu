@@ -1,0 +1,148 @@
+// Stable LSD radix passes over unsigned keys with a payload: per-tile digit histograms, an
+// exclusive scan of them (digit-major, so offsets[d * tiles + t] is where tile t's keys with
+// digit d start), then a scatter that ranks keys stably inside each tile. One pass sorts by one
+// digit of up to 8 bits; sorting by a bit range [begin, end) is a radix partition.
+#include "common.cuh"
+
+#define RADIX_THREADS 256
+#define RADIX_WARPS (RADIX_THREADS / 32)
+#define RADIX_BINS 256
+// Items per thread: a tile is RADIX_THREADS * ITEMS items, 16 for 32-bit keys with 32-bit values
+// and 8 otherwise, so that a tile's keys and values fit in 48 KB of shared memory with the
+// counters. The host uses the same tile sizes.
+
+template <typename K, int ITEMS>
+__device__ __forceinline__ void histogram(const K* __restrict__ keys, u64 n, u32 shift, u32 mask, u32* __restrict__ hist) {
+    __shared__ u32 counts[RADIX_BINS];
+    for (u32 d = threadIdx.x; d < RADIX_BINS; d += RADIX_THREADS) counts[d] = 0;
+    __syncthreads();
+    const u64 base = (u64)blockIdx.x * (RADIX_THREADS * ITEMS);
+#pragma unroll
+    for (int j = 0; j < ITEMS; j++) {
+        u64 i = base + (u64)j * RADIX_THREADS + threadIdx.x;
+        if (i < n) atomicAdd(&counts[(u32)(keys[i] >> shift) & mask], 1u);
+    }
+    __syncthreads();
+    for (u32 d = threadIdx.x; d <= mask; d += RADIX_THREADS) hist[(u64)d * gridDim.x + blockIdx.x] = counts[d];
+}
+
+// Stable scatter of one tile.
+// 1. Warp w ranks the tile's items [w * 32 * ITEMS, (w + 1) * 32 * ITEMS) in ITEMS rounds of 32
+//    consecutive items, with warp-private digit counters: rank = earlier items of the warp with
+//    the same digit (no block barrier while ranking).
+// 2. Per digit, an exclusive prefix over warps (warp order is input order) plus the digit's start
+//    inside the tile gives each item its tile-local sorted position.
+// 3. Items are reordered by digit in shared memory, then written out in that order: consecutive
+//    threads write consecutive positions of the same digit run (coalesced).
+// keys_out may be null (a payload-only pass, e.g. another payload column of a GFTR transform).
+template <typename K, typename V, int ITEMS>
+__device__ __forceinline__ void scatter(const K* __restrict__ keys_in, const V* __restrict__ vals_in, K* __restrict__ keys_out,
+                                        V* __restrict__ vals_out, u64 n, u32 shift, u32 mask, const u32* __restrict__ offsets) {
+    constexpr int TILE = RADIX_THREADS * ITEMS;
+    __shared__ u32 warp_hist[RADIX_WARPS][RADIX_BINS];
+    __shared__ u32 tile_start[RADIX_BINS];   // digit's first sorted position inside the tile
+    __shared__ u32 global_start[RADIX_BINS]; // digit's first output position for this tile
+    __shared__ u32 scan_scratch[RADIX_WARPS];
+    __shared__ u32 scan_total;
+    __shared__ K s_keys[TILE];
+    __shared__ V s_vals[TILE];
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u64 base = (u64)blockIdx.x * TILE;
+    const u64 tile_n = n - base < (u64)TILE ? n - base : (u64)TILE;
+
+    // Digit starts: this tile's count of each digit is in the (unscanned) histogram, whose scan
+    // `offsets` also gives where the tile's run of each digit starts in the output.
+    u32 count = 0;
+    const u32 d0 = threadIdx.x;  // RADIX_THREADS == RADIX_BINS: one digit per thread
+    if (d0 <= mask) {
+        const u64 at = (u64)d0 * gridDim.x + blockIdx.x;
+        global_start[d0] = offsets[at];
+        // The next entry of the scanned histogram, minus this one, is the count.
+        const u64 total_entries = (u64)(mask + 1) * gridDim.x;
+        const u32 next = at + 1 < total_entries ? offsets[at + 1] : (u32)n;
+        count = next - offsets[at];
+    }
+    for (u32 w = 0; w < RADIX_WARPS; w++) warp_hist[w][d0] = 0;
+    const u32 start = block_exclusive_scan<RADIX_WARPS>(count, scan_scratch, &scan_total);
+    tile_start[d0] = start;
+    __syncthreads();
+
+    // 1. Warp-private ranking.
+    K k[ITEMS];
+    V v[ITEMS];
+    u32 digit[ITEMS];
+    u32 rank[ITEMS];
+#pragma unroll
+    for (int r = 0; r < ITEMS; r++) {
+        const u32 t = warp * 32 * ITEMS + r * 32 + lane;
+        const bool valid = t < tile_n;
+        digit[r] = RADIX_BINS;  // invalid lanes group together and count nowhere
+        k[r] = 0;
+        v[r] = 0;
+        if (valid) {
+            k[r] = keys_in[base + t];
+            v[r] = vals_in[base + t];
+            digit[r] = (u32)(k[r] >> shift) & mask;
+        }
+        const u32 peers = __match_any_sync(0xffffffffu, digit[r]);
+        const u32 before = __popc(peers & lanemask_lt());
+        u32 prior = 0;
+        if (valid) prior = warp_hist[warp][digit[r]];
+        rank[r] = prior + before;
+        __syncwarp();
+        if (valid && before == 0) warp_hist[warp][digit[r]] = prior + __popc(peers);
+        __syncwarp();
+    }
+    __syncthreads();
+    // 2. Per digit, exclusive prefix over warps.
+    {
+        u32 run = 0;
+#pragma unroll
+        for (u32 w = 0; w < RADIX_WARPS; w++) {
+            const u32 c = warp_hist[w][d0];
+            warp_hist[w][d0] = run;
+            run += c;
+        }
+    }
+    __syncthreads();
+    // 3. Reorder by digit in shared memory, then write out coalesced.
+#pragma unroll
+    for (int r = 0; r < ITEMS; r++) {
+        if (digit[r] < RADIX_BINS) {
+            const u32 pos = tile_start[digit[r]] + warp_hist[warp][digit[r]] + rank[r];
+            s_keys[pos] = k[r];
+            s_vals[pos] = v[r];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < ITEMS; r++) {
+        const u32 j = r * RADIX_THREADS + threadIdx.x;
+        if (j < tile_n) {
+            const K key = s_keys[j];
+            const u32 d = (u32)(key >> shift) & mask;
+            const u32 out = global_start[d] + (j - tile_start[d]);
+            if (keys_out) keys_out[out] = key;
+            vals_out[out] = s_vals[j];
+        }
+    }
+}
+
+// Histograms for tiles of 16 and 8 items per thread; a pass uses the scatter's tile size.
+#define HISTOGRAM(NAME, K, ITEMS)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(RADIX_THREADS) NAME(const K* keys, u64 n, u32 shift, u32 mask, u32* hist) { \
+        histogram<K, ITEMS>(keys, n, shift, mask, hist);                                                          \
+    }
+HISTOGRAM(radix_histogram_k32_i16, u32, 16)
+HISTOGRAM(radix_histogram_k32_i8, u32, 8)
+HISTOGRAM(radix_histogram_k64_i8, u64, 8)
+
+#define SCATTER(NAME, K, V, ITEMS)                                                                               \
+    extern "C" __global__ void __launch_bounds__(RADIX_THREADS)                                                  \
+        NAME(const K* keys_in, const V* vals_in, K* keys_out, V* vals_out, u64 n, u32 shift, u32 mask, const u32* offsets) { \
+        scatter<K, V, ITEMS>(keys_in, vals_in, keys_out, vals_out, n, shift, mask, offsets);                   \
+    }
+SCATTER(radix_scatter_k32_v32, u32, u32, 16)
+SCATTER(radix_scatter_k32_v64, u32, u64, 8)
+SCATTER(radix_scatter_k64_v32, u64, u32, 8)
+SCATTER(radix_scatter_k64_v64, u64, u64, 8)
