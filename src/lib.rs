@@ -20,6 +20,8 @@ pub mod rule;
 pub mod session;
 
 #[cfg(test)]
+mod sqltests;
+#[cfg(test)]
 pub(crate) mod testing;
 
 pub use config::GpuConfig;
