@@ -30,12 +30,13 @@ __device__ __forceinline__ u32 lanemask_lt() {
     return m;
 }
 
-// Inclusive prefix sum across the warp.
-__device__ __forceinline__ u32 warp_inclusive_scan(u32 v) {
+// Inclusive prefix sum across the warp (u32 or u64).
+template <typename T>
+__device__ __forceinline__ T warp_inclusive_scan(T v) {
     const u32 lane = threadIdx.x & 31;
 #pragma unroll
     for (u32 d = 1; d < 32; d <<= 1) {
-        u32 t = __shfl_up_sync(0xffffffffu, v, d);
+        T t = __shfl_up_sync(0xffffffffu, v, d);
         if (lane >= d) v += t;
     }
     return v;
@@ -44,18 +45,41 @@ __device__ __forceinline__ u32 warp_inclusive_scan(u32 v) {
 // Exclusive prefix sum of one value per thread across a block of `WARPS` warps; `warp_sums`
 // is shared scratch of WARPS entries. Returns the thread's exclusive prefix and writes the
 // block's total to *total. Every thread of the block must call it.
-template <int WARPS>
-__device__ __forceinline__ u32 block_exclusive_scan(u32 v, u32* warp_sums, u32* total) {
+template <int WARPS, typename T>
+__device__ __forceinline__ T block_exclusive_scan(T v, T* warp_sums, T* total) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    u32 inc = warp_inclusive_scan(v);
+    T inc = warp_inclusive_scan<T>(v);
     if (lane == 31) warp_sums[warp] = inc;
     __syncthreads();
     if (warp == 0) {
-        u32 s = lane < WARPS ? warp_sums[lane] : 0;
-        u32 si = warp_inclusive_scan(s);
+        T s = lane < WARPS ? warp_sums[lane] : 0;
+        T si = warp_inclusive_scan<T>(s);
         if (lane < WARPS) warp_sums[lane] = si - s;
         if (lane == WARPS - 1) *total = si;
     }
     __syncthreads();
     return warp_sums[warp] + inc - v;
+}
+
+// Marks "no row": an outer join's missing side, gathered as NULL.
+#define NULL_ROW 0xffffffffu
+
+// Bijective 32- and 64-bit mixers (MurmurHash3's finalisers): every step is invertible, so
+// equal outputs mean equal inputs, and the low bits are well spread for radix partitioning.
+__device__ __forceinline__ u32 mix32(u32 h) {
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+__device__ __forceinline__ u64 mix64(u64 k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
+    return k;
 }

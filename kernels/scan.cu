@@ -1,5 +1,6 @@
-// Exclusive prefix sum of u32 values (reduce-then-scan over tiles). The host scans the tile
-// totals recursively, then each tile adds its offset.
+// Exclusive prefix sums of u32 and u64 values (reduce-then-scan over tiles). The host scans the
+// tile totals recursively, then each tile adds its offset. `scan_u32_to_u64` widens while it
+// scans, for counts whose total may pass 2^32 (join output sizes).
 #include "common.cuh"
 
 #define SCAN_THREADS 256
@@ -8,26 +9,30 @@
 #define SCAN_WARPS (SCAN_THREADS / 32)
 
 // partials[b] = sum of tile b.
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_reduce_u32(const u32* __restrict__ in, u32* __restrict__ partials, u64 n) {
-    __shared__ u32 warp_sums[SCAN_WARPS];
-    __shared__ u32 total;
+template <typename I, typename O>
+__device__ __forceinline__ void scan_reduce(const I* __restrict__ in, O* __restrict__ partials, u64 n) {
+    __shared__ O warp_sums[SCAN_WARPS];
+    __shared__ O total;
     const u64 base = (u64)blockIdx.x * SCAN_TILE;
-    u32 s = 0;
+    O s = 0;
 #pragma unroll
     for (int j = 0; j < SCAN_ITEMS; j++) {
         u64 i = base + (u64)j * SCAN_THREADS + threadIdx.x;
-        if (i < n) s += in[i];
+        if (i < n) s += (O)in[i];
     }
-    block_exclusive_scan<SCAN_WARPS>(s, warp_sums, &total);
+    block_exclusive_scan<SCAN_WARPS, O>(s, warp_sums, &total);
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
 // out[i] = offsets[tile] + sum of in[tile start .. i). Each thread owns SCAN_ITEMS consecutive
-// values, staged through shared memory so that global loads and stores stay coalesced.
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles_u32(const u32* __restrict__ in, u32* __restrict__ out, const u32* __restrict__ offsets, u64 n) {
-    __shared__ u32 tile[SCAN_TILE + SCAN_TILE / 32];
-    __shared__ u32 warp_sums[SCAN_WARPS];
-    __shared__ u32 total;
+// values, staged through shared memory so that global loads and stores stay coalesced. When
+// `total_out` is not null, the last tile also writes the grand total there.
+template <typename I, typename O>
+__device__ __forceinline__ void scan_tiles(const I* __restrict__ in, O* __restrict__ out, const O* __restrict__ offsets, u64 n,
+                                           O* __restrict__ total_out) {
+    __shared__ O tile[SCAN_TILE + SCAN_TILE / 32];
+    __shared__ O warp_sums[SCAN_WARPS];
+    __shared__ O total;
     const u64 base = (u64)blockIdx.x * SCAN_TILE;
     // Padding one word per 32 avoids bank conflicts on the blocked reads.
 #define PAD(i) ((i) + ((i) >> 5))
@@ -35,17 +40,18 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles_u32(const 
     for (int j = 0; j < SCAN_ITEMS; j++) {
         u32 k = j * SCAN_THREADS + threadIdx.x;
         u64 i = base + k;
-        tile[PAD(k)] = i < n ? in[i] : 0;
+        tile[PAD(k)] = i < n ? (O)in[i] : 0;
     }
     __syncthreads();
-    u32 v[SCAN_ITEMS];
-    u32 s = 0;
+    O v[SCAN_ITEMS];
+    O s = 0;
 #pragma unroll
     for (int j = 0; j < SCAN_ITEMS; j++) {
         v[j] = tile[PAD(threadIdx.x * SCAN_ITEMS + j)];
         s += v[j];
     }
-    u32 prefix = block_exclusive_scan<SCAN_WARPS>(s, warp_sums, &total) + offsets[blockIdx.x];
+    O prefix = block_exclusive_scan<SCAN_WARPS, O>(s, warp_sums, &total) + offsets[blockIdx.x];
+    if (total_out != nullptr && blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) *total_out = offsets[blockIdx.x] + total;
 #pragma unroll
     for (int j = 0; j < SCAN_ITEMS; j++) {
         tile[PAD(threadIdx.x * SCAN_ITEMS + j)] = prefix;
@@ -60,3 +66,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles_u32(const 
     }
 #undef PAD
 }
+
+#define SCAN(SUFFIX, I, O)                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_reduce_##SUFFIX(const I* in, O* partials, u64 n) {      \
+        scan_reduce<I, O>(in, partials, n);                                                                                \
+    }                                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(SCAN_THREADS)                                                             \
+        scan_tiles_##SUFFIX(const I* in, O* out, const O* offsets, u64 n, O* total_out) {                                 \
+        scan_tiles<I, O>(in, out, offsets, n, total_out);                                                                  \
+    }
+SCAN(u32, u32, u32)
+SCAN(u64, u64, u64)
+SCAN(u32_to_u64, u32, u64)

@@ -8,6 +8,8 @@ use std::any::Any;
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit};
 use datafusion::error::{DataFusionError, Result};
 
+use crate::join::JoinAlgorithmSetting;
+
 /// A byte count written like `512M`, `8GiB`, `1073741824` or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ByteSize {
@@ -189,6 +191,26 @@ gpu_options! {
         pub transfer_threads: usize, default = 0
         /// Folder of the compiled-kernel cache ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/kernels).
         pub kernel_cache_dir: String, default = String::new()
+        /// GPU join algorithm: auto, npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur, smj_gftr.
+        pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
+        /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.
+        pub batch_rows: usize, default = 1 << 22
+    }
+}
+
+impl ConfigField for JoinAlgorithmSetting {
+    fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+        v.some(key, self, description)
+    }
+
+    fn set(&mut self, _key: &str, value: &str) -> Result<()> {
+        *self = value.parse()?;
+        Ok(())
+    }
+
+    fn reset(&mut self, _key: &str) -> Result<()> {
+        *self = JoinAlgorithmSetting::default();
+        Ok(())
     }
 }
 

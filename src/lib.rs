@@ -15,6 +15,7 @@ pub mod demo;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod join;
 pub mod primitives;
 pub mod rule;
 pub mod session;

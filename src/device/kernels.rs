@@ -26,6 +26,11 @@ pub const MODULES: &[(&str, &str)] = &[
     ("scan", include_str!("../../kernels/scan.cu")),
     ("radix", include_str!("../../kernels/radix.cu")),
     ("gather", include_str!("../../kernels/gather.cu")),
+    ("keys", include_str!("../../kernels/keys.cu")),
+    ("select", include_str!("../../kernels/select.cu")),
+    ("materialize", include_str!("../../kernels/materialize.cu")),
+    ("verify", include_str!("../../kernels/verify.cu")),
+    ("join", include_str!("../../kernels/join.cu")),
 ];
 
 /// NVRTC options besides the architecture.

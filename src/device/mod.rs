@@ -3,6 +3,7 @@
 
 pub mod doctor;
 pub mod kernels;
+pub mod launch;
 pub mod memory;
 pub mod pinned;
 pub mod probe;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg};
 
+pub use launch::{KArg, opt_ptr, ptr};
 pub use memory::{DeviceBuffer, MemoryBudget};
 pub use pinned::PinnedPool;
 pub use probe::{DeviceInfo, NoDevice};

@@ -6,6 +6,7 @@
 //! directly (no round trip through the host); a CPU child is uploaded on the way.
 
 pub mod fallback;
+pub mod join;
 pub mod upload;
 
 use std::pin::Pin;
@@ -18,6 +19,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{Stream, StreamExt};
 
 pub use fallback::CpuFallbackExec;
+pub use join::GpuHashJoinExec;
 pub use upload::GpuUploadExec;
 
 use crate::columns::DeviceBatch;
@@ -34,6 +36,9 @@ pub trait GpuExec: ExecutionPlan {
 /// `plan` as a [`GpuExec`], if it is one of this crate's GPU execs.
 pub fn as_gpu_exec(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
     if let Some(p) = plan.downcast_ref::<GpuUploadExec>() {
+        return Some(p);
+    }
+    if let Some(p) = plan.downcast_ref::<GpuHashJoinExec>() {
         return Some(p);
     }
     None

@@ -5,6 +5,7 @@
 pub mod gather;
 pub mod radix;
 pub mod scan;
+pub mod select;
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use crate::error::{Result, gpu_error};
 
 pub use gather::gather;
 pub use radix::{KeyWidth, ValueWidth, radix_sort_pairs};
-pub use scan::exclusive_scan_u32;
+pub use scan::{ScanKind, exclusive_scan, exclusive_scan_u32};
 
 /// One block per tile of `tile` items.
 pub(crate) fn tiles(n: u64, tile: u64, threads: u32) -> Result<LaunchConfig> {

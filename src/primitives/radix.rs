@@ -36,7 +36,7 @@ impl KeyWidth {
             KeyWidth::U64 => 8,
         }
     }
-    fn bits(self) -> u32 {
+    pub fn bits(self) -> u32 {
         self.bytes() as u32 * 8
     }
     fn tag(self) -> &'static str {
@@ -137,4 +137,29 @@ pub fn radix_sort_pairs(
         shift += bits;
     }
     Ok((k_in, v_in))
+}
+
+/// Moves `values` through the same stable passes that [`radix_sort_pairs`] applies to `keys`
+/// over `[begin_bit, end_bit)`: the values come out in the order the keys' sort gives them (the
+/// "transform" of a payload column in the GFTR materialisation of seed 002). `keys` is left as it
+/// was.
+#[allow(clippy::too_many_arguments)]
+pub fn radix_permute_values(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &DeviceBuffer,
+    values: DeviceBuffer,
+    n: u64,
+    key: KeyWidth,
+    value: ValueWidth,
+    begin_bit: u32,
+    end_bit: u32,
+) -> Result<DeviceBuffer> {
+    let bytes = n as usize * key.bytes();
+    let mut scratch = gpu.alloc(stream, bytes, "radix transform keys")?;
+    if bytes > 0 {
+        gpu.copy_device(stream, keys, &mut scratch, bytes)?;
+    }
+    let (_, v) = radix_sort_pairs(gpu, stream, scratch, values, n, key, value, begin_bit, end_bit)?;
+    Ok(v)
 }

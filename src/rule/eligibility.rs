@@ -5,11 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::common::JoinType;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::aggregates::AggregateExec;
-use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+
+use crate::join::materialize::can_gather;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 
 /// Why an operator stays on the CPU.
@@ -25,6 +28,8 @@ pub enum FallbackReason {
     UnsupportedExpression { what: String, expr: String },
     /// The GPU operator itself is not part of this build yet.
     NotImplemented(&'static str),
+    /// A feature of the operator the GPU path does not handle, in words.
+    Unsupported(String),
 }
 
 impl fmt::Display for FallbackReason {
@@ -37,6 +42,7 @@ impl fmt::Display for FallbackReason {
             FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
             FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
             FallbackReason::NotImplemented(what) => write!(f, "{what}"),
+            FallbackReason::Unsupported(what) => write!(f, "{what}"),
         }
     }
 }
@@ -115,13 +121,47 @@ pub fn join_reasons(join: &HashJoinExec, min_rows: usize) -> Vec<FallbackReason>
     for (l, r) in join.on() {
         check_key("join key", l, &ls, &mut out);
         check_key("join key", r, &rs, &mut out);
+        if let (Ok(lt), Ok(rt)) = (l.data_type(&ls), r.data_type(&rs)) {
+            if lt != rt {
+                out.push(FallbackReason::Unsupported(format!(
+                    "join keys `{l}` and `{r}` have different types {lt} and {rt}"
+                )));
+            }
+        }
+    }
+    if let Some(filter) = join.filter() {
+        out.push(FallbackReason::Unsupported(format!(
+            "the join filter `{}` is not evaluated on the GPU yet",
+            filter.expression()
+        )));
+    }
+    if let Some(fetch) = join.fetch() {
+        out.push(FallbackReason::Unsupported(format!("the join has a fetch limit ({fetch})")));
+    }
+    if *join.partition_mode() == PartitionMode::Auto {
+        out.push(FallbackReason::Unsupported("the join's partition mode is not resolved (Auto)".into()));
+    }
+    for field in join.schema().fields() {
+        if !can_gather(field.data_type()) {
+            out.push(FallbackReason::UnsupportedType {
+                what: format!("output column {}", field.name()),
+                data_type: field.data_type().clone(),
+            });
+        }
+    }
+    let ordered_types = [JoinType::Inner, JoinType::RightSemi, JoinType::RightAnti, JoinType::RightMark];
+    if join.properties().output_ordering().is_some() && !ordered_types.contains(join.join_type()) {
+        out.push(FallbackReason::Unsupported(format!(
+            "the plan relies on the probe-side order of this {} join, which the GPU join keeps only for \
+             Inner, RightSemi, RightAnti and RightMark joins",
+            join.join_type()
+        )));
     }
     let rows = match (estimated_rows(join.left()), estimated_rows(join.right())) {
         (Some(a), Some(b)) => Some(a + b),
         _ => None,
     };
     check_min_rows(rows, min_rows, &mut out);
-    out.push(FallbackReason::NotImplemented("the GPU hash join is not part of this build yet"));
     out
 }
 

@@ -17,8 +17,8 @@ pub use eligibility::FallbackReason;
 
 use crate::config::GpuConfig;
 use crate::device::probe;
-use crate::exec::CpuFallbackExec;
 use crate::exec::fallback::CPU_FALLBACK_NAME;
+use crate::exec::{CpuFallbackExec, GpuHashJoinExec};
 
 /// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the
 /// same answer, and annotates the rest. Controlled by the `gpu.` session options.
@@ -53,6 +53,7 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         }
         let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
         plan.transform_up(|node| {
+            let is_join = node.downcast_ref::<HashJoinExec>().is_some();
             let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
                 eligibility::join_reasons(join, cfg.min_rows)
             } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
@@ -63,7 +64,12 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             if let Some(d) = &device {
                 reasons.insert(0, d.clone());
             }
-            // No GPU operator exists yet, so every join and aggregate has at least one reason.
+            if reasons.is_empty() && is_join {
+                match GpuHashJoinExec::try_new(Arc::clone(&node), &cfg) {
+                    Ok(gpu) => return Ok(Transformed::yes(Arc::new(gpu) as Arc<dyn ExecutionPlan>)),
+                    Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
+                }
+            }
             Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as Arc<dyn ExecutionPlan>))
         })
         .map(|t| t.data)

@@ -1,0 +1,524 @@
+//! `GpuHashJoinExec`: DataFusion's `HashJoinExec` run by the GPU join of [`crate::join`].
+//!
+//! It keeps the original join for its children, properties, statistics and display, so the
+//! plan around it is unchanged. Execution: the build side (all left partitions for
+//! `CollectLeft`, shared by every probe partition; the matching left partition for
+//! `Partitioned`) is collected, reduced to the columns the join needs, uploaded and prepared
+//! once; probe batches are coalesced on the host into chunks of about `gpu.batch_rows` rows,
+//! uploaded and joined; the build rows decided at the end (outer, semi, anti, mark joins on the
+//! left) come from the last probe partition to finish, as in DataFusion.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{JoinSide, NullEquality, Statistics};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
+use datafusion::physical_plan::joins::utils::build_join_schema;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PhysicalExpr,
+    PlanProperties,
+};
+use futures::channel::mpsc;
+use futures::{SinkExt, Stream, StreamExt};
+use tokio::sync::OnceCell;
+
+use super::{DeviceBatchStream, GpuExec, blocking, download_stream};
+use crate::columns::DeviceBatch;
+use crate::config::GpuConfig;
+use crate::device::Gpu;
+use crate::join::keys::KeyPlan;
+use crate::join::{JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
+
+/// The join's device-side description, fixed when the rule places the exec.
+#[derive(Debug)]
+struct Layout {
+    /// Left input columns uploaded for the build (keys and outputs), and their schema.
+    build_cols: Vec<usize>,
+    build_schema: SchemaRef,
+    /// Right input columns uploaded for the probe.
+    probe_cols: Vec<usize>,
+    probe_schema: SchemaRef,
+    spec: Arc<JoinSpec>,
+    /// Why this algorithm.
+    choice: String,
+}
+
+/// The build side shared by the probe partitions of a `CollectLeft` join.
+#[derive(Debug, Default)]
+struct Shared {
+    build: OnceCell<Arc<JoinBuild>>,
+    /// Probe partitions still running; the last one emits the build rows decided at the end.
+    remaining: AtomicUsize,
+}
+
+#[derive(Debug)]
+pub struct GpuHashJoinExec {
+    /// The `HashJoinExec` this replaces.
+    join: Arc<dyn ExecutionPlan>,
+    layout: Arc<Layout>,
+    shared: Arc<Shared>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+fn hash_join(plan: &Arc<dyn ExecutionPlan>) -> Result<&HashJoinExec> {
+    plan.downcast_ref::<HashJoinExec>()
+        .ok_or_else(|| DataFusionError::Internal("GpuHashJoinExec wraps a plan that is not a HashJoinExec".into()))
+}
+
+/// Positions of `cols` (sorted, unique) in the uploaded batch.
+fn position(cols: &[usize], c: usize) -> Result<usize> {
+    cols.binary_search(&c).map_err(|_| DataFusionError::Internal(format!("column {c} was not uploaded")))
+}
+
+fn key_index(expr: &Arc<dyn PhysicalExpr>) -> std::result::Result<usize, String> {
+    expr.downcast_ref::<Column>().map(|c| c.index()).ok_or_else(|| format!("join key `{expr}` is not a plain column"))
+}
+
+impl GpuHashJoinExec {
+    /// The GPU form of `join` (a `HashJoinExec`), or why it cannot have one. Eligibility
+    /// (types, filter, mode) is checked by the rule first; this settles the layout and the
+    /// algorithm.
+    pub fn try_new(join: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> std::result::Result<Self, String> {
+        let layout = {
+            let hj = hash_join(&join).map_err(|e| e.to_string())?;
+            Arc::new(Self::layout(hj, cfg)?)
+        };
+        Ok(GpuHashJoinExec {
+            join,
+            layout,
+            shared: Arc::new(Shared::default()),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    fn layout(hj: &HashJoinExec, cfg: &GpuConfig) -> std::result::Result<Layout, String> {
+        let (ls, rs) = (hj.left().schema(), hj.right().schema());
+        let join_type = *hj.join_type();
+        let mut lkeys = Vec::new();
+        let mut rkeys = Vec::new();
+        let mut types = Vec::new();
+        for (l, r) in hj.on() {
+            let (li, ri) = (key_index(l)?, key_index(r)?);
+            let (lt, rt) = (ls.field(li).data_type(), rs.field(ri).data_type());
+            if lt != rt {
+                return Err(format!("join keys `{l}` and `{r}` have different types {lt} and {rt}"));
+            }
+            lkeys.push(li);
+            rkeys.push(ri);
+            types.push(lt.clone());
+        }
+        let nulls_equal = hj.null_equality() == NullEquality::NullEqualsNull;
+        let keys = KeyPlan::new(&types, nulls_equal)?;
+
+        // Output columns of the (projected) join schema.
+        let (_, column_indices) = build_join_schema(&ls, &rs, &join_type);
+        let chosen: Vec<usize> = match &hj.projection {
+            Some(p) => p.iter().copied().collect(),
+            None => (0..column_indices.len()).collect(),
+        };
+        let mut build_cols = lkeys.clone();
+        let mut probe_cols = rkeys.clone();
+        for &k in &chosen {
+            let ci = column_indices.get(k).ok_or("the join's projection is out of range")?;
+            match ci.side {
+                JoinSide::Left => build_cols.push(ci.index),
+                JoinSide::Right => probe_cols.push(ci.index),
+                JoinSide::None => {}
+            }
+        }
+        build_cols.sort_unstable();
+        build_cols.dedup();
+        probe_cols.sort_unstable();
+        probe_cols.dedup();
+        let pos = |cols: &[usize], c| position(cols, c).map_err(|e| e.to_string());
+        let mut output = Vec::with_capacity(chosen.len());
+        for &k in &chosen {
+            let ci = &column_indices[k];
+            output.push(match ci.side {
+                JoinSide::Left => OutputColumn::Build(pos(&build_cols, ci.index)?),
+                JoinSide::Right => OutputColumn::Probe(pos(&probe_cols, ci.index)?),
+                JoinSide::None => OutputColumn::Mark,
+            });
+        }
+        let build_schema = Arc::new(ls.project(&build_cols).map_err(|e| e.to_string())?);
+        let probe_schema = Arc::new(rs.project(&probe_cols).map_err(|e| e.to_string())?);
+        let build_keys = lkeys.iter().map(|c| pos(&build_cols, *c)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let probe_keys = rkeys.iter().map(|c| pos(&probe_cols, *c)).collect::<std::result::Result<Vec<_>, _>>()?;
+
+        let ordered = hj.properties().output_ordering().is_some();
+        let (algorithm, choice) = choose_algorithm(cfg.join_algorithm, ordered);
+        Ok(Layout {
+            build_cols,
+            build_schema,
+            probe_cols,
+            probe_schema,
+            spec: Arc::new(JoinSpec {
+                join_type,
+                keys,
+                build_keys,
+                probe_keys,
+                output,
+                schema: hj.schema(),
+                algorithm,
+                ordered,
+                null_aware: hj.null_aware,
+                batch_rows: cfg.batch_rows.max(1) as u64,
+            }),
+            choice,
+        })
+    }
+
+    /// The algorithm this join runs.
+    pub fn algorithm(&self) -> JoinAlgorithm {
+        self.layout.spec.algorithm
+    }
+
+    fn hash_join(&self) -> Result<&HashJoinExec> {
+        hash_join(&self.join)
+    }
+
+    fn mode(&self) -> Result<PartitionMode> {
+        Ok(*self.hash_join()?.partition_mode())
+    }
+}
+
+/// The algorithm for a setting, and the words EXPLAIN gives for the choice. `auto` takes NPJ
+/// until the cost model chooses among the algorithms; `phj` and `smj` take GFTR, which seed
+/// 002 recommends for wide joins with a match ratio of 25% or more.
+fn choose_algorithm(setting: JoinAlgorithmSetting, ordered: bool) -> (JoinAlgorithm, String) {
+    if ordered {
+        return (JoinAlgorithm::Npj, "npj keeps the probe order the plan relies on".into());
+    }
+    match setting {
+        JoinAlgorithmSetting::Auto => (JoinAlgorithm::Npj, "gpu.join_algorithm=auto".into()),
+        JoinAlgorithmSetting::Phj => (JoinAlgorithm::PhjGftr, "gpu.join_algorithm=phj".into()),
+        JoinAlgorithmSetting::Smj => (JoinAlgorithm::SmjGftr, "gpu.join_algorithm=smj".into()),
+        JoinAlgorithmSetting::Fixed(a) => (a, format!("gpu.join_algorithm={a}")),
+    }
+}
+
+impl DisplayAs for GpuHashJoinExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let Ok(hj) = self.hash_join() else { return write!(f, "GpuHashJoinExec") };
+        let on = hj.on().iter().map(|(l, r)| format!("({l}, {r})")).collect::<Vec<_>>().join(", ");
+        let spec = &self.layout.spec;
+        match t {
+            DisplayFormatType::TreeRender => {
+                writeln!(f, "join_type={}", hj.join_type())?;
+                writeln!(f, "on={on}")?;
+                write!(f, "algorithm={}", spec.algorithm)
+            }
+            _ => write!(
+                f,
+                "GpuHashJoinExec: mode={:?}, join_type={}, on=[{on}], algorithm={} ({}), key={:?}",
+                hj.partition_mode(),
+                hj.join_type(),
+                spec.algorithm,
+                self.layout.choice,
+                spec.keys.encoding,
+            ),
+        }
+    }
+}
+
+impl ExecutionPlan for GpuHashJoinExec {
+    fn name(&self) -> &str {
+        "GpuHashJoinExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.join.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.join.children()
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        self.join.apply_expressions(f)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        // Only the order-preserving NPJ keeps the probe order; the other algorithms reorder.
+        if self.layout.spec.ordered { self.join.maintains_input_order() } else { vec![false, false] }
+    }
+
+    fn input_distribution_requirements(&self) -> InputDistributionRequirements {
+        self.join.input_distribution_requirements()
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        let join = Arc::clone(&self.join).replace_children(children, recompute)?;
+        let layout = Arc::clone(&self.layout);
+        Ok(Arc::new(GpuHashJoinExec {
+            join,
+            layout,
+            shared: Arc::new(Shared::default()),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuHashJoinExec {
+            join: Arc::clone(&self.join),
+            layout: Arc::clone(&self.layout),
+            shared: Arc::new(Shared::default()),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        Ok(download_stream(self.schema(), self.execute_device(partition, context)?))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        self.join.child_stats_requests(partition)
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        self.join.statistics_from_inputs(input_stats, args)
+    }
+}
+
+/// Per-partition metrics.
+#[derive(Clone)]
+struct Metrics {
+    build_time: Time,
+    upload_time: Time,
+    keys_time: Time,
+    transform_time: Time,
+    match_time: Time,
+    materialize_time: Time,
+    output_rows: datafusion::physical_plan::metrics::Count,
+    output_batches: datafusion::physical_plan::metrics::Count,
+    probe_rows: datafusion::physical_plan::metrics::Count,
+}
+
+impl Metrics {
+    fn new(set: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let b = || MetricBuilder::new(set);
+        Metrics {
+            build_time: b().subset_time("build_time", partition),
+            upload_time: b().subset_time("upload_time", partition),
+            keys_time: b().subset_time("keys_time", partition),
+            transform_time: b().subset_time("transform_time", partition),
+            match_time: b().subset_time("match_time", partition),
+            materialize_time: b().subset_time("materialize_time", partition),
+            output_rows: b().output_rows(partition),
+            output_batches: b().counter("output_batches", partition),
+            probe_rows: b().counter("probe_rows", partition),
+        }
+    }
+
+    fn add_phases(&self, t: &PhaseTimes) {
+        self.keys_time.add_duration(t.keys);
+        self.transform_time.add_duration(t.transform);
+        self.match_time.add_duration(t.matching);
+        self.materialize_time.add_duration(t.materialize);
+    }
+}
+
+/// Reads every listed partition of `plan`, keeping the columns `cols`, into one batch.
+async fn collect(
+    plan: &Arc<dyn ExecutionPlan>,
+    partitions: std::ops::Range<usize>,
+    cols: &[usize],
+    schema: &SchemaRef,
+    context: &Arc<TaskContext>,
+) -> Result<RecordBatch> {
+    let mut batches = Vec::new();
+    for p in partitions {
+        let mut s = plan.execute(p, Arc::clone(context))?;
+        while let Some(b) = s.next().await {
+            batches.push(b?.project(cols)?);
+        }
+    }
+    Ok(concat_batches(schema, &batches)?)
+}
+
+async fn build_side(
+    gpu: Arc<Gpu>,
+    layout: Arc<Layout>,
+    left: Arc<dyn ExecutionPlan>,
+    partitions: std::ops::Range<usize>,
+    context: Arc<TaskContext>,
+    metrics: Metrics,
+) -> Result<Arc<JoinBuild>> {
+    let host = collect(&left, partitions, &layout.build_cols, &layout.build_schema, &context).await?;
+    let spec = Arc::clone(&layout.spec);
+    blocking(move || {
+        let _t = metrics.build_time.timer();
+        let stream = gpu.stream();
+        let dev = {
+            let _u = metrics.upload_time.timer();
+            DeviceBatch::upload(&gpu, &stream, &host)?
+        };
+        let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
+        metrics.add_phases(&build.times);
+        Ok(Arc::new(build))
+    })
+    .await
+}
+
+/// A stream fed by a spawned task, which is aborted if the stream is dropped.
+struct TaskStream {
+    rx: mpsc::Receiver<Result<DeviceBatch>>,
+    _task: SpawnedTask<()>,
+}
+
+impl Stream for TaskStream {
+    type Item = Result<DeviceBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_next_unpin(cx)
+    }
+}
+
+impl GpuExec for GpuHashJoinExec {
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_config(&cfg)?;
+        let hj = self.hash_join()?;
+        let mode = self.mode()?;
+        let (left, right) = (Arc::clone(hj.left()), Arc::clone(hj.right()));
+        let probe_partitions = right.output_partitioning().partition_count();
+        let build_partitions = match mode {
+            PartitionMode::CollectLeft => 0..left.output_partitioning().partition_count(),
+            PartitionMode::Partitioned => partition..partition + 1,
+            PartitionMode::Auto => {
+                return Err(DataFusionError::Internal(
+                    "a GPU hash join in mode Auto: the mode must be resolved".into(),
+                ));
+            }
+        };
+        let metrics = Metrics::new(&self.metrics, partition);
+        let layout = Arc::clone(&self.layout);
+        let shared = Arc::clone(&self.shared);
+        let chunk_rows = cfg.batch_rows.max(1);
+        let probe = right.execute(partition, Arc::clone(&context))?;
+        let (mut tx, rx) = mpsc::channel::<Result<DeviceBatch>>(2);
+        let task = SpawnedTask::spawn(async move {
+            let result = async {
+                let build = if mode == PartitionMode::CollectLeft {
+                    let init = || {
+                        shared.remaining.store(probe_partitions, Ordering::SeqCst);
+                        build_side(
+                            Arc::clone(&gpu),
+                            Arc::clone(&layout),
+                            left,
+                            build_partitions,
+                            Arc::clone(&context),
+                            metrics.clone(),
+                        )
+                    };
+                    Arc::clone(shared.build.get_or_try_init(init).await?)
+                } else {
+                    build_side(
+                        Arc::clone(&gpu),
+                        Arc::clone(&layout),
+                        left,
+                        build_partitions,
+                        Arc::clone(&context),
+                        metrics.clone(),
+                    )
+                    .await?
+                };
+                let mut probe = probe;
+                let mut pending: Vec<RecordBatch> = Vec::new();
+                let mut pending_rows = 0usize;
+                loop {
+                    let next = probe.next().await.transpose()?;
+                    let done = next.is_none();
+                    if let Some(b) = next {
+                        let b = b.project(&layout.probe_cols)?;
+                        pending_rows += b.num_rows();
+                        pending.push(b);
+                    }
+                    if pending_rows > 0 && (pending_rows >= chunk_rows || done) {
+                        let host = concat_batches(&layout.probe_schema, &pending)?;
+                        pending.clear();
+                        pending_rows = 0;
+                        let (gpu, build, m) = (Arc::clone(&gpu), Arc::clone(&build), metrics.clone());
+                        let outputs = blocking(move || {
+                            let stream = gpu.stream();
+                            let dev = {
+                                let _u = m.upload_time.timer();
+                                DeviceBatch::upload(&gpu, &stream, &host)?
+                            };
+                            m.probe_rows.add(dev.num_rows());
+                            let mut times = PhaseTimes::default();
+                            let out = build.probe(&stream, &dev, &mut times)?;
+                            m.add_phases(&times);
+                            Ok(out)
+                        })
+                        .await?;
+                        for o in outputs {
+                            metrics.output_rows.add(o.num_rows());
+                            metrics.output_batches.add(1);
+                            tx.send(Ok(o))
+                                .await
+                                .map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
+                        }
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                let last = match mode {
+                    PartitionMode::CollectLeft => shared.remaining.fetch_sub(1, Ordering::SeqCst) == 1,
+                    _ => true,
+                };
+                if last && build.spec().emits_build_rows() {
+                    let (gpu, build2, m) = (Arc::clone(&gpu), Arc::clone(&build), metrics.clone());
+                    let outputs = blocking(move || {
+                        let mut times = PhaseTimes::default();
+                        let out = build2.finish(&gpu.stream(), &mut times)?;
+                        m.add_phases(&times);
+                        Ok(out)
+                    })
+                    .await?;
+                    for o in outputs {
+                        metrics.output_rows.add(o.num_rows());
+                        metrics.output_batches.add(1);
+                        tx.send(Ok(o))
+                            .await
+                            .map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
+                    }
+                }
+                Ok::<(), DataFusionError>(())
+            }
+            .await;
+            if let Err(e) = result {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        Ok(Box::pin(TaskStream { rx, _task: task }))
+    }
+}

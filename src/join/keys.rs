@@ -1,0 +1,326 @@
+//! Join keys on the device: the key columns of each row folded into one key word
+//! (kernels/keys.cu), and the confirmation of candidate pairs when the word is a hash.
+//!
+//! - Narrow keys: the key columns' bits (with a null bit per column when NULL equals NULL) fit
+//!   in 32 or 64 bits; they are packed and mixed bijectively, so equal words are equal keys.
+//! - Wide keys (strings, Decimal128, more than 64 bits): the word is a 64-bit hash, and every
+//!   candidate pair is confirmed column by column ([`verify_pairs`]).
+//!
+//! With NULL equals nothing, rows with a NULL in any key column take no part in matching: the
+//! [`KeySide`] lists only the rows that do.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use datafusion::arrow::datatypes::DataType;
+
+use super::materialize::decode_dictionary;
+use crate::columns::DeviceColumn;
+use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
+use crate::error::{Result, gpu_error};
+use crate::primitives::radix::KeyWidth;
+use crate::primitives::select::select_where;
+
+/// How a key column's values are read on the device (after decoding dictionaries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyColumnKind {
+    /// Fixed-width values of 1, 2, 4, 8 or 16 bytes.
+    Fixed(usize),
+    Bool,
+    /// Strings or binary with i32 offsets.
+    Str32,
+    /// Strings or binary with i64 offsets (LargeUtf8, and Utf8View as stored on the device).
+    Str64,
+}
+
+impl KeyColumnKind {
+    /// The kind of a key column of type `dt`, or why it cannot be a key.
+    pub fn of(dt: &DataType) -> std::result::Result<KeyColumnKind, String> {
+        use DataType::*;
+        Ok(match dt {
+            Boolean => KeyColumnKind::Bool,
+            Utf8 | Binary => KeyColumnKind::Str32,
+            LargeUtf8 | LargeBinary | Utf8View | BinaryView => KeyColumnKind::Str64,
+            Dictionary(_, v) => KeyColumnKind::of(v)?,
+            Int8
+            | Int16
+            | Int32
+            | Int64
+            | UInt8
+            | UInt16
+            | UInt32
+            | UInt64
+            | Date32
+            | Date64
+            | Timestamp(_, _)
+            | Decimal128(_, _)
+            | Time32(_)
+            | Time64(_)
+            | Duration(_) => {
+                KeyColumnKind::Fixed(dt.primitive_width().ok_or_else(|| format!("{dt} has no fixed width"))?)
+            }
+            other => return Err(format!("{other} is not a GPU key type")),
+        })
+    }
+
+    /// Bits of a narrow packing, or `None` if the column makes the key wide.
+    fn narrow_bits(self) -> Option<u32> {
+        match self {
+            KeyColumnKind::Fixed(w) if w <= 8 => Some(8 * w as u32),
+            KeyColumnKind::Bool => Some(1),
+            _ => None,
+        }
+    }
+}
+
+/// The key word of a join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyEncoding {
+    /// Packed into 32 bits, mixed bijectively: equal words are equal keys.
+    Narrow32,
+    /// Packed into 64 bits, mixed bijectively.
+    Narrow64,
+    /// A 64-bit hash; candidates are confirmed against the key columns.
+    Wide,
+}
+
+impl KeyEncoding {
+    pub fn width(self) -> KeyWidth {
+        match self {
+            KeyEncoding::Narrow32 => KeyWidth::U32,
+            _ => KeyWidth::U64,
+        }
+    }
+}
+
+/// How a join's keys are folded into words: the same for both sides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPlan {
+    pub columns: Vec<KeyColumnKind>,
+    pub nulls_equal: bool,
+    pub encoding: KeyEncoding,
+}
+
+impl KeyPlan {
+    /// The plan for key columns of types `types` (both sides must have these types).
+    pub fn new(types: &[DataType], nulls_equal: bool) -> std::result::Result<KeyPlan, String> {
+        if types.is_empty() {
+            return Err("a join needs at least one key column".into());
+        }
+        let columns = types.iter().map(KeyColumnKind::of).collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut bits = 0u32;
+        let mut narrow = true;
+        for c in &columns {
+            match c.narrow_bits() {
+                Some(b) => bits += b + u32::from(nulls_equal),
+                None => narrow = false,
+            }
+        }
+        let encoding = match (narrow, bits) {
+            (true, b) if b <= 32 => KeyEncoding::Narrow32,
+            (true, b) if b <= 64 => KeyEncoding::Narrow64,
+            _ => KeyEncoding::Wide,
+        };
+        Ok(KeyPlan { columns, nulls_equal, encoding })
+    }
+}
+
+/// One side's keys, ready for matching.
+#[derive(Debug)]
+pub struct KeySide {
+    /// One key word per item (u32 or u64 by the plan's encoding).
+    pub keys: DeviceBuffer,
+    /// Items: the rows that take part in matching.
+    pub items: u64,
+    /// Rows of the side (taking part or not).
+    pub rows: u64,
+    /// Row of each item; `None` when every row takes part (item i is row i).
+    pub item_rows: Option<DeviceBuffer>,
+    /// Per row, 1 if it takes part; `None` when all do.
+    pub takes_part: Option<DeviceBuffer>,
+    /// The key columns as compared by [`verify_pairs`] (dictionaries decoded).
+    pub columns: Vec<Arc<DeviceColumn>>,
+}
+
+const NULLS_DROP: u32 = 1;
+const NULLS_VALUE: u32 = 2;
+
+fn narrow_kernel(kind: KeyColumnKind) -> Result<&'static str> {
+    Ok(match kind {
+        KeyColumnKind::Fixed(1) => "key_pack_w1",
+        KeyColumnKind::Fixed(2) => "key_pack_w2",
+        KeyColumnKind::Fixed(4) => "key_pack_w4",
+        KeyColumnKind::Fixed(8) => "key_pack_w8",
+        KeyColumnKind::Bool => "key_pack_bool",
+        other => return Err(gpu_error(format!("no narrow packing for key kind {other:?}"))),
+    })
+}
+
+fn hash_kernel(kind: KeyColumnKind) -> Result<&'static str> {
+    Ok(match kind {
+        KeyColumnKind::Fixed(1) => "key_hash_w1",
+        KeyColumnKind::Fixed(2) => "key_hash_w2",
+        KeyColumnKind::Fixed(4) => "key_hash_w4",
+        KeyColumnKind::Fixed(8) => "key_hash_w8",
+        KeyColumnKind::Fixed(16) => "key_hash_w16",
+        KeyColumnKind::Bool => "key_hash_bool",
+        KeyColumnKind::Str32 => "key_hash_str32",
+        KeyColumnKind::Str64 => "key_hash_str64",
+        other => return Err(gpu_error(format!("no hash for key kind {other:?}"))),
+    })
+}
+
+fn buffer(col: &DeviceColumn, i: usize) -> Result<&DeviceBuffer> {
+    col.buffers.get(i).ok_or_else(|| gpu_error(format!("a {} key column lacks buffer {i}", col.data_type)))
+}
+
+/// Folds the key columns `cols` (of `rows` rows each, in the plan's order) into key words.
+pub fn prepare_keys(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    plan: &KeyPlan,
+    cols: &[Arc<DeviceColumn>],
+    rows: u64,
+) -> Result<KeySide> {
+    if cols.len() != plan.columns.len() {
+        return Err(gpu_error(format!("{} key columns for a key plan of {}", cols.len(), plan.columns.len())));
+    }
+    // Dictionaries become their values, so both sides compare values.
+    let mut columns = Vec::with_capacity(cols.len());
+    for c in cols {
+        if c.len as u64 != rows {
+            return Err(gpu_error(format!("a key column of {} rows in a batch of {rows}", c.len)));
+        }
+        columns.push(match c.data_type {
+            DataType::Dictionary(..) => Arc::new(decode_dictionary(gpu, stream, c)?),
+            _ => Arc::clone(c),
+        });
+    }
+    let acc = gpu.alloc(stream, rows as usize * 8, "join key hashes")?;
+    let ok = gpu.alloc(stream, rows as usize, "join key null flags")?;
+    let null_mode = if plan.nulls_equal { NULLS_VALUE } else { NULLS_DROP };
+    let mut some_dropped = false;
+    for (i, (kind, col)) in plan.columns.iter().zip(&columns).enumerate() {
+        let validity = opt_ptr(col.validity.as_ref(), stream);
+        some_dropped |= !plan.nulls_equal && col.null_count > 0;
+        let first = KArg::U32(u32::from(i == 0));
+        let common = [KArg::U64(rows), KArg::U32(null_mode), first, ptr(&acc, stream), ptr(&ok, stream)];
+        match plan.encoding {
+            KeyEncoding::Narrow32 | KeyEncoding::Narrow64 => {
+                let bits = kind.narrow_bits().ok_or_else(|| gpu_error("wide key column in a narrow plan"))?;
+                // key_pack_X(values, validity, n, bits, null_mode, first, acc, ok)
+                let args = [
+                    ptr(buffer(col, 0)?, stream),
+                    validity,
+                    KArg::U64(rows),
+                    KArg::U32(bits),
+                    KArg::U32(null_mode),
+                    first,
+                    ptr(&acc, stream),
+                    ptr(&ok, stream),
+                ];
+                gpu.launch_n(stream, "keys", narrow_kernel(*kind)?, rows, &args)?;
+            }
+            KeyEncoding::Wide => {
+                let mut args = Vec::with_capacity(8);
+                match kind {
+                    // key_hash_strXX(offsets, bytes, validity, n, null_mode, first, acc, ok)
+                    KeyColumnKind::Str32 | KeyColumnKind::Str64 => {
+                        args.push(ptr(buffer(col, 0)?, stream));
+                        args.push(ptr(buffer(col, 1)?, stream));
+                    }
+                    // key_hash_X(values, validity, n, null_mode, first, acc, ok)
+                    _ => args.push(ptr(buffer(col, 0)?, stream)),
+                }
+                args.push(validity);
+                args.extend_from_slice(&common);
+                gpu.launch_n(stream, "keys", hash_kernel(*kind)?, rows, &args)?;
+            }
+        }
+    }
+    let width = plan.encoding.width();
+    let keys = gpu.alloc(stream, rows as usize * width.bytes(), "join keys")?;
+    match plan.encoding {
+        // key_finish_u32(const u64* acc, u64 n, u32* keys)
+        KeyEncoding::Narrow32 => gpu.launch_n(
+            stream,
+            "keys",
+            "key_finish_u32",
+            rows,
+            &[ptr(&acc, stream), KArg::U64(rows), ptr(&keys, stream)],
+        )?,
+        // key_finish_u64(const u64* acc, u64 n, u32 mix, u64* keys)
+        _ => gpu.launch_n(
+            stream,
+            "keys",
+            "key_finish_u64",
+            rows,
+            &[
+                ptr(&acc, stream),
+                KArg::U64(rows),
+                KArg::U32(u32::from(plan.encoding != KeyEncoding::Wide)),
+                ptr(&keys, stream),
+            ],
+        )?,
+    }
+    drop(acc);
+    if !some_dropped {
+        return Ok(KeySide { keys, items: rows, rows, item_rows: None, takes_part: None, columns });
+    }
+    let (item_rows, items) = select_where(gpu, stream, &ok, rows, 1)?;
+    let item_keys = crate::primitives::gather(gpu, stream, &keys, &item_rows, items as u64, width.bytes())?;
+    Ok(KeySide {
+        keys: item_keys,
+        items: items as u64,
+        rows,
+        item_rows: Some(item_rows),
+        takes_part: Some(ok),
+        columns,
+    })
+}
+
+fn verify_kernel(kind: KeyColumnKind) -> Result<&'static str> {
+    Ok(match kind {
+        KeyColumnKind::Fixed(1) => "verify_w1",
+        KeyColumnKind::Fixed(2) => "verify_w2",
+        KeyColumnKind::Fixed(4) => "verify_w4",
+        KeyColumnKind::Fixed(8) => "verify_w8",
+        KeyColumnKind::Fixed(16) => "verify_w16",
+        KeyColumnKind::Bool => "verify_bool",
+        KeyColumnKind::Str32 => "verify_str32",
+        KeyColumnKind::Str64 => "verify_str64",
+        other => return Err(gpu_error(format!("no comparison for key kind {other:?}"))),
+    })
+}
+
+/// Byte flags, 1 where build row `rows_b[k]` and probe row `rows_p[k]` have equal keys.
+#[allow(clippy::too_many_arguments)]
+pub fn verify_pairs(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    plan: &KeyPlan,
+    build: &KeySide,
+    probe: &KeySide,
+    rows_b: &DeviceBuffer,
+    rows_p: &DeviceBuffer,
+    n: u64,
+) -> Result<DeviceBuffer> {
+    let eq = gpu.alloc_filled(stream, n as usize, 1, "join key comparisons")?;
+    for ((kind, b), p) in plan.columns.iter().zip(&build.columns).zip(&probe.columns) {
+        let mut args = Vec::with_capacity(10);
+        for col in [b, p] {
+            match kind {
+                KeyColumnKind::Str32 | KeyColumnKind::Str64 => {
+                    args.push(ptr(buffer(col, 0)?, stream));
+                    args.push(ptr(buffer(col, 1)?, stream));
+                }
+                _ => args.push(ptr(buffer(col, 0)?, stream)),
+            }
+            args.push(opt_ptr(col.validity.as_ref(), stream));
+        }
+        args.extend([ptr(rows_b, stream), ptr(rows_p, stream), KArg::U64(n), ptr(&eq, stream)]);
+        // verify_X(b values.., b validity, p values.., p validity, rb, rp, n, eq)
+        gpu.launch_n(stream, "verify", verify_kernel(*kind)?, n, &args)?;
+    }
+    Ok(eq)
+}

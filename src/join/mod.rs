@@ -1,0 +1,841 @@
+//! GPU equi-joins over device batches: the algorithms of seed 002 (NPJ, PHJ and SMJ, the last
+//! two with GFUR or GFTR materialisation) behind one driver that gives DataFusion's semantics for
+//! every join type. No DataFusion plan types here: `exec::join` adapts this to `HashJoinExec`.
+//!
+//! One build batch is prepared once ([`JoinBuild::new`]); probe chunks are joined against it
+//! ([`JoinBuild::probe`]), and the build rows that only the end of the probe decides (outer,
+//! semi, anti and mark joins on the build side) come from [`JoinBuild::finish`].
+//!
+//! Per probe chunk: keys ([`keys`]), transformation (sort or partition, for SMJ and PHJ), match
+//! counts per probe item, an exclusive scan of them, then pairs written window by window, each
+//! window holding whole probe items and about `batch_rows` pairs, so that no allocation holds a
+//! large many-to-many result at once. Wide keys are confirmed per pair, matched flags are set,
+//! and output columns are gathered (GFUR at row ids, GFTR at transformed positions).
+
+pub mod keys;
+pub mod materialize;
+pub mod npj;
+pub mod phj;
+pub mod smj;
+pub mod transform;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::CudaStream;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::JoinType;
+use datafusion::error::DataFusionError;
+
+use crate::columns::{DeviceBatch, DeviceColumn};
+use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
+use crate::error::{CudaResultExt, Result, gpu_error};
+use crate::primitives::scan::{ScanKind, exclusive_scan};
+use crate::primitives::select::{compose, flags_to_bitmap, gather_pairs, select_where, set_flags};
+use keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, verify_pairs};
+use materialize::{GatherSpec, can_transform, gather_columns, null_column};
+use npj::NpjBuild;
+use transform::{Transformed, transform, transform_payloads};
+
+/// A GPU join algorithm with its materialisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JoinAlgorithm {
+    /// Non-partitioned hash join: one global table; probe side in order.
+    Npj,
+    /// Radix-partitioned hash join, gathering at row ids.
+    PhjGfur,
+    /// Radix-partitioned hash join, payloads partitioned with the keys.
+    PhjGftr,
+    /// Sort-merge join, gathering at row ids.
+    SmjGfur,
+    /// Sort-merge join, payloads sorted with the keys.
+    SmjGftr,
+}
+
+impl JoinAlgorithm {
+    pub const ALL: [JoinAlgorithm; 5] = [
+        JoinAlgorithm::Npj,
+        JoinAlgorithm::PhjGfur,
+        JoinAlgorithm::PhjGftr,
+        JoinAlgorithm::SmjGfur,
+        JoinAlgorithm::SmjGftr,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinAlgorithm::Npj => "npj",
+            JoinAlgorithm::PhjGfur => "phj_gfur",
+            JoinAlgorithm::PhjGftr => "phj_gftr",
+            JoinAlgorithm::SmjGfur => "smj_gfur",
+            JoinAlgorithm::SmjGftr => "smj_gftr",
+        }
+    }
+
+    /// Whether payloads are transformed with the keys.
+    pub fn gftr(self) -> bool {
+        matches!(self, JoinAlgorithm::PhjGftr | JoinAlgorithm::SmjGftr)
+    }
+}
+
+impl fmt::Display for JoinAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The `gpu.join_algorithm` option: an algorithm, a family whose materialisation is chosen, or
+/// `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JoinAlgorithmSetting {
+    #[default]
+    Auto,
+    Phj,
+    Smj,
+    Fixed(JoinAlgorithm),
+}
+
+impl JoinAlgorithmSetting {
+    pub const NAMES: &'static str = "auto, npj, phj, smj, phj_gfur, phj_gftr, smj_gfur, smj_gftr";
+}
+
+impl FromStr for JoinAlgorithmSetting {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
+        let t = s.trim().to_ascii_lowercase();
+        Ok(match t.as_str() {
+            "auto" | "" => JoinAlgorithmSetting::Auto,
+            "phj" => JoinAlgorithmSetting::Phj,
+            "smj" => JoinAlgorithmSetting::Smj,
+            other => match JoinAlgorithm::ALL.iter().find(|a| a.name() == other) {
+                Some(a) => JoinAlgorithmSetting::Fixed(*a),
+                None => {
+                    return Err(DataFusionError::Configuration(format!(
+                        "unknown gpu.join_algorithm '{s}'; choose one of {}",
+                        Self::NAMES
+                    )));
+                }
+            },
+        })
+    }
+}
+
+impl fmt::Display for JoinAlgorithmSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinAlgorithmSetting::Auto => f.write_str("auto"),
+            JoinAlgorithmSetting::Phj => f.write_str("phj"),
+            JoinAlgorithmSetting::Smj => f.write_str("smj"),
+            JoinAlgorithmSetting::Fixed(a) => f.write_str(a.name()),
+        }
+    }
+}
+
+/// Where an output column comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputColumn {
+    /// Column `i` of the build batch.
+    Build(usize),
+    /// Column `i` of the probe batch.
+    Probe(usize),
+    /// The mark of a mark join (non-null Boolean: the row has a match).
+    Mark,
+}
+
+/// What to join and how: DataFusion's join semantics in device terms.
+#[derive(Debug, Clone)]
+pub struct JoinSpec {
+    pub join_type: JoinType,
+    pub keys: KeyPlan,
+    /// Key columns in the build and probe batches, pairwise.
+    pub build_keys: Vec<usize>,
+    pub probe_keys: Vec<usize>,
+    /// The output batch's columns, in order, and its schema.
+    pub output: Vec<OutputColumn>,
+    pub schema: SchemaRef,
+    pub algorithm: JoinAlgorithm,
+    /// Pairs come out in probe order, each probe row's matches in build order (the order
+    /// DataFusion's hash join keeps when a plan relies on it). NPJ only.
+    pub ordered: bool,
+    /// NOT IN semantics of a null-aware anti join (LeftAnti, one key column).
+    pub null_aware: bool,
+    /// Pairs per output window.
+    pub batch_rows: u64,
+}
+
+impl JoinSpec {
+    fn outputs_pairs(&self) -> bool {
+        matches!(self.join_type, JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full)
+    }
+
+    fn needs_build_flags(&self) -> bool {
+        matches!(
+            self.join_type,
+            JoinType::Left | JoinType::Full | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark
+        )
+    }
+
+    fn needs_probe_flags(&self) -> bool {
+        matches!(
+            self.join_type,
+            JoinType::Right | JoinType::Full | JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark
+        )
+    }
+
+    /// Whether [`JoinBuild::finish`] emits rows for this join type.
+    pub fn emits_build_rows(&self) -> bool {
+        self.needs_build_flags()
+    }
+}
+
+/// Time spent in each phase, for metrics and benchmarks. Each phase ends with a stream
+/// synchronisation, so the times are the device's.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PhaseTimes {
+    /// Folding key columns into key words.
+    pub keys: Duration,
+    /// Sorting or partitioning keys with row ids (SMJ, PHJ), or building the table (NPJ).
+    pub transform: Duration,
+    /// Finding matches: counts, scan and writing pairs.
+    pub matching: Duration,
+    /// Confirming wide keys, flags, GFTR payload transforms and gathering output columns.
+    pub materialize: Duration,
+}
+
+impl PhaseTimes {
+    pub fn add(&mut self, o: &PhaseTimes) {
+        self.keys += o.keys;
+        self.transform += o.transform;
+        self.matching += o.matching;
+        self.materialize += o.materialize;
+    }
+
+    pub fn total(&self) -> Duration {
+        self.keys + self.transform + self.matching + self.materialize
+    }
+}
+
+/// Times a phase: the work it issued on `stream` is included.
+fn phase<T>(stream: &Arc<CudaStream>, slot: &mut Duration, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let t = Instant::now();
+    let out = f()?;
+    stream.synchronize().gpu("waiting for a join phase")?;
+    *slot += t.elapsed();
+    Ok(out)
+}
+
+/// The build side in the chosen algorithm's form.
+#[derive(Debug)]
+enum Index {
+    Npj(NpjBuild),
+    Sorted(Transformed),
+    Partitioned { side: Transformed, bits: u32, offsets: Vec<u32> },
+}
+
+/// A prepared build side.
+#[derive(Debug)]
+pub struct JoinBuild {
+    spec: Arc<JoinSpec>,
+    gpu: Arc<Gpu>,
+    batch: DeviceBatch,
+    keys: KeySide,
+    index: Index,
+    /// Per build row, 1 once matched (join types decided at the end of the probe).
+    matched: Option<DeviceBuffer>,
+    probe_has_null: AtomicBool,
+    probe_nonempty: AtomicBool,
+    /// Time spent building.
+    pub times: PhaseTimes,
+}
+
+/// Pairs of one output window: positions in each side's transformed order, and row ids when
+/// the side's positions are not rows already.
+struct Pairs {
+    pos_b: DeviceBuffer,
+    pos_p: DeviceBuffer,
+    rows_b: Option<DeviceBuffer>,
+    rows_p: Option<DeviceBuffer>,
+    n: u64,
+}
+
+fn rows_of<'a>(
+    pos: &'a DeviceBuffer,
+    rows: &'a Option<DeviceBuffer>,
+    perm: Option<&DeviceBuffer>,
+) -> Result<&'a DeviceBuffer> {
+    match (rows, perm) {
+        (Some(r), _) => Ok(r),
+        (None, None) => Ok(pos),
+        (None, Some(_)) => Err(gpu_error("join pairs need row ids that were not computed")),
+    }
+}
+
+/// Where an emitted batch's rows come from, per side.
+enum Source<'a> {
+    /// The side's rows at these row ids.
+    Rows(&'a DeviceBuffer),
+    /// NULLs (the missing side of an outer join).
+    Nulls,
+    /// Every row of the side's batch, in order (shared, not copied).
+    All,
+}
+
+/// The GFTR candidates among a side's output columns: non-null 4- or 8-byte columns.
+fn gftr_columns<'a>(spec: &JoinSpec, batch: &'a DeviceBatch, build: bool) -> Vec<(usize, &'a DeviceColumn)> {
+    if !spec.algorithm.gftr() || !spec.outputs_pairs() {
+        return Vec::new();
+    }
+    let mut out: Vec<(usize, &DeviceColumn)> = Vec::new();
+    for o in &spec.output {
+        let i = match (o, build) {
+            (OutputColumn::Build(i), true) | (OutputColumn::Probe(i), false) => *i,
+            _ => continue,
+        };
+        let col = batch.columns()[i].as_ref();
+        if can_transform(&col.data_type) && col.validity.is_none() && !out.iter().any(|(j, _)| *j == i) {
+            out.push((i, col));
+        }
+    }
+    out
+}
+
+fn key_columns(batch: &DeviceBatch, idx: &[usize]) -> Result<Vec<Arc<DeviceColumn>>> {
+    idx.iter()
+        .map(|i| {
+            batch.columns().get(*i).cloned().ok_or_else(|| gpu_error(format!("join key column {i} is out of range")))
+        })
+        .collect()
+}
+
+impl JoinBuild {
+    /// Prepares the build batch on `stream` and waits for it, so that any stream may probe.
+    pub fn new(gpu: Arc<Gpu>, stream: &Arc<CudaStream>, spec: Arc<JoinSpec>, batch: DeviceBatch) -> Result<Self> {
+        if spec.ordered && spec.algorithm != JoinAlgorithm::Npj {
+            return Err(gpu_error("an order-preserving join must use npj"));
+        }
+        let mut times = PhaseTimes::default();
+        let rows = batch.num_rows() as u64;
+        let cols = key_columns(&batch, &spec.build_keys)?;
+        let keys = phase(stream, &mut times.keys, || prepare_keys(&gpu, stream, &spec.keys, &cols, rows))?;
+        let width = spec.keys.encoding.width();
+        let index = match spec.algorithm {
+            JoinAlgorithm::Npj => Index::Npj(phase(stream, &mut times.transform, || {
+                NpjBuild::build(&gpu, stream, &keys, width, spec.ordered)
+            })?),
+            JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
+                let mut t =
+                    phase(stream, &mut times.transform, || transform(&gpu, stream, &keys, width, width.bits()))?;
+                let gftr = gftr_columns(&spec, &batch, true);
+                phase(stream, &mut times.materialize, || {
+                    transform_payloads(&gpu, stream, &mut t, &keys, width, width.bits(), &gftr)
+                })?;
+                Index::Sorted(t)
+            }
+            JoinAlgorithm::PhjGfur | JoinAlgorithm::PhjGftr => {
+                let bits = phj::partition_bits(keys.items);
+                let (mut t, offsets) = phase(stream, &mut times.transform, || {
+                    let t = transform(&gpu, stream, &keys, width, bits)?;
+                    let offsets = phj::offsets(&gpu, stream, &t, bits, width)?;
+                    Ok((t, offsets))
+                })?;
+                let gftr = gftr_columns(&spec, &batch, true);
+                phase(stream, &mut times.materialize, || {
+                    transform_payloads(&gpu, stream, &mut t, &keys, width, bits, &gftr)
+                })?;
+                Index::Partitioned { side: t, bits, offsets }
+            }
+        };
+        let matched = if spec.needs_build_flags() {
+            Some(gpu.alloc_filled(stream, rows as usize, 0, "matched build rows")?)
+        } else {
+            None
+        };
+        stream.synchronize().gpu("waiting for the join's build")?;
+        Ok(JoinBuild {
+            spec,
+            gpu,
+            batch,
+            keys,
+            index,
+            matched,
+            probe_has_null: AtomicBool::new(false),
+            probe_nonempty: AtomicBool::new(false),
+            times,
+        })
+    }
+
+    pub fn spec(&self) -> &Arc<JoinSpec> {
+        &self.spec
+    }
+
+    /// Build rows.
+    pub fn rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    /// Distinct build keys, when the algorithm knows them (NPJ).
+    pub fn distinct_keys(&self) -> Option<u64> {
+        match &self.index {
+            Index::Npj(t) => Some(t.distinct),
+            _ => None,
+        }
+    }
+
+    fn build_perm(&self) -> Option<&DeviceBuffer> {
+        match &self.index {
+            Index::Npj(t) => t.csr_rows.as_ref(),
+            Index::Sorted(t) | Index::Partitioned { side: t, .. } => Some(&t.perm),
+        }
+    }
+
+    fn build_transformed(&self, i: usize) -> Option<&DeviceBuffer> {
+        match &self.index {
+            Index::Npj(_) => None,
+            Index::Sorted(t) | Index::Partitioned { side: t, .. } => t.column(i),
+        }
+    }
+
+    /// Joins one probe chunk; returns its output batches (on `stream`).
+    pub fn probe(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        times: &mut PhaseTimes,
+    ) -> Result<Vec<DeviceBatch>> {
+        let (spec, gpu) = (&*self.spec, &*self.gpu);
+        let rows = chunk.num_rows() as u64;
+        let key_cols = key_columns(chunk, &spec.probe_keys)?;
+        if spec.null_aware {
+            if rows > 0 {
+                self.probe_nonempty.store(true, Ordering::SeqCst);
+            }
+            if key_cols.iter().any(|c| c.null_count > 0) {
+                self.probe_has_null.store(true, Ordering::SeqCst);
+            }
+            if self.probe_has_null.load(Ordering::SeqCst) {
+                return Ok(Vec::new()); // NOT IN against a set holding NULL is never true
+            }
+        }
+        let width = spec.keys.encoding.width();
+        let pkeys = phase(stream, &mut times.keys, || prepare_keys(gpu, stream, &spec.keys, &key_cols, rows))?;
+        let items = pkeys.items;
+
+        // Match counts per probe item, and what writes the pairs.
+        enum Writer {
+            Csr(DeviceBuffer),
+            Phj { units: DeviceBuffer, nunits: u64, cursor: DeviceBuffer, bits: u32 },
+        }
+        let mut probe_t: Option<Transformed> = None;
+        let (counts, writer) = match &self.index {
+            Index::Npj(t) => {
+                let (start, count) = phase(stream, &mut times.matching, || t.probe(gpu, stream, &pkeys))?;
+                (count, Writer::Csr(start))
+            }
+            Index::Sorted(b) => {
+                let p = phase(stream, &mut times.transform, || transform(gpu, stream, &pkeys, width, width.bits()))?;
+                let (start, count) = phase(stream, &mut times.matching, || smj::bounds(gpu, stream, b, &p, width))?;
+                probe_t = Some(p);
+                (count, Writer::Csr(start))
+            }
+            Index::Partitioned { side, bits, offsets } => {
+                let (p, poff) = phase(stream, &mut times.transform, || {
+                    let p = transform(gpu, stream, &pkeys, width, *bits)?;
+                    let poff = phj::offsets(gpu, stream, &p, *bits, width)?;
+                    Ok((p, poff))
+                })?;
+                let (counts, units, nunits, cursor) = phase(stream, &mut times.matching, || {
+                    let units = phj::units(offsets, &poff)?;
+                    let nunits = (units.len() / 4) as u64;
+                    let units = crate::primitives::upload_slice(gpu, stream, &units, "join work units")?;
+                    let counts = phj::count(gpu, stream, side, &p, &units, nunits, *bits, width)?;
+                    let cursor = gpu.alloc_filled(stream, items as usize * 4, 0, "join write cursors")?;
+                    Ok((counts, units, nunits, cursor))
+                })?;
+                probe_t = Some(p);
+                (counts, Writer::Phj { units, nunits, cursor, bits: *bits })
+            }
+        };
+        if let Some(p) = probe_t.as_mut() {
+            let gftr = gftr_columns(spec, chunk, false);
+            let bits = match &self.index {
+                Index::Partitioned { bits, .. } => *bits,
+                _ => width.bits(),
+            };
+            phase(stream, &mut times.materialize, || transform_payloads(gpu, stream, p, &pkeys, width, bits, &gftr))?;
+        }
+        let probe_perm: Option<&DeviceBuffer> = match &probe_t {
+            Some(p) => Some(&p.perm),
+            None => pkeys.item_rows.as_ref(),
+        };
+        let (offsets, total) = phase(stream, &mut times.matching, || {
+            let (offsets, total) = exclusive_scan(gpu, stream, &counts, items, ScanKind::U32ToU64, true)?;
+            let total = total.ok_or_else(|| gpu_error("scan returned no total"))?;
+            Ok((offsets, gpu.read::<u64>(stream, &total, 0, 1)?[0]))
+        })?;
+        let windows = self.windows(stream, &offsets, items, total)?;
+
+        let probe_flags = if spec.needs_probe_flags() {
+            Some(gpu.alloc_filled(stream, rows as usize, 0, "matched probe rows")?)
+        } else {
+            None
+        };
+        let wide = spec.keys.encoding == KeyEncoding::Wide;
+        let build_perm = self.build_perm();
+        let need_rows_b = wide
+            || self.matched.is_some()
+            || spec.outputs_pairs()
+                && spec
+                    .output
+                    .iter()
+                    .any(|o| matches!(o, OutputColumn::Build(i) if self.build_transformed(*i).is_none()));
+        let need_rows_p = wide
+            || probe_flags.is_some()
+            || spec.outputs_pairs()
+                && spec.output.iter().any(
+                    |o| matches!(o, OutputColumn::Probe(i) if probe_t.as_ref().and_then(|p| p.column(*i)).is_none()),
+                );
+        let mut out = Vec::new();
+        for (j0, j1, o0, o1) in windows {
+            let n = o1 - o0;
+            let (pos_b, pos_p) = phase(stream, &mut times.matching, || match &writer {
+                Writer::Csr(start) => csr_expand(gpu, stream, start, &counts, &offsets, (j0, j1, o0, n)),
+                Writer::Phj { units, nunits, cursor, bits } => {
+                    let (Some(p), Index::Partitioned { side, .. }) = (&probe_t, &self.index) else {
+                        return Err(gpu_error("a partitioned probe without its partitions"));
+                    };
+                    phj::write(gpu, stream, side, p, units, *nunits, *bits, width, &offsets, cursor, (j0, j1, o0, n))
+                }
+            })?;
+            let batch = phase(stream, &mut times.materialize, || {
+                let mut pairs = Pairs {
+                    rows_b: match build_perm {
+                        Some(m) if need_rows_b => Some(compose(gpu, stream, m, &pos_b, n)?),
+                        _ => None,
+                    },
+                    rows_p: match probe_perm {
+                        Some(m) if need_rows_p => Some(compose(gpu, stream, m, &pos_p, n)?),
+                        _ => None,
+                    },
+                    pos_b,
+                    pos_p,
+                    n,
+                };
+                if wide {
+                    pairs = self.confirm(stream, &pkeys, pairs, build_perm, probe_perm)?;
+                }
+                if pairs.n == 0 {
+                    return Ok(None);
+                }
+                if let Some(m) = &self.matched {
+                    set_flags(gpu, stream, rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?, pairs.n, m)?;
+                }
+                if let Some(f) = &probe_flags {
+                    set_flags(gpu, stream, rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?, pairs.n, f)?;
+                }
+                if !spec.outputs_pairs() {
+                    return Ok(None);
+                }
+                self.pair_batch(stream, chunk, probe_t.as_ref(), &pairs, build_perm, probe_perm).map(Some)
+            })?;
+            out.extend(batch);
+        }
+        if let Some(flags) = &probe_flags {
+            let emitted = phase(stream, &mut times.materialize, || self.emit_probe_rows(stream, chunk, flags))?;
+            out.extend(emitted);
+        }
+        Ok(out)
+    }
+
+    /// The build rows decided at the end of the probe (outer, semi, anti and mark joins on the
+    /// build side). Call once, after every probe chunk of every partition sharing this build.
+    pub fn finish(&self, stream: &Arc<CudaStream>, times: &mut PhaseTimes) -> Result<Vec<DeviceBatch>> {
+        let Some(matched) = &self.matched else { return Ok(Vec::new()) };
+        let (spec, gpu) = (&*self.spec, &*self.gpu);
+        let rows = self.batch.num_rows() as u64;
+        phase(stream, &mut times.materialize, || {
+            let batch = match spec.join_type {
+                JoinType::LeftMark => {
+                    Some(self.assemble(stream, None, Source::All, Source::Nulls, Some((matched, None)), rows)?)
+                }
+                JoinType::LeftSemi => self.select_build(stream, matched, 1)?,
+                JoinType::LeftAnti if spec.null_aware => {
+                    if self.probe_has_null.load(Ordering::SeqCst) {
+                        None
+                    } else {
+                        if self.probe_nonempty.load(Ordering::SeqCst) {
+                            if let Some(ok) = &self.keys.takes_part {
+                                // Rows with a NULL key are not NOT IN a non-empty set: mark them.
+                                // or_not_flags(const u8* ok, u64 n, u8* flags)
+                                gpu.launch_n(
+                                    stream,
+                                    "select",
+                                    "or_not_flags",
+                                    rows,
+                                    &[ptr(ok, stream), KArg::U64(rows), ptr(matched, stream)],
+                                )?;
+                            }
+                        }
+                        self.select_build(stream, matched, 0)?
+                    }
+                }
+                JoinType::Left | JoinType::Full | JoinType::LeftAnti => self.select_build(stream, matched, 0)?,
+                _ => None,
+            };
+            Ok(batch.into_iter().collect())
+        })
+    }
+
+    fn select_build(&self, stream: &Arc<CudaStream>, flags: &DeviceBuffer, want: u8) -> Result<Option<DeviceBatch>> {
+        let (sel, n) = select_where(&self.gpu, stream, flags, self.batch.num_rows() as u64, want)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.assemble(stream, None, Source::Rows(&sel), Source::Nulls, None, n as u64).map(Some)
+    }
+
+    /// Probe rows decided by this chunk: unmatched (Right, Full, RightAnti), matched
+    /// (RightSemi), or all with their mark (RightMark).
+    fn emit_probe_rows(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        flags: &DeviceBuffer,
+    ) -> Result<Vec<DeviceBatch>> {
+        let rows = chunk.num_rows() as u64;
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        if self.spec.join_type == JoinType::RightMark {
+            return Ok(vec![self.assemble(
+                stream,
+                Some(chunk),
+                Source::Nulls,
+                Source::All,
+                Some((flags, None)),
+                rows,
+            )?]);
+        }
+        let want = if self.spec.join_type == JoinType::RightSemi { 1 } else { 0 };
+        let (sel, n) = select_where(&self.gpu, stream, flags, rows, want)?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(vec![self.assemble(stream, Some(chunk), Source::Nulls, Source::Rows(&sel), None, n as u64)?])
+    }
+
+    /// Drops the candidate pairs whose wide keys differ.
+    fn confirm(
+        &self,
+        stream: &Arc<CudaStream>,
+        pkeys: &KeySide,
+        pairs: Pairs,
+        build_perm: Option<&DeviceBuffer>,
+        probe_perm: Option<&DeviceBuffer>,
+    ) -> Result<Pairs> {
+        let gpu = &*self.gpu;
+        let rb = rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?;
+        let rp = rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?;
+        let eq = verify_pairs(gpu, stream, &self.spec.keys, &self.keys, pkeys, rb, rp, pairs.n)?;
+        let (sel, m) = select_where(gpu, stream, &eq, pairs.n, 1)?;
+        let m = m as u64;
+        if m == pairs.n {
+            return Ok(pairs);
+        }
+        let (pos_b, pos_p) = gather_pairs(gpu, stream, &pairs.pos_b, &pairs.pos_p, &sel, m)?;
+        let (rows_b, rows_p) = match (&pairs.rows_b, &pairs.rows_p) {
+            (Some(b), Some(p)) => {
+                let (b, p) = gather_pairs(gpu, stream, b, p, &sel, m)?;
+                (Some(b), Some(p))
+            }
+            (Some(b), None) => (Some(gather_pairs(gpu, stream, b, b, &sel, m)?.0), None),
+            (None, Some(p)) => (None, Some(gather_pairs(gpu, stream, p, p, &sel, m)?.0)),
+            (None, None) => (None, None),
+        };
+        Ok(Pairs { pos_b, pos_p, rows_b, rows_p, n: m })
+    }
+
+    fn pair_batch(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        probe_t: Option<&Transformed>,
+        pairs: &Pairs,
+        build_perm: Option<&DeviceBuffer>,
+        probe_perm: Option<&DeviceBuffer>,
+    ) -> Result<DeviceBatch> {
+        let mut specs = Vec::with_capacity(self.spec.output.len());
+        for o in &self.spec.output {
+            specs.push(match *o {
+                OutputColumn::Build(i) => match self.build_transformed(i) {
+                    Some(values) => positions(&self.batch, i, values, &pairs.pos_b)?,
+                    None => GatherSpec::Rows {
+                        col: self.batch.columns()[i].as_ref(),
+                        rows: rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?,
+                        may_be_null: false,
+                    },
+                },
+                OutputColumn::Probe(i) => match probe_t.and_then(|p| p.column(i)) {
+                    Some(values) => positions(chunk, i, values, &pairs.pos_p)?,
+                    None => GatherSpec::Rows {
+                        col: chunk.columns()[i].as_ref(),
+                        rows: rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?,
+                        may_be_null: false,
+                    },
+                },
+                OutputColumn::Mark => return Err(gpu_error("a mark column in a join that outputs pairs")),
+            });
+        }
+        let cols = gather_columns(&self.gpu, stream, specs, pairs.n)?;
+        DeviceBatch::try_new(
+            Arc::clone(&self.spec.schema),
+            cols.into_iter().map(Arc::new).collect(),
+            pairs.n as usize,
+            Arc::clone(&self.gpu),
+            Arc::clone(stream),
+        )
+    }
+
+    /// A batch of `n` rows: build and probe columns from their sources, and the mark from
+    /// `mark` (flags, optionally at row ids).
+    fn assemble(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: Option<&DeviceBatch>,
+        build: Source<'_>,
+        probe: Source<'_>,
+        mark: Option<(&DeviceBuffer, Option<&DeviceBuffer>)>,
+        n: u64,
+    ) -> Result<DeviceBatch> {
+        let gpu = &*self.gpu;
+        let schema = &self.spec.schema;
+        let mut cols: Vec<Option<Arc<DeviceColumn>>> = vec![None; self.spec.output.len()];
+        let mut specs = Vec::new();
+        let mut spec_at = Vec::new();
+        for (k, o) in self.spec.output.iter().enumerate() {
+            let (batch, source, i) = match *o {
+                OutputColumn::Build(i) => (Some(&self.batch), &build, i),
+                OutputColumn::Probe(i) => (chunk, &probe, i),
+                OutputColumn::Mark => {
+                    let (flags, idx) = mark.ok_or_else(|| gpu_error("a mark column without flags"))?;
+                    specs.push(GatherSpec::Bitmap(flags_to_bitmap(gpu, stream, flags, idx, n)?));
+                    spec_at.push(k);
+                    continue;
+                }
+            };
+            match source {
+                Source::Nulls => {
+                    cols[k] = Some(Arc::new(null_column(gpu, stream, schema.field(k).data_type(), n)?));
+                }
+                Source::All => {
+                    let b = batch.ok_or_else(|| gpu_error("join output from a missing batch"))?;
+                    cols[k] = Some(Arc::clone(&b.columns()[i]));
+                }
+                Source::Rows(rows) => {
+                    let b = batch.ok_or_else(|| gpu_error("join output from a missing batch"))?;
+                    specs.push(GatherSpec::Rows { col: b.columns()[i].as_ref(), rows, may_be_null: false });
+                    spec_at.push(k);
+                }
+            }
+        }
+        for (k, c) in spec_at.into_iter().zip(gather_columns(gpu, stream, specs, n)?) {
+            cols[k] = Some(Arc::new(c));
+        }
+        let cols = cols
+            .into_iter()
+            .map(|c| c.ok_or_else(|| gpu_error("a join output column was not built")))
+            .collect::<Result<_>>()?;
+        DeviceBatch::try_new(Arc::clone(schema), cols, n as usize, Arc::clone(&self.gpu), Arc::clone(stream))
+    }
+
+    /// Output windows of whole probe items: `(j0, j1, o0, o1)` with items `[j0, j1)` writing
+    /// pairs `[o0, o1)`, each about `batch_rows` pairs (more only when one item has more).
+    fn windows(
+        &self,
+        stream: &Arc<CudaStream>,
+        offsets: &DeviceBuffer,
+        items: u64,
+        total: u64,
+    ) -> Result<Vec<(u64, u64, u64, u64)>> {
+        let bound = self.spec.batch_rows.max(1);
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        if total <= bound {
+            return Ok(vec![(0, items, 0, total)]);
+        }
+        let nwin = total.div_ceil(bound);
+        let gpu = &*self.gpu;
+        let js = gpu.alloc(stream, (nwin as usize + 1) * 8, "join output windows")?;
+        let os = gpu.alloc(stream, (nwin as usize + 1) * 8, "join output windows")?;
+        // window_bounds(offsets, n, total, bound, nwin, out_j, out_o)
+        gpu.launch_n(
+            stream,
+            "join",
+            "window_bounds",
+            nwin + 1,
+            &[
+                ptr(offsets, stream),
+                KArg::U64(items),
+                KArg::U64(total),
+                KArg::U64(bound),
+                KArg::U64(nwin),
+                ptr(&js, stream),
+                ptr(&os, stream),
+            ],
+        )?;
+        let js = gpu.read::<u64>(stream, &js, 0, nwin as usize + 1)?;
+        let os = gpu.read::<u64>(stream, &os, 0, nwin as usize + 1)?;
+        Ok((0..nwin as usize).filter(|w| os[w + 1] > os[*w]).map(|w| (js[w], js[w + 1], os[w], os[w + 1])).collect())
+    }
+}
+
+/// A GFTR gather of column `i` of `batch` from its transformed `values`.
+fn positions<'a>(
+    batch: &DeviceBatch,
+    i: usize,
+    values: &'a DeviceBuffer,
+    pos: &'a DeviceBuffer,
+) -> Result<GatherSpec<'a>> {
+    let dt = batch.columns()[i].data_type.clone();
+    let width = dt.primitive_width().ok_or_else(|| gpu_error(format!("a transformed {dt} column")))?;
+    Ok(GatherSpec::Positions { data_type: dt, values, width, pos })
+}
+
+/// Pairs of the probe items `[j0, j1)` from their runs: build position `start[j] + k` for
+/// `k < count[j]`, written from `offsets[j] - o0`.
+fn csr_expand(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    start: &DeviceBuffer,
+    count: &DeviceBuffer,
+    offsets: &DeviceBuffer,
+    window: (u64, u64, u64, u64),
+) -> Result<(DeviceBuffer, DeviceBuffer)> {
+    let (j0, j1, o0, n) = window;
+    let out_b = gpu.alloc(stream, n as usize * 4, "join pairs")?;
+    let out_p = gpu.alloc(stream, n as usize * 4, "join pairs")?;
+    // csr_expand(start, count, offsets, j0, j1, o_base, out_b, out_p)
+    gpu.launch_n(
+        stream,
+        "join",
+        "csr_expand",
+        j1 - j0,
+        &[
+            ptr(start, stream),
+            ptr(count, stream),
+            ptr(offsets, stream),
+            KArg::U64(j0),
+            KArg::U64(j1),
+            KArg::U64(o0),
+            ptr(&out_b, stream),
+            ptr(&out_p, stream),
+        ],
+    )?;
+    Ok((out_b, out_p))
+}

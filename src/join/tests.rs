@@ -1,0 +1,540 @@
+//! Differential tests of the GPU join against DataFusion's `HashJoinExec` on the CPU: the same
+//! plan, the same random data (seed printed; replay with DFG_TEST_SEED), every join type, both
+//! null equalities, key types from one byte to strings and decimals, single and multi-column
+//! keys, unique, duplicate, Zipf-skewed and all-NULL keys, empty sides, both partition modes,
+//! every algorithm, and output windows small enough to split results.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Date32Array, Decimal128Array, DictionaryArray, Float64Array, Int8Array, Int32Array,
+    Int64Array, LargeStringArray, RecordBatch, StringArray, StringViewArray, TimestampMicrosecondArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::common::{JoinType, NullEquality};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr, collect};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::GpuConfig;
+use crate::exec::GpuHashJoinExec;
+use crate::join::{JoinAlgorithm, JoinAlgorithmSetting};
+use crate::rule::GpuOptimizerRule;
+use crate::session::gpu_session_context;
+use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip};
+
+const JOIN_TYPES: [JoinType; 10] = [
+    JoinType::Inner,
+    JoinType::Left,
+    JoinType::Right,
+    JoinType::Full,
+    JoinType::LeftSemi,
+    JoinType::RightSemi,
+    JoinType::LeftAnti,
+    JoinType::RightAnti,
+    JoinType::LeftMark,
+    JoinType::RightMark,
+];
+
+/// How key ids are drawn.
+#[derive(Debug, Clone, Copy)]
+enum Dist {
+    /// Build ids a permutation of 0..rows; probe ids uniform over twice that (match ratio 1/2).
+    Unique,
+    /// Ids uniform over rows / 8 values.
+    Duplicates,
+    /// Zipf over `rows` values with this exponent.
+    Zipf(f64),
+    /// Every key NULL.
+    AllNull,
+}
+
+/// Draws from a Zipf distribution over 0..n by inverse CDF.
+struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64) -> Self {
+        let mut cdf = Vec::with_capacity(n);
+        let mut acc = 0.0;
+        for i in 1..=n {
+            acc += 1.0 / (i as f64).powf(s);
+            cdf.push(acc);
+        }
+        for c in &mut cdf {
+            *c /= acc;
+        }
+        Zipf { cdf }
+    }
+
+    fn sample(&self, rng: &mut StdRng) -> u64 {
+        let u: f64 = rng.random();
+        self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1) as u64
+    }
+}
+
+fn key_ids(rng: &mut StdRng, dist: Dist, rows: usize, domain: usize, build: bool) -> Vec<u64> {
+    match dist {
+        Dist::Unique if build => {
+            let mut ids: Vec<u64> = (0..rows as u64).collect();
+            for i in (1..ids.len()).rev() {
+                ids.swap(i, rng.random_range(0..=i));
+            }
+            ids
+        }
+        Dist::Unique => (0..rows).map(|_| rng.random_range(0..(2 * domain.max(1)) as u64)).collect(),
+        Dist::Duplicates => (0..rows).map(|_| rng.random_range(0..(domain / 8).max(1) as u64)).collect(),
+        Dist::Zipf(s) => {
+            let z = Zipf::new(domain.max(1), s);
+            (0..rows).map(|_| z.sample(rng)).collect()
+        }
+        Dist::AllNull => vec![0; rows],
+    }
+}
+
+/// Key column `j` of a key of type `dt` for key ids `ids`: distinct ids give distinct keys (with
+/// the other key columns); NULLs drawn independently.
+fn key_column(rng: &mut StdRng, dt: &DataType, j: usize, ncols: usize, ids: &[u64], nulls: f64) -> ArrayRef {
+    // Split the id across the key columns so that only the whole key identifies it.
+    let part = |id: u64| -> u64 {
+        if ncols == 1 {
+            id
+        } else if j == 0 {
+            id / 3
+        } else {
+            id % 3
+        }
+    };
+    let null = |rng: &mut StdRng| nulls > 0.0 && rng.random_bool(nulls);
+    let vals: Vec<Option<u64>> = ids.iter().map(|id| if null(rng) { None } else { Some(part(*id)) }).collect();
+    match dt {
+        DataType::Int8 => Arc::new(Int8Array::from_iter(vals.iter().map(|v| v.map(|x| (x % 256) as u8 as i8)))),
+        DataType::Int32 => {
+            Arc::new(Int32Array::from_iter(vals.iter().map(|v| v.map(|x| (x as i32).wrapping_mul(7919) - 5))))
+        }
+        DataType::Int64 => Arc::new(Int64Array::from_iter(
+            vals.iter().map(|v| v.map(|x| (x as i64).wrapping_mul(0x9e37_79b9_7f4a) - 77)),
+        )),
+        DataType::Boolean => Arc::new(BooleanArray::from_iter(vals.iter().map(|v| v.map(|x| x % 2 == 1)))),
+        DataType::Date32 => Arc::new(Date32Array::from_iter(vals.iter().map(|v| v.map(|x| x as i32 - 20_000)))),
+        DataType::Timestamp(TimeUnit::Microsecond, None) => {
+            Arc::new(TimestampMicrosecondArray::from_iter(vals.iter().map(|v| v.map(|x| x as i64 * 1_000_003))))
+        }
+        DataType::Decimal128(p, s) => Arc::new(
+            Decimal128Array::from_iter(vals.iter().map(|v| v.map(|x| x as i128 * 1_000_000_007 - 3)))
+                .with_precision_and_scale(*p, *s)
+                .expect("valid decimal"),
+        ),
+        DataType::Utf8 => Arc::new(StringArray::from_iter(vals.iter().map(|v| v.map(|x| string_key(x))))),
+        DataType::LargeUtf8 => Arc::new(LargeStringArray::from_iter(vals.iter().map(|v| v.map(|x| string_key(x))))),
+        DataType::Utf8View => Arc::new(StringViewArray::from_iter(vals.iter().map(|v| v.map(|x| string_key(x))))),
+        DataType::Dictionary(_, _) => {
+            let strings: Vec<Option<String>> = vals.iter().map(|v| v.map(string_key)).collect();
+            let dict: DictionaryArray<Int32Type> = strings.iter().map(|s| s.as_deref()).collect();
+            Arc::new(dict)
+        }
+        other => unimplemented!("key type {other} in join tests"),
+    }
+}
+
+/// Strings of varied lengths (empty, long, multi-byte) that differ for different ids.
+fn string_key(x: u64) -> String {
+    match x % 4 {
+        0 if x == 0 => String::new(),
+        0 => format!("{x}"),
+        1 => format!("key-{x:x}-é"),
+        2 => format!("{}{x}", "long prefix shared by many keys ".repeat(2)),
+        _ => format!("k{x}"),
+    }
+}
+
+fn table(
+    rng: &mut StdRng,
+    key_types: &[DataType],
+    dist: Dist,
+    rows: usize,
+    domain: usize,
+    build: bool,
+    side: &str,
+) -> RecordBatch {
+    let ids = key_ids(rng, dist, rows, domain, build);
+    let nulls = match dist {
+        Dist::AllNull => 1.0,
+        _ => 0.08,
+    };
+    let mut fields = Vec::new();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (j, dt) in key_types.iter().enumerate() {
+        fields.push(Field::new(format!("{side}k{j}"), dt.clone(), true));
+        cols.push(key_column(rng, dt, j, key_types.len(), &ids, nulls));
+    }
+    // Payloads: a unique row id (GFTR-eligible), a nullable string, a decimal, a nullable
+    // Boolean, a non-null Int32 and Float64 (GFTR-eligible).
+    fields.push(Field::new(format!("{side}_row"), DataType::Int64, false));
+    cols.push(Arc::new(Int64Array::from_iter_values(0..rows as i64)));
+    fields.push(Field::new(format!("{side}_s"), DataType::Utf8, true));
+    cols.push(Arc::new(StringArray::from_iter(
+        (0..rows).map(|i| if rng.random_bool(0.1) { None } else { Some(format!("{side}{}", i * 31 % 97)) }),
+    )));
+    fields.push(Field::new(format!("{side}_d"), DataType::Decimal128(20, 3), true));
+    cols.push(Arc::new(
+        Decimal128Array::from_iter((0..rows).map(|i| if i % 11 == 3 { None } else { Some(i as i128 * 1001 - 500) }))
+            .with_precision_and_scale(20, 3)
+            .expect("valid decimal"),
+    ));
+    fields.push(Field::new(format!("{side}_b"), DataType::Boolean, true));
+    cols.push(Arc::new(BooleanArray::from_iter((0..rows).map(|i| if i % 7 == 0 { None } else { Some(i % 3 == 0) }))));
+    fields.push(Field::new(format!("{side}_i"), DataType::Int32, false));
+    cols.push(Arc::new(Int32Array::from_iter_values((0..rows).map(|_| rng.random::<i32>()))));
+    fields.push(Field::new(format!("{side}_f"), DataType::Float64, false));
+    cols.push(Arc::new(Float64Array::from_iter_values((0..rows).map(|i| i as f64 * 0.5))));
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("valid table")
+}
+
+/// `batch` cut into `parts` partitions of batches of up to 1000 rows.
+fn partitions(batch: &RecordBatch, parts: usize) -> Vec<Vec<RecordBatch>> {
+    let mut out = vec![Vec::new(); parts];
+    let mut i = 0;
+    let mut k = 0;
+    while i < batch.num_rows() {
+        let len = 1000.min(batch.num_rows() - i);
+        out[k % parts].push(batch.slice(i, len));
+        i += len;
+        k += 1;
+    }
+    out
+}
+
+fn source(batch: &RecordBatch, parts: usize) -> Arc<dyn ExecutionPlan> {
+    MemorySourceConfig::try_new_exec(&partitions(batch, parts), batch.schema(), None).expect("memory source")
+}
+
+fn key_exprs(schema: &SchemaRef, nkeys: usize) -> Vec<Arc<dyn PhysicalExpr>> {
+    (0..nkeys).map(|j| Arc::new(Column::new(schema.field(j).name(), j)) as Arc<dyn PhysicalExpr>).collect()
+}
+
+struct JoinCase<'a> {
+    left: &'a RecordBatch,
+    right: &'a RecordBatch,
+    nkeys: usize,
+    join_type: JoinType,
+    nulls: NullEquality,
+    mode: PartitionMode,
+    projection: Option<Vec<usize>>,
+    null_aware: bool,
+}
+
+fn plan(c: &JoinCase<'_>) -> Arc<dyn ExecutionPlan> {
+    let (lk, rk) = (key_exprs(&c.left.schema(), c.nkeys), key_exprs(&c.right.schema(), c.nkeys));
+    let (left, right) = match c.mode {
+        PartitionMode::CollectLeft => (source(c.left, 1), source(c.right, 2)),
+        _ => (
+            Arc::new(
+                RepartitionExec::try_new(source(c.left, 2), Partitioning::Hash(lk.clone(), 3)).expect("repartition"),
+            ) as Arc<dyn ExecutionPlan>,
+            Arc::new(
+                RepartitionExec::try_new(source(c.right, 2), Partitioning::Hash(rk.clone(), 3)).expect("repartition"),
+            ) as Arc<dyn ExecutionPlan>,
+        ),
+    };
+    let on = lk.into_iter().zip(rk).collect();
+    Arc::new(
+        HashJoinExec::try_new(left, right, on, None, &c.join_type, c.projection.clone(), c.mode, c.nulls, c.null_aware)
+            .expect("hash join"),
+    )
+}
+
+/// Rows in Arrow's row format, sorted: an order-free comparison of two results.
+fn rows(batches: &[RecordBatch], schema: &SchemaRef) -> Vec<Vec<u8>> {
+    let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+    let converter = RowConverter::new(fields).expect("row converter");
+    let mut out = Vec::new();
+    for b in batches {
+        let rows = converter.convert_columns(b.columns()).expect("rows");
+        out.extend(rows.iter().map(|r| r.data().to_vec()));
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Up to three rows of `a` not in `b` (both sorted), formatted.
+fn only_in(a: &[Vec<u8>], b: &[Vec<u8>], batches: &[RecordBatch], schema: &SchemaRef) -> Vec<String> {
+    let mut found = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && found.len() < 3 {
+        if j < b.len() && b[j] < a[i] {
+            j += 1;
+        } else if j < b.len() && b[j] == a[i] {
+            i += 1;
+            j += 1;
+        } else {
+            found.push(a[i].clone());
+            i += 1;
+        }
+    }
+    // Format the rows found by locating them in the batches.
+    let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+    let converter = RowConverter::new(fields).expect("row converter");
+    let options = FormatOptions::default().with_null("NULL");
+    let mut text = Vec::new();
+    for batch in batches {
+        let rows = converter.convert_columns(batch.columns()).expect("rows");
+        let f: Vec<_> =
+            batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter")).collect();
+        for r in 0..batch.num_rows() {
+            if found.iter().any(|x| x.as_slice() == rows.row(r).data()) && text.len() < 3 {
+                text.push(f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+            }
+        }
+    }
+    text
+}
+
+fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize) -> SessionContext {
+    let mut cfg = GpuConfig::default();
+    cfg.min_rows = 0;
+    cfg.join_algorithm = JoinAlgorithmSetting::Fixed(algorithm);
+    cfg.batch_rows = batch_rows;
+    gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg))
+}
+
+/// Runs the case on the CPU and with each algorithm on the GPU (concurrently); returns failures,
+/// also printed as they are found.
+async fn check(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgorithm], batch_rows: usize) -> Vec<String> {
+    // Every run gets a plan of its own: DataFusion's RepartitionExec runs only once.
+    let cpu_ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(3));
+    let join = plan(c);
+    let schema = join.schema();
+    let cpu = match collect(join, cpu_ctx.task_ctx()).await {
+        Ok(b) => b,
+        Err(e) => return vec![format!("{what}: the CPU join failed: {e}")],
+    };
+    let want = rows(&cpu, &schema);
+    let runs = algorithms.iter().map(|&a| {
+        let join = plan(c);
+        async move {
+            let ctx = gpu_ctx(a, batch_rows);
+            let gpu_plan = GpuOptimizerRule::new()
+                .optimize(join, ctx.state().config_options())
+                .map_err(|e| format!("{what} {a}: the rule failed: {e}"))?;
+            if gpu_plan.downcast_ref::<GpuHashJoinExec>().is_none() {
+                let text = datafusion::physical_plan::displayable(gpu_plan.as_ref()).one_line().to_string();
+                return Err(format!("{what} {a}: the join stayed on the CPU: {text}"));
+            }
+            collect(gpu_plan, ctx.task_ctx()).await.map_err(|e| format!("{what} {a}: the GPU join failed: {e}"))
+        }
+    });
+    let mut failures = Vec::new();
+    for (a, result) in algorithms.iter().zip(futures::future::join_all(runs).await) {
+        let failure = match result {
+            Err(e) => Some(e),
+            Ok(b) => {
+                let got = rows(&b, &schema);
+                (got != want).then(|| {
+                    format!(
+                        "{what} {a}: {} rows, expected {}; missing e.g. {:?}; unexpected e.g. {:?}",
+                        got.len(),
+                        want.len(),
+                        only_in(&want, &got, &cpu, &schema),
+                        only_in(&got, &want, &b, &schema)
+                    )
+                })
+            }
+        };
+        if let Some(f) = failure {
+            let _ = writeln!(std::io::stderr(), "JOIN MISMATCH {f}");
+            failures.push(f);
+        }
+    }
+    failures
+}
+
+fn key_type_cases() -> Vec<(&'static str, Vec<DataType>)> {
+    vec![
+        ("int32", vec![DataType::Int32]),
+        ("int64", vec![DataType::Int64]),
+        ("int8+bool", vec![DataType::Int8, DataType::Boolean]),
+        ("int64+int32 (wide)", vec![DataType::Int64, DataType::Int32]),
+        ("date32+timestamp", vec![DataType::Date32, DataType::Timestamp(TimeUnit::Microsecond, None)]),
+        ("decimal128", vec![DataType::Decimal128(22, 4)]),
+        ("utf8", vec![DataType::Utf8]),
+        ("large_utf8", vec![DataType::LargeUtf8]),
+        ("utf8view+int32", vec![DataType::Utf8View, DataType::Int32]),
+        ("dictionary", vec![DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))]),
+    ]
+}
+
+/// Every join type x null equality x key type x distribution, CollectLeft, every algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_join_matches_cpu_for_every_type_key_and_distribution() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_join_matches_cpu_for_every_type_key_and_distribution") else { return };
+    let seed = fresh_seed("gpu_join_matches_cpu_for_every_type_key_and_distribution");
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Sizes keep each result near 10^5 rows at most (a skewed key multiplies its counts).
+    let dists: [(Dist, usize, usize); 7] = [
+        (Dist::Unique, 3000, 5000),
+        (Dist::Duplicates, 2500, 4000),
+        (Dist::Zipf(1.0), 1000, 1200),
+        (Dist::Zipf(1.5), 500, 600),
+        (Dist::AllNull, 200, 300),
+        (Dist::Unique, 0, 1500),     // empty build
+        (Dist::Duplicates, 1200, 0), // empty probe
+    ];
+    let mut failures = Vec::new();
+    let mut joins = 0;
+    let started = std::time::Instant::now();
+    for (kname, types) in key_type_cases() {
+        for (dist, nb, np) in dists {
+            let left = table(&mut rng, &types, dist, nb, nb.max(np), true, "l");
+            let right = table(&mut rng, &types, dist, np, nb.max(np), false, "r");
+            for jt in JOIN_TYPES {
+                for nulls in [NullEquality::NullEqualsNothing, NullEquality::NullEqualsNull] {
+                    let c = JoinCase {
+                        left: &left,
+                        right: &right,
+                        nkeys: types.len(),
+                        join_type: jt,
+                        nulls,
+                        mode: PartitionMode::CollectLeft,
+                        projection: None,
+                        null_aware: false,
+                    };
+                    let what = format!("[{kname} {dist:?} {nb}x{np} {jt} {nulls:?}]");
+                    failures.extend(check(&c, &what, &JoinAlgorithm::ALL, 1500).await);
+                    joins += JoinAlgorithm::ALL.len();
+                }
+            }
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "gpu join differential: {kname} done, {joins} joins, {} failures, {:.1} s",
+            failures.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} of {joins} joins differ:\n{}", failures.len(), failures.join("\n"));
+    let _ = writeln!(std::io::stderr(), "gpu join differential: {joins} GPU joins matched the CPU (seed {seed})");
+}
+
+/// Partitioned mode, projections, null-aware anti joins, larger sizes (many PHJ partitions,
+/// oversized skewed partitions) and large output windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_join_matches_cpu_partitioned_projected_and_large") else { return };
+    let seed = fresh_seed("gpu_join_matches_cpu_partitioned_projected_and_large");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for (kname, types) in [("int32", vec![DataType::Int32]), ("utf8", vec![DataType::Utf8])] {
+        // 8% NULL keys: with NULL equals NULL they alone give 400 x 640 pairs.
+        let left = table(&mut rng, &types, Dist::Duplicates, 5_000, 5_000, true, "l");
+        let right = table(&mut rng, &types, Dist::Duplicates, 8_000, 5_000, false, "r");
+        for jt in JOIN_TYPES {
+            for nulls in [NullEquality::NullEqualsNothing, NullEquality::NullEqualsNull] {
+                let c = JoinCase {
+                    left: &left,
+                    right: &right,
+                    nkeys: 1,
+                    join_type: jt,
+                    nulls,
+                    mode: PartitionMode::Partitioned,
+                    projection: None,
+                    null_aware: false,
+                };
+                failures.extend(
+                    check(&c, &format!("[partitioned {kname} {jt} {nulls:?}]"), &JoinAlgorithm::ALL, 1 << 22).await,
+                );
+            }
+        }
+    }
+    // Large and skewed: PHJ with 2^7 partitions, and a hot key (about 38% of Zipf 1.5's rows)
+    // with more build rows than a PHJ unit holds.
+    let types = vec![DataType::Int64];
+    for (dist, nb, np) in [(Dist::Unique, 200_000, 300_000), (Dist::Zipf(1.5), 12_000, 400)] {
+        let left = table(&mut rng, &types, dist, nb, nb, true, "l");
+        let right = table(&mut rng, &types, dist, np, nb, false, "r");
+        for jt in [JoinType::Inner, JoinType::Full, JoinType::LeftSemi, JoinType::RightAnti] {
+            let c = JoinCase {
+                left: &left,
+                right: &right,
+                nkeys: 1,
+                join_type: jt,
+                nulls: NullEquality::NullEqualsNothing,
+                mode: PartitionMode::CollectLeft,
+                projection: None,
+                null_aware: false,
+            };
+            for batch_rows in [100_000, 1 << 22] {
+                failures.extend(
+                    check(&c, &format!("[large {dist:?} {jt} windows {batch_rows}]"), &JoinAlgorithm::ALL, batch_rows)
+                        .await,
+                );
+            }
+        }
+    }
+    // Projections (including a mark column and repeated columns), and NOT IN.
+    let types = vec![DataType::Int32];
+    let left = table(&mut rng, &types, Dist::Duplicates, 3000, 3000, true, "l");
+    let right = table(&mut rng, &types, Dist::Duplicates, 3000, 3000, false, "r");
+    for (jt, proj) in [
+        (JoinType::Inner, vec![8, 1, 3, 1]),
+        (JoinType::Full, vec![9, 2]),
+        (JoinType::LeftMark, vec![7, 2]),
+        (JoinType::RightMark, vec![7, 0]),
+        (JoinType::LeftSemi, vec![3]),
+    ] {
+        let c = JoinCase {
+            left: &left,
+            right: &right,
+            nkeys: 1,
+            join_type: jt,
+            nulls: NullEquality::NullEqualsNothing,
+            mode: PartitionMode::CollectLeft,
+            projection: Some(proj.clone()),
+            null_aware: false,
+        };
+        failures.extend(check(&c, &format!("[projection {proj:?} {jt}]"), &JoinAlgorithm::ALL, 1 << 22).await);
+    }
+    for (name, right) in [
+        ("probe with NULL keys", right.clone()),
+        ("probe without NULL keys", table(&mut rng, &types, Dist::Duplicates, 0, 3000, false, "r")),
+        ("probe without NULL keys", {
+            let mut r = StdRng::seed_from_u64(seed ^ 1);
+            let t = table(&mut r, &types, Dist::Duplicates, 2000, 3000, false, "r");
+            let keep = datafusion::arrow::compute::is_not_null(t.column(0)).expect("is_not_null");
+            datafusion::arrow::compute::filter_record_batch(&t, &keep).expect("filter")
+        }),
+    ] {
+        let c = JoinCase {
+            left: &left,
+            right: &right,
+            nkeys: 1,
+            join_type: JoinType::LeftAnti,
+            nulls: NullEquality::NullEqualsNothing,
+            mode: PartitionMode::CollectLeft,
+            projection: None,
+            null_aware: true,
+        };
+        failures.extend(
+            check(
+                &c,
+                &format!("[null-aware anti, {name}, {} probe rows]", right.num_rows()),
+                &JoinAlgorithm::ALL,
+                1 << 22,
+            )
+            .await,
+        );
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} joins differ:\n{}", failures.len(), failures.join("\n"));
+}

@@ -1,0 +1,92 @@
+//! The transformation phase of the sort-merge and partitioned joins: a side's (key, row) pairs
+//! moved through stable LSD radix passes on the low `end_bit` bits of the key (all bits: a
+//! sort; the partition bits: a radix partition). With GFTR, each payload column that can be is
+//! moved through the same passes, so that materialisation reads it in order (seed 002, §4.1.4).
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use super::keys::KeySide;
+use crate::columns::DeviceColumn;
+use crate::device::{DeviceBuffer, Gpu};
+use crate::error::{Result, gpu_error};
+use crate::primitives::radix::{KeyWidth, ValueWidth, radix_permute_values, radix_sort_pairs};
+use crate::primitives::select::iota;
+
+/// A side in transformed order.
+#[derive(Debug)]
+pub struct Transformed {
+    /// Key words in transformed order.
+    pub keys: DeviceBuffer,
+    /// Row at each transformed position.
+    pub perm: DeviceBuffer,
+    pub items: u64,
+    /// GFTR payloads: (column index in the side's batch, its values in transformed order).
+    pub columns: Vec<(usize, DeviceBuffer)>,
+}
+
+impl Transformed {
+    /// The transformed values of column `index`, if it was transformed.
+    pub fn column(&self, index: usize) -> Option<&DeviceBuffer> {
+        self.columns.iter().find(|(i, _)| *i == index).map(|(_, b)| b)
+    }
+}
+
+fn copy(gpu: &Gpu, stream: &Arc<CudaStream>, b: &DeviceBuffer, what: &str) -> Result<DeviceBuffer> {
+    let mut out = gpu.alloc(stream, b.len(), what)?;
+    if !b.is_empty() {
+        gpu.copy_device(stream, b, &mut out, b.len())?;
+    }
+    Ok(out)
+}
+
+/// Sorts `side`'s items stably by key bits `[0, end_bit)`, carrying their rows.
+pub fn transform(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    side: &KeySide,
+    width: KeyWidth,
+    end_bit: u32,
+) -> Result<Transformed> {
+    let n = side.items;
+    let rows = match &side.item_rows {
+        Some(r) => copy(gpu, stream, r, "join row ids")?,
+        None => iota(gpu, stream, n)?,
+    };
+    let keys = copy(gpu, stream, &side.keys, "join keys")?;
+    let (keys, perm) = radix_sort_pairs(gpu, stream, keys, rows, n, width, ValueWidth::U32, 0, end_bit)?;
+    Ok(Transformed { keys, perm, items: n, columns: Vec::new() })
+}
+
+/// GFTR: moves each column of `gftr` (non-null, 4 or 8 bytes wide) through the passes that
+/// [`transform`] applied to `side`'s keys, adding it to `t`.
+pub fn transform_payloads(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    t: &mut Transformed,
+    side: &KeySide,
+    width: KeyWidth,
+    end_bit: u32,
+    gftr: &[(usize, &DeviceColumn)],
+) -> Result<()> {
+    let n = side.items;
+    for (index, col) in gftr {
+        let vw = match col.data_type.primitive_width() {
+            Some(4) => ValueWidth::U32,
+            Some(8) => ValueWidth::U64,
+            _ => return Err(gpu_error(format!("a {} column cannot be moved by the radix passes", col.data_type))),
+        };
+        if col.validity.is_some() {
+            return Err(gpu_error("a nullable column cannot take the GFTR path"));
+        }
+        let values = col.buffers.first().ok_or_else(|| gpu_error("a column without values"))?;
+        let values = match &side.item_rows {
+            Some(r) => crate::primitives::gather(gpu, stream, values, r, n, vw.bytes())?,
+            None => copy(gpu, stream, values, "a GFTR payload")?,
+        };
+        let moved = radix_permute_values(gpu, stream, &side.keys, values, n, width, vw, 0, end_bit)?;
+        t.columns.push((*index, moved));
+    }
+    Ok(())
+}
