@@ -184,6 +184,7 @@ fn spec(c: Config, r: &RecordBatch, s: &RecordBatch, algorithm: JoinAlgorithm) -
         algorithm,
         ordered: false,
         null_aware: false,
+        filter: None,
         batch_rows: u64::MAX,
     })
 }

@@ -51,6 +51,8 @@ pub struct KernelCache {
     versions: String,
     dir: Option<PathBuf>,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    /// Modules generated at run time (e.g. a join filter), by a digest of their source.
+    generated: Mutex<HashMap<String, Arc<CudaModule>>>,
     pub stats: KernelStats,
 }
 
@@ -68,6 +70,7 @@ impl KernelCache {
             versions: format!("driver {} nvrtc {}.{}", info.driver_version, info.nvrtc_version.0, info.nvrtc_version.1),
             dir,
             modules: Mutex::new(HashMap::new()),
+            generated: Mutex::new(HashMap::new()),
             stats: KernelStats::default(),
         }
     }
@@ -95,6 +98,27 @@ impl KernelCache {
         let loaded = self.ctx.load_module(Ptx::from_binary(cubin)).gpu(format!("loading kernel module {name}"))?;
         modules.insert(name, Arc::clone(&loaded));
         Ok(loaded)
+    }
+
+    /// Function `kernel` of a module generated at run time from `source` (which may include the
+    /// [`HEADERS`]); compiled once per process, and cached on disk like the built-in modules.
+    /// `family` names the generator in the cache's file names (e.g. "filter").
+    pub fn generated_function(&self, family: &str, source: &str, kernel: &str) -> Result<CudaFunction> {
+        let digest = self.key(family, source);
+        let mut generated = self.generated.lock().map_err(|_| gpu_error("kernel cache lock poisoned"))?;
+        let module = match generated.get(&digest) {
+            Some(m) => Arc::clone(m),
+            None => {
+                let cubin = self.cubin(&format!("{family}-{digest}"), source)?;
+                let loaded = self
+                    .ctx
+                    .load_module(Ptx::from_binary(cubin))
+                    .gpu(format!("loading generated kernel module {family}"))?;
+                generated.insert(digest, Arc::clone(&loaded));
+                loaded
+            }
+        };
+        module.load_function(kernel).gpu(format!("loading generated kernel {family}::{kernel}"))
     }
 
     /// Cache key: everything that changes the compiled code.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
-use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, sys};
 
 use super::{DeviceBuffer, Gpu, check_launch};
 use crate::error::{CudaResultExt, Result, gpu_error};
@@ -41,6 +41,18 @@ impl Gpu {
         args: &[KArg],
     ) -> Result<()> {
         let f = self.kernels().function(module, kernel)?;
+        self.launch_function(stream, &f, kernel, cfg, args)
+    }
+
+    /// Launches a loaded function (e.g. a generated kernel) on `stream` and checks the launch.
+    pub fn launch_function(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        kernel: &str,
+        cfg: LaunchConfig,
+        args: &[KArg],
+    ) -> Result<()> {
         if cfg.shared_mem_bytes > DEFAULT_SMEM {
             f.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -48,7 +60,7 @@ impl Gpu {
             )
             .gpu(format!("raising the shared memory of kernel {kernel} to {} bytes", cfg.shared_mem_bytes))?;
         }
-        let mut b = stream.launch_builder(&f);
+        let mut b = stream.launch_builder(f);
         for a in args {
             match a {
                 KArg::U32(v) => b.arg(v),

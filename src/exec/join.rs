@@ -41,8 +41,9 @@ use super::{DeviceBatchStream, GpuExec, blocking, download_stream};
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::device::Gpu;
+use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
-use crate::join::{JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
+use crate::join::{FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
 
 /// The join's device-side description, fixed when the rule places the exec.
 #[derive(Debug)]
@@ -131,8 +132,19 @@ impl GpuHashJoinExec {
             Some(p) => p.iter().copied().collect(),
             None => (0..column_indices.len()).collect(),
         };
+        let filter = match hj.filter() {
+            Some(f) => Some(generate_filter(f.expression(), f.schema(), f.column_indices())?),
+            None => None,
+        };
         let mut build_cols = lkeys.clone();
         let mut probe_cols = rkeys.clone();
+        for c in filter.iter().flat_map(|f| &f.columns) {
+            if c.build {
+                build_cols.push(c.index);
+            } else {
+                probe_cols.push(c.index);
+            }
+        }
         for &k in &chosen {
             let ci = column_indices.get(k).ok_or("the join's projection is out of range")?;
             match ci.side {
@@ -160,6 +172,23 @@ impl GpuHashJoinExec {
         let build_keys = lkeys.iter().map(|c| pos(&build_cols, *c)).collect::<std::result::Result<Vec<_>, _>>()?;
         let probe_keys = rkeys.iter().map(|c| pos(&probe_cols, *c)).collect::<std::result::Result<Vec<_>, _>>()?;
 
+        let filter = match filter {
+            Some(code) => Some(FilterSpec {
+                columns: code
+                    .columns
+                    .iter()
+                    .map(|c| {
+                        Ok(if c.build {
+                            OutputColumn::Build(pos(&build_cols, c.index)?)
+                        } else {
+                            OutputColumn::Probe(pos(&probe_cols, c.index)?)
+                        })
+                    })
+                    .collect::<std::result::Result<Vec<_>, String>>()?,
+                source: code.source,
+            }),
+            None => None,
+        };
         let ordered = hj.properties().output_ordering().is_some();
         let (algorithm, choice) = choose_algorithm(cfg.join_algorithm, ordered);
         Ok(Layout {
@@ -177,6 +206,7 @@ impl GpuHashJoinExec {
                 algorithm,
                 ordered,
                 null_aware: hj.null_aware,
+                filter,
                 batch_rows: cfg.batch_rows.max(1) as u64,
             }),
             choice,
@@ -223,15 +253,13 @@ impl DisplayAs for GpuHashJoinExec {
                 writeln!(f, "on={on}")?;
                 write!(f, "algorithm={}", spec.algorithm)
             }
-            _ => write!(
-                f,
-                "GpuHashJoinExec: mode={:?}, join_type={}, on=[{on}], algorithm={} ({}), key={:?}",
-                hj.partition_mode(),
-                hj.join_type(),
-                spec.algorithm,
-                self.layout.choice,
-                spec.keys.encoding,
-            ),
+            _ => {
+                write!(f, "GpuHashJoinExec: mode={:?}, join_type={}, on=[{on}]", hj.partition_mode(), hj.join_type())?;
+                if let Some(filter) = hj.filter() {
+                    write!(f, ", filter={}", filter.expression())?;
+                }
+                write!(f, ", algorithm={} ({}), key={:?}", spec.algorithm, self.layout.choice, spec.keys.encoding)
+            }
         }
     }
 }
@@ -520,5 +548,102 @@ impl GpuExec for GpuHashJoinExec {
             }
         });
         Ok(Box::pin(TaskStream { rx, _task: task }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Int32Array, RecordBatch, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::JoinType;
+    use datafusion::datasource::memory::MemorySourceConfig;
+
+    use super::*;
+    use crate::join::keys::KeyEncoding;
+
+    fn source(names: [&str; 3]) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(names[0], DataType::Int32, true),
+            Field::new(names[1], DataType::Utf8, true),
+            Field::new(names[2], DataType::Int32, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+                Arc::new(Int32Array::from(vec![3, 4])),
+            ],
+        )
+        .unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+    }
+
+    fn join(jt: JoinType, projection: Option<Vec<usize>>, keys: &[(usize, usize)]) -> Arc<dyn ExecutionPlan> {
+        let (l, r) = (source(["a", "b", "c"]), source(["x", "y", "z"]));
+        let on = keys
+            .iter()
+            .map(|(li, ri)| {
+                (
+                    Arc::new(Column::new(l.schema().field(*li).name(), *li)) as Arc<dyn PhysicalExpr>,
+                    Arc::new(Column::new(r.schema().field(*ri).name(), *ri)) as Arc<dyn PhysicalExpr>,
+                )
+            })
+            .collect();
+        Arc::new(
+            HashJoinExec::try_new(
+                l,
+                r,
+                on,
+                None,
+                &jt,
+                projection,
+                PartitionMode::CollectLeft,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        )
+    }
+
+    /// Only key and output columns are uploaded, and outputs map to their uploaded positions.
+    #[test]
+    fn layout_uploads_only_needed_columns() {
+        let cfg = GpuConfig::default();
+        // Inner, projected to (z, a, a): build uploads a; probe uploads x (key) and z.
+        let exec = GpuHashJoinExec::try_new(join(JoinType::Inner, Some(vec![5, 0, 0]), &[(0, 0)]), &cfg).unwrap();
+        assert_eq!(exec.layout.build_cols, vec![0]);
+        assert_eq!(exec.layout.probe_cols, vec![0, 2]);
+        let spec = &exec.layout.spec;
+        assert_eq!(spec.output, vec![OutputColumn::Probe(1), OutputColumn::Build(0), OutputColumn::Build(0)]);
+        assert_eq!(spec.keys.encoding, KeyEncoding::Narrow32);
+        assert_eq!(exec.algorithm(), JoinAlgorithm::Npj);
+        // A mark join's mark column, and a two-column key with a string: wide.
+        let exec = GpuHashJoinExec::try_new(join(JoinType::LeftMark, None, &[(0, 0), (1, 1)]), &cfg).unwrap();
+        let spec = &exec.layout.spec;
+        assert_eq!(spec.output.last(), Some(&OutputColumn::Mark));
+        assert_eq!(spec.output.len(), 4);
+        assert_eq!(spec.keys.encoding, KeyEncoding::Wide);
+        assert!(exec.layout.probe_cols == vec![0, 1]);
+    }
+
+    #[test]
+    fn algorithm_settings_parse_and_resolve() {
+        for (text, want) in [
+            ("auto", JoinAlgorithm::Npj),
+            ("npj", JoinAlgorithm::Npj),
+            ("phj", JoinAlgorithm::PhjGftr),
+            ("smj", JoinAlgorithm::SmjGftr),
+            ("phj_gfur", JoinAlgorithm::PhjGfur),
+            ("PHJ_GFTR", JoinAlgorithm::PhjGftr),
+            ("smj_gfur", JoinAlgorithm::SmjGfur),
+            ("smj_gftr", JoinAlgorithm::SmjGftr),
+        ] {
+            let setting: JoinAlgorithmSetting = text.parse().unwrap();
+            assert_eq!(choose_algorithm(setting, false).0, want, "{text}");
+            assert_eq!(choose_algorithm(setting, true).0, JoinAlgorithm::Npj, "{text}: an ordered join keeps npj");
+        }
+        let err = "hash".parse::<JoinAlgorithmSetting>().unwrap_err().to_string();
+        assert!(err.contains("npj, phj, smj"), "{err}");
     }
 }

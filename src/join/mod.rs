@@ -12,6 +12,7 @@
 //! large many-to-many result at once. Wide keys are confirmed per pair, matched flags are set,
 //! and output columns are gathered (GFUR at row ids, GFTR at transformed positions).
 
+pub mod filter;
 pub mod keys;
 pub mod materialize;
 pub mod npj;
@@ -29,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::JoinType;
 use datafusion::error::DataFusionError;
 
@@ -148,6 +149,14 @@ pub enum OutputColumn {
     Mark,
 }
 
+/// A join filter compiled for the device: the kernel's source (see [`filter::FilterCode`]) and
+/// the batch columns it reads, in the order of its `cols` argument.
+#[derive(Debug, Clone)]
+pub struct FilterSpec {
+    pub source: String,
+    pub columns: Vec<OutputColumn>,
+}
+
 /// What to join and how: DataFusion's join semantics in device terms.
 #[derive(Debug, Clone)]
 pub struct JoinSpec {
@@ -165,6 +174,8 @@ pub struct JoinSpec {
     pub ordered: bool,
     /// NOT IN semantics of a null-aware anti join (LeftAnti, one key column).
     pub null_aware: bool,
+    /// A residual predicate a matching pair must satisfy.
+    pub filter: Option<FilterSpec>,
     /// Pairs per output window.
     pub batch_rows: u64,
 }
@@ -487,7 +498,9 @@ impl JoinBuild {
         };
         let wide = spec.keys.encoding == KeyEncoding::Wide;
         let build_perm = self.build_perm();
+        let filtered = spec.filter.is_some();
         let need_rows_b = wide
+            || filtered
             || self.matched.is_some()
             || spec.outputs_pairs()
                 && spec
@@ -495,6 +508,7 @@ impl JoinBuild {
                     .iter()
                     .any(|o| matches!(o, OutputColumn::Build(i) if self.build_transformed(*i).is_none()));
         let need_rows_p = wide
+            || filtered
             || probe_flags.is_some()
             || spec.outputs_pairs()
                 && spec.output.iter().any(
@@ -527,7 +541,18 @@ impl JoinBuild {
                     n,
                 };
                 if wide {
-                    pairs = self.confirm(stream, &pkeys, pairs, build_perm, probe_perm)?;
+                    let rb = rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?;
+                    let rp = rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?;
+                    let eq = verify_pairs(gpu, stream, &spec.keys, &self.keys, &pkeys, rb, rp, pairs.n)?;
+                    pairs = self.keep_pairs(stream, pairs, &eq)?;
+                }
+                if let Some(f) = &spec.filter {
+                    if pairs.n > 0 {
+                        let rb = rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?;
+                        let rp = rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?;
+                        let keep = self.evaluate_filter(stream, f, chunk, rb, rp, pairs.n)?;
+                        pairs = self.keep_pairs(stream, pairs, &keep)?;
+                    }
                 }
                 if pairs.n == 0 {
                     return Ok(None);
@@ -629,20 +654,10 @@ impl JoinBuild {
         Ok(vec![self.assemble(stream, Some(chunk), Source::Nulls, Source::Rows(&sel), None, n as u64)?])
     }
 
-    /// Drops the candidate pairs whose wide keys differ.
-    fn confirm(
-        &self,
-        stream: &Arc<CudaStream>,
-        pkeys: &KeySide,
-        pairs: Pairs,
-        build_perm: Option<&DeviceBuffer>,
-        probe_perm: Option<&DeviceBuffer>,
-    ) -> Result<Pairs> {
+    /// The pairs whose flag in `keep` is set (in order).
+    fn keep_pairs(&self, stream: &Arc<CudaStream>, pairs: Pairs, keep: &DeviceBuffer) -> Result<Pairs> {
         let gpu = &*self.gpu;
-        let rb = rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?;
-        let rp = rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?;
-        let eq = verify_pairs(gpu, stream, &self.spec.keys, &self.keys, pkeys, rb, rp, pairs.n)?;
-        let (sel, m) = select_where(gpu, stream, &eq, pairs.n, 1)?;
+        let (sel, m) = select_where(gpu, stream, keep, pairs.n, 1)?;
         let m = m as u64;
         if m == pairs.n {
             return Ok(pairs);
@@ -658,6 +673,49 @@ impl JoinBuild {
             (None, None) => (None, None),
         };
         Ok(Pairs { pos_b, pos_p, rows_b, rows_p, n: m })
+    }
+
+    /// Byte flags, 1 where the pair of build row `rb[k]` and probe row `rp[k]` satisfies the
+    /// join filter.
+    fn evaluate_filter(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: &FilterSpec,
+        chunk: &DeviceBatch,
+        rb: &DeviceBuffer,
+        rp: &DeviceBuffer,
+        n: u64,
+    ) -> Result<DeviceBuffer> {
+        let gpu = &*self.gpu;
+        // Per column: values (or string offsets), string bytes or 0, validity or 0.
+        let mut cols: Vec<u64> = Vec::with_capacity(3 * f.columns.len());
+        for c in &f.columns {
+            let col = match *c {
+                OutputColumn::Build(i) => &self.batch.columns()[i],
+                OutputColumn::Probe(i) => &chunk.columns()[i],
+                OutputColumn::Mark => return Err(gpu_error("a join filter reading the mark column")),
+            };
+            let string = matches!(
+                col.data_type,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary
+            );
+            let buf = |i: usize| col.buffers.get(i).map_or(0, |b| b.raw_ptr(stream));
+            cols.push(buf(0));
+            cols.push(if string { buf(1) } else { 0 });
+            cols.push(col.validity.as_ref().map_or(0, |v| v.raw_ptr(stream)));
+        }
+        let cols = crate::primitives::upload_slice(gpu, stream, &cols, "join filter columns")?;
+        let keep = gpu.alloc(stream, n as usize, "join filter results")?;
+        let func = gpu.kernels().generated_function("filter", &f.source, "join_filter")?;
+        // join_filter(const u32* rb, const u32* rp, u64 n, const u64* cols, u8* keep)
+        gpu.launch_function(
+            stream,
+            &func,
+            "join_filter",
+            crate::device::grid_for(n, 256, gpu.info().sm_count),
+            &[ptr(rb, stream), ptr(rp, stream), KArg::U64(n), ptr(&cols, stream), ptr(&keep, stream)],
+        )?;
+        Ok(keep)
     }
 
     fn pair_batch(

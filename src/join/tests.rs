@@ -14,10 +14,14 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::common::JoinSide;
 use datafusion::common::{JoinType, NullEquality};
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{binary, cast, col, is_not_null};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::joins::utils::{ColumnIndex, JoinFilter};
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr, collect};
@@ -232,6 +236,7 @@ struct JoinCase<'a> {
     mode: PartitionMode,
     projection: Option<Vec<usize>>,
     null_aware: bool,
+    filter: Option<JoinFilter>,
 }
 
 fn plan(c: &JoinCase<'_>) -> Arc<dyn ExecutionPlan> {
@@ -249,8 +254,18 @@ fn plan(c: &JoinCase<'_>) -> Arc<dyn ExecutionPlan> {
     };
     let on = lk.into_iter().zip(rk).collect();
     Arc::new(
-        HashJoinExec::try_new(left, right, on, None, &c.join_type, c.projection.clone(), c.mode, c.nulls, c.null_aware)
-            .expect("hash join"),
+        HashJoinExec::try_new(
+            left,
+            right,
+            on,
+            c.filter.clone(),
+            &c.join_type,
+            c.projection.clone(),
+            c.mode,
+            c.nulls,
+            c.null_aware,
+        )
+        .expect("hash join"),
     )
 }
 
@@ -409,6 +424,7 @@ async fn gpu_join_matches_cpu_for_every_type_key_and_distribution() {
                         mode: PartitionMode::CollectLeft,
                         projection: None,
                         null_aware: false,
+                        filter: None,
                     };
                     let what = format!("[{kname} {dist:?} {nb}x{np} {jt} {nulls:?}]");
                     failures.extend(check(&c, &what, &JoinAlgorithm::ALL, 1500).await);
@@ -451,6 +467,7 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
                     mode: PartitionMode::Partitioned,
                     projection: None,
                     null_aware: false,
+                    filter: None,
                 };
                 failures.extend(
                     check(&c, &format!("[partitioned {kname} {jt} {nulls:?}]"), &JoinAlgorithm::ALL, 1 << 22).await,
@@ -474,6 +491,7 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
                 mode: PartitionMode::CollectLeft,
                 projection: None,
                 null_aware: false,
+                filter: None,
             };
             for batch_rows in [100_000, 1 << 22] {
                 failures.extend(
@@ -503,6 +521,7 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
             mode: PartitionMode::CollectLeft,
             projection: Some(proj.clone()),
             null_aware: false,
+            filter: None,
         };
         failures.extend(check(&c, &format!("[projection {proj:?} {jt}]"), &JoinAlgorithm::ALL, 1 << 22).await);
     }
@@ -525,6 +544,7 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
             mode: PartitionMode::CollectLeft,
             projection: None,
             null_aware: true,
+            filter: None,
         };
         failures.extend(
             check(
@@ -535,6 +555,98 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
             )
             .await,
         );
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} joins differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A filter over columns (side, index) of the join's inputs, built by `f` over the
+/// intermediate schema whose fields are named as the input columns.
+fn join_filter(
+    left: &RecordBatch,
+    right: &RecordBatch,
+    cols: &[(JoinSide, usize)],
+    f: impl Fn(&Schema) -> Arc<dyn PhysicalExpr>,
+) -> JoinFilter {
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|(side, i)| match side {
+            JoinSide::Left => left.schema().field(*i).clone(),
+            _ => right.schema().field(*i).clone(),
+        })
+        .collect();
+    let schema = Schema::new(fields);
+    let indices = cols.iter().map(|(side, i)| ColumnIndex { index: *i, side: *side }).collect();
+    JoinFilter::new(f(&schema), indices, Arc::new(schema))
+}
+
+/// Joins with residual filters (integer arithmetic, strings, Booleans, decimals, NULL logic),
+/// every join type, both null equalities, narrow and wide keys, every algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_join_filters_match_cpu() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_join_filters_match_cpu") else { return };
+    let seed = fresh_seed("gpu_join_filters_match_cpu");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let (l, r) = (JoinSide::Left, JoinSide::Right);
+    for (kname, types) in [("int32", vec![DataType::Int32]), ("utf8", vec![DataType::Utf8])] {
+        let left = table(&mut rng, &types, Dist::Duplicates, 2000, 2000, true, "l");
+        let right = table(&mut rng, &types, Dist::Duplicates, 3000, 2000, false, "r");
+        // Columns after the key: 1 row id (Int64), 2 string, 3 decimal, 4 Boolean, 5 Int32.
+        let filters: Vec<(&str, JoinFilter)> = vec![
+            (
+                "l_row + r_row > 2500",
+                join_filter(&left, &right, &[(l, 1), (r, 1)], |s| {
+                    let sum = binary(col("l_row", s).unwrap(), Operator::Plus, col("r_row", s).unwrap(), s).unwrap();
+                    binary(sum, Operator::Gt, datafusion::physical_expr::expressions::lit(2500i64), s).unwrap()
+                }),
+            ),
+            (
+                "l_s < r_s OR l_b",
+                join_filter(&left, &right, &[(l, 2), (r, 2), (l, 4)], |s| {
+                    let lt = binary(col("l_s", s).unwrap(), Operator::Lt, col("r_s", s).unwrap(), s).unwrap();
+                    binary(lt, Operator::Or, col("l_b", s).unwrap(), s).unwrap()
+                }),
+            ),
+            (
+                "l_d >= r_d AND r_b IS NOT NULL",
+                join_filter(&left, &right, &[(l, 3), (r, 3), (r, 4)], |s| {
+                    let ge = binary(col("l_d", s).unwrap(), Operator::GtEq, col("r_d", s).unwrap(), s).unwrap();
+                    binary(ge, Operator::And, is_not_null(col("r_b", s).unwrap()).unwrap(), s).unwrap()
+                }),
+            ),
+            (
+                "CAST(l_i AS BIGINT) * 3 <> r_row AND l_b IS DISTINCT FROM r_b",
+                join_filter(&left, &right, &[(l, 5), (r, 1), (l, 4), (r, 4)], |s| {
+                    let wide = cast(col("l_i", s).unwrap(), s, DataType::Int64).unwrap();
+                    let times =
+                        binary(wide, Operator::Multiply, datafusion::physical_expr::expressions::lit(3i64), s).unwrap();
+                    let ne = binary(times, Operator::NotEq, col("r_row", s).unwrap(), s).unwrap();
+                    let distinct =
+                        binary(col("l_b", s).unwrap(), Operator::IsDistinctFrom, col("r_b", s).unwrap(), s).unwrap();
+                    binary(ne, Operator::And, distinct, s).unwrap()
+                }),
+            ),
+        ];
+        for (fname, filter) in &filters {
+            for jt in JOIN_TYPES {
+                for nulls in [NullEquality::NullEqualsNothing, NullEquality::NullEqualsNull] {
+                    let c = JoinCase {
+                        left: &left,
+                        right: &right,
+                        nkeys: 1,
+                        join_type: jt,
+                        nulls,
+                        mode: PartitionMode::CollectLeft,
+                        projection: None,
+                        null_aware: false,
+                        filter: Some(filter.clone()),
+                    };
+                    let what = format!("[filter {fname} {kname} {jt} {nulls:?}]");
+                    failures.extend(check(&c, &what, &JoinAlgorithm::ALL, 1500).await);
+                }
+            }
+        }
     }
     assert!(failures.is_empty(), "seed {seed}: {} joins differ:\n{}", failures.len(), failures.join("\n"));
 }

@@ -12,6 +12,7 @@ use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
+use crate::join::filter::generate as generate_filter;
 use crate::join::materialize::can_gather;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 
@@ -130,10 +131,12 @@ pub fn join_reasons(join: &HashJoinExec, min_rows: usize) -> Vec<FallbackReason>
         }
     }
     if let Some(filter) = join.filter() {
-        out.push(FallbackReason::Unsupported(format!(
-            "the join filter `{}` is not evaluated on the GPU yet",
-            filter.expression()
-        )));
+        if let Err(why) = generate_filter(filter.expression(), filter.schema(), filter.column_indices()) {
+            out.push(FallbackReason::Unsupported(format!(
+                "the join filter `{}` cannot run on the GPU: {why}",
+                filter.expression()
+            )));
+        }
     }
     if let Some(fetch) = join.fetch() {
         out.push(FallbackReason::Unsupported(format!("the join has a fetch limit ({fetch})")));
