@@ -23,10 +23,13 @@ __device__ __forceinline__ K empty_key() {
 // ---------------------------------------------------------------------------------------------
 // NPJ: global table.
 
-// Inserts each build key: item_slot[i] = its slot; counts[slot] += 1; *distinct += new keys.
+// Inserts each build key: item_slot[i] = its slot; counts[slot] += 1; *distinct += new keys;
+// slot_row[slot] = the item's row (meaningful when every key is unique: then the table needs no
+// CSR runs).
 template <typename K>
-__device__ __forceinline__ void npj_insert(const K* __restrict__ keys, u64 n, K* __restrict__ slot_keys, u32* __restrict__ counts, u64 mask,
-                                           u32* __restrict__ item_slot, u32* __restrict__ distinct) {
+__device__ __forceinline__ void npj_insert(const K* __restrict__ keys, const u32* __restrict__ item_rows, u64 n, K* __restrict__ slot_keys,
+                                           u32* __restrict__ counts, u64 mask, u32* __restrict__ item_slot, u32* __restrict__ slot_row,
+                                           u32* __restrict__ distinct) {
     __shared__ u32 block_new;
     if (threadIdx.x == 0) block_new = 0;
     __syncthreads();
@@ -46,18 +49,20 @@ __device__ __forceinline__ void npj_insert(const K* __restrict__ keys, u64 n, K*
         }
         if (atomicAdd(&counts[s], 1u) == 0) mine++;
         item_slot[i] = (u32)s;
+        slot_row[s] = item_rows ? item_rows[i] : (u32)i;
     }
     if (mine) atomicAdd(&block_new, mine);
     __syncthreads();
     if (threadIdx.x == 0 && block_new) atomicAdd(distinct, block_new);
 }
 
-extern "C" __global__ void npj_insert_k32(const u32* keys, u64 n, u32* slot_keys, u32* counts, u64 mask, u32* item_slot, u32* distinct) {
-    npj_insert<u32>(keys, n, slot_keys, counts, mask, item_slot, distinct);
+extern "C" __global__ void npj_insert_k32(const u32* keys, const u32* item_rows, u64 n, u32* slot_keys, u32* counts, u64 mask,
+                                          u32* item_slot, u32* slot_row, u32* distinct) {
+    npj_insert<u32>(keys, item_rows, n, slot_keys, counts, mask, item_slot, slot_row, distinct);
 }
-extern "C" __global__ void npj_insert_k64(const u64* keys, u64 n, unsigned long long* slot_keys, u32* counts, u64 mask, u32* item_slot,
-                                          u32* distinct) {
-    npj_insert<unsigned long long>((const unsigned long long*)keys, n, slot_keys, counts, mask, item_slot, distinct);
+extern "C" __global__ void npj_insert_k64(const u64* keys, const u32* item_rows, u64 n, unsigned long long* slot_keys, u32* counts,
+                                          u64 mask, u32* item_slot, u32* slot_row, u32* distinct) {
+    npj_insert<unsigned long long>((const unsigned long long*)keys, item_rows, n, slot_keys, counts, mask, item_slot, slot_row, distinct);
 }
 
 // CSR fill: csr_rows[starts[slot] + k] = row of item i, k taken from a per-slot cursor (the order
@@ -73,14 +78,13 @@ extern "C" __global__ void npj_fill(const u32* __restrict__ item_slot, const u32
 
 // Packs slot s into a 16-byte entry read by one load in the probe: for u32 keys
 // {key, start, count, 0}, for u64 keys {key low, key high, start, count}. With `direct` (every
-// key unique), start is replaced by the build row itself.
+// key unique), `starts` is the slot's build row (slot_row), stored in place of a CSR start.
 template <typename K>
 __device__ __forceinline__ void npj_pack(const K* __restrict__ slot_keys, const u32* __restrict__ counts, const u32* __restrict__ starts,
-                                         const u32* __restrict__ csr_rows, u32 direct, u64 slots, uint4* __restrict__ table) {
+                                         u64 slots, uint4* __restrict__ table) {
     for (u64 s = global_thread_id(); s < slots; s += grid_stride()) {
         const u32 c = counts[s];
-        u32 start = starts[s];
-        if (direct && c > 0) start = csr_rows[start];
+        const u32 start = c > 0 ? starts[s] : 0;
         // The extra slot (index slots - 1) holds the all-ones key when present.
         const K k = s + 1 == slots ? empty_key<K>() : slot_keys[s];
         uint4 e;
@@ -93,13 +97,11 @@ __device__ __forceinline__ void npj_pack(const K* __restrict__ slot_keys, const 
     }
 }
 
-extern "C" __global__ void npj_pack_k32(const u32* slot_keys, const u32* counts, const u32* starts, const u32* csr_rows, u32 direct,
-                                        u64 slots, uint4* table) {
-    npj_pack<u32>(slot_keys, counts, starts, csr_rows, direct, slots, table);
+extern "C" __global__ void npj_pack_k32(const u32* slot_keys, const u32* counts, const u32* starts, u64 slots, uint4* table) {
+    npj_pack<u32>(slot_keys, counts, starts, slots, table);
 }
-extern "C" __global__ void npj_pack_k64(const u64* slot_keys, const u32* counts, const u32* starts, const u32* csr_rows, u32 direct,
-                                        u64 slots, uint4* table) {
-    npj_pack<u64>(slot_keys, counts, starts, csr_rows, direct, slots, table);
+extern "C" __global__ void npj_pack_k64(const u64* slot_keys, const u32* counts, const u32* starts, u64 slots, uint4* table) {
+    npj_pack<u64>(slot_keys, counts, starts, slots, table);
 }
 
 // Probe: start[j], count[j] of probe key j (count 0 when absent).

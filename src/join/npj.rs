@@ -52,8 +52,9 @@ impl NpjBuild {
         let slot_keys = gpu.alloc_filled(stream, slots as usize * kw, 0xff, "the join's hash table")?;
         let counts = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0, "the join's hash table")?;
         let item_slot = gpu.alloc(stream, n as usize * 4, "the join's hash table")?;
+        let slot_row = gpu.alloc(stream, (slots as usize + 1) * 4, "the join's hash table")?;
         let distinct = gpu.alloc_filled(stream, 4, 0, "the join's hash table")?;
-        // npj_insert_kX(keys, n, slot_keys, counts, mask, item_slot, distinct)
+        // npj_insert_kX(keys, item_rows, n, slot_keys, counts, mask, item_slot, slot_row, distinct)
         gpu.launch_n(
             stream,
             "join",
@@ -61,51 +62,60 @@ impl NpjBuild {
             n,
             &[
                 ptr(&keys.keys, stream),
+                opt_ptr(keys.item_rows.as_ref(), stream),
                 KArg::U64(n),
                 ptr(&slot_keys, stream),
                 ptr(&counts, stream),
                 KArg::U64(mask),
                 ptr(&item_slot, stream),
+                ptr(&slot_row, stream),
                 ptr(&distinct, stream),
             ],
         )?;
-        let (starts, _) = exclusive_scan(gpu, stream, &counts, slots + 1, ScanKind::U32, false)?;
         let distinct = gpu.read::<u32>(stream, &distinct, 0, 1)?[0] as u64;
+        // Every key unique: each entry holds its row, and no CSR runs are needed.
         let direct = distinct == n;
-        let csr_rows = if ordered && !direct {
-            // A stable sort of (slot, row) by slot puts each key's rows in build order.
-            let rows = match &keys.item_rows {
-                Some(r) => {
-                    let mut copy = gpu.alloc(stream, r.len(), "the join's hash table")?;
-                    gpu.copy_device(stream, r, &mut copy, r.len())?;
-                    copy
-                }
-                None => iota(gpu, stream, n)?,
-            };
-            let bits = 64 - slots.leading_zeros(); // slot ids go up to `slots` inclusive
-            radix_sort_pairs(gpu, stream, item_slot, rows, n, KeyWidth::U32, ValueWidth::U32, 0, bits)?.1
+        let (starts, csr_rows) = if direct {
+            (slot_row, None)
         } else {
-            let cursor = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0, "the join's hash table")?;
-            let csr = gpu.alloc(stream, n as usize * 4, "the join's hash table")?;
-            // npj_fill(item_slot, item_rows or null, n, starts, cursor, csr_rows)
-            gpu.launch_n(
-                stream,
-                "join",
-                "npj_fill",
-                n,
-                &[
-                    ptr(&item_slot, stream),
-                    opt_ptr(keys.item_rows.as_ref(), stream),
-                    KArg::U64(n),
-                    ptr(&starts, stream),
-                    ptr(&cursor, stream),
-                    ptr(&csr, stream),
-                ],
-            )?;
-            csr
+            drop(slot_row);
+            let (starts, _) = exclusive_scan(gpu, stream, &counts, slots + 1, ScanKind::U32, false)?;
+            let csr = if ordered {
+                // A stable sort of (slot, row) by slot puts each key's rows in build order.
+                let rows = match &keys.item_rows {
+                    Some(r) => {
+                        let mut copy = gpu.alloc(stream, r.len(), "the join's hash table")?;
+                        gpu.copy_device(stream, r, &mut copy, r.len())?;
+                        copy
+                    }
+                    None => iota(gpu, stream, n)?,
+                };
+                let bits = 64 - slots.leading_zeros(); // slot ids go up to `slots` inclusive
+                radix_sort_pairs(gpu, stream, item_slot, rows, n, KeyWidth::U32, ValueWidth::U32, 0, bits)?.1
+            } else {
+                let cursor = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0, "the join's hash table")?;
+                let csr = gpu.alloc(stream, n as usize * 4, "the join's hash table")?;
+                // npj_fill(item_slot, item_rows or null, n, starts, cursor, csr_rows)
+                gpu.launch_n(
+                    stream,
+                    "join",
+                    "npj_fill",
+                    n,
+                    &[
+                        ptr(&item_slot, stream),
+                        opt_ptr(keys.item_rows.as_ref(), stream),
+                        KArg::U64(n),
+                        ptr(&starts, stream),
+                        ptr(&cursor, stream),
+                        ptr(&csr, stream),
+                    ],
+                )?;
+                csr
+            };
+            (starts, Some(csr))
         };
         let table = gpu.alloc(stream, (slots as usize + 1) * ENTRY_BYTES, "the join's hash table")?;
-        // npj_pack_kX(slot_keys, counts, starts, csr_rows, direct, slots + 1, table)
+        // npj_pack_kX(slot_keys, counts, starts (rows when direct), slots + 1, table)
         gpu.launch_n(
             stream,
             "join",
@@ -115,13 +125,11 @@ impl NpjBuild {
                 ptr(&slot_keys, stream),
                 ptr(&counts, stream),
                 ptr(&starts, stream),
-                ptr(&csr_rows, stream),
-                KArg::U32(u32::from(direct)),
                 KArg::U64(slots + 1),
                 ptr(&table, stream),
             ],
         )?;
-        Ok(NpjBuild { table, mask, csr_rows: if direct { None } else { Some(csr_rows) }, width, distinct })
+        Ok(NpjBuild { table, mask, csr_rows, width, distinct })
     }
 
     /// Per probe item, the start of its matches' run and their count.
