@@ -146,3 +146,136 @@ SCATTER(radix_scatter_k32_v32, u32, u32, 16)
 SCATTER(radix_scatter_k32_v64, u32, u64, 8)
 SCATTER(radix_scatter_k64_v32, u64, u32, 8)
 SCATTER(radix_scatter_k64_v64, u64, u64, 8)
+
+// ---------------------------------------------------------------------------------------------
+// A pass that moves the keys and several value arrays through one stable permutation: the tile
+// is ranked once, then the keys and each value array in turn are reordered through shared
+// memory and written out coalesced. This is GFTR's transformation of every payload column with
+// its keys (seed 002), without ranking (or re-reading the keys) once per column.
+// vals_in / vals_out hold `nv` device addresses; bit j of `wide` says value array j has 8-byte
+// values (else 4). keys_out may be null on a last pass whose keys are not needed.
+#define MULTI_ITEMS 8
+#define MULTI_TILE (RADIX_THREADS * MULTI_ITEMS)
+
+template <typename K>
+__device__ __forceinline__ void scatter_multi(const K* __restrict__ keys_in, K* __restrict__ keys_out, u64 n, u32 shift, u32 mask,
+                                              const u32* __restrict__ offsets, const u64* __restrict__ vals_in,
+                                              const u64* __restrict__ vals_out, u32 nv, u32 wide) {
+    constexpr int ITEMS = MULTI_ITEMS;
+    constexpr int TILE = MULTI_TILE;
+    __shared__ u32 warp_hist[RADIX_WARPS][RADIX_BINS];
+    __shared__ u32 tile_start[RADIX_BINS];
+    __shared__ u32 global_start[RADIX_BINS];
+    __shared__ u32 scan_scratch[RADIX_WARPS];
+    __shared__ u32 scan_total;
+    __shared__ K s_keys[TILE];
+    __shared__ u64 s_vals[TILE];
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u64 base = (u64)blockIdx.x * TILE;
+    const u64 tile_n = n - base < (u64)TILE ? n - base : (u64)TILE;
+
+    u32 count = 0;
+    const u32 d0 = threadIdx.x;  // RADIX_THREADS == RADIX_BINS: one digit per thread
+    if (d0 <= mask) {
+        const u64 at = (u64)d0 * gridDim.x + blockIdx.x;
+        global_start[d0] = offsets[at];
+        const u64 total_entries = (u64)(mask + 1) * gridDim.x;
+        const u32 next = at + 1 < total_entries ? offsets[at + 1] : (u32)n;
+        count = next - offsets[at];
+    }
+    for (u32 w = 0; w < RADIX_WARPS; w++) warp_hist[w][d0] = 0;
+    const u32 start = block_exclusive_scan<RADIX_WARPS>(count, scan_scratch, &scan_total);
+    tile_start[d0] = start;
+    __syncthreads();
+
+    // Rank the keys (warp-private, in input order), as `scatter` does.
+    u32 digit[ITEMS];
+    u32 rank[ITEMS];
+    K k[ITEMS];
+#pragma unroll
+    for (int r = 0; r < ITEMS; r++) {
+        const u32 t = warp * 32 * ITEMS + r * 32 + lane;
+        const bool valid = t < tile_n;
+        digit[r] = RADIX_BINS;
+        k[r] = 0;
+        if (valid) {
+            k[r] = keys_in[base + t];
+            digit[r] = (u32)(k[r] >> shift) & mask;
+        }
+        const u32 peers = __match_any_sync(0xffffffffu, digit[r]);
+        const u32 before = __popc(peers & lanemask_lt());
+        u32 prior = 0;
+        if (valid) prior = warp_hist[warp][digit[r]];
+        rank[r] = prior + before;
+        __syncwarp();
+        if (valid && before == 0) warp_hist[warp][digit[r]] = prior + __popc(peers);
+        __syncwarp();
+    }
+    __syncthreads();
+    {
+        u32 run = 0;
+#pragma unroll
+        for (u32 w = 0; w < RADIX_WARPS; w++) {
+            const u32 c = warp_hist[w][d0];
+            warp_hist[w][d0] = run;
+            run += c;
+        }
+    }
+    __syncthreads();
+    // Tile-local sorted position of each item; keys reordered in shared memory.
+    u32 pos[ITEMS];
+#pragma unroll
+    for (int r = 0; r < ITEMS; r++) {
+        pos[r] = 0;
+        if (digit[r] < RADIX_BINS) {
+            pos[r] = tile_start[digit[r]] + warp_hist[warp][digit[r]] + rank[r];
+            s_keys[pos[r]] = k[r];
+        }
+    }
+    __syncthreads();
+    // Output index of each sorted slot j this thread writes.
+    u32 out[ITEMS];
+#pragma unroll
+    for (int r = 0; r < ITEMS; r++) {
+        const u32 j = r * RADIX_THREADS + threadIdx.x;
+        out[r] = 0;
+        if (j < tile_n) {
+            const K key = s_keys[j];
+            const u32 d = (u32)(key >> shift) & mask;
+            out[r] = global_start[d] + (j - tile_start[d]);
+            if (keys_out) keys_out[out[r]] = key;
+        }
+    }
+    // Each value array through the same permutation.
+    for (u32 v = 0; v < nv; v++) {
+        const bool w8 = (wide >> v) & 1;
+        const u8* src = (const u8*)vals_in[v];
+        u8* dst = (u8*)vals_out[v];
+        __syncthreads();  // the previous array's slots have been written out
+#pragma unroll
+        for (int r = 0; r < ITEMS; r++) {
+            if (digit[r] < RADIX_BINS) {
+                const u64 i = base + warp * 32 * ITEMS + r * 32 + lane;
+                s_vals[pos[r]] = w8 ? ((const u64*)src)[i] : (u64)((const u32*)src)[i];
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < ITEMS; r++) {
+            const u32 j = r * RADIX_THREADS + threadIdx.x;
+            if (j < tile_n) {
+                if (w8) ((u64*)dst)[out[r]] = s_vals[j];
+                else ((u32*)dst)[out[r]] = (u32)s_vals[j];
+            }
+        }
+    }
+}
+
+#define SCATTER_MULTI(NAME, K)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(RADIX_THREADS)                                                     \
+        NAME(const K* keys_in, K* keys_out, u64 n, u32 shift, u32 mask, const u32* offsets, const u64* vals_in,     \
+             const u64* vals_out, u32 nv, u32 wide) {                                                               \
+        scatter_multi<K>(keys_in, keys_out, n, shift, mask, offsets, vals_in, vals_out, nv, wide);                 \
+    }
+SCATTER_MULTI(radix_scatter_multi_k32, u32)
+SCATTER_MULTI(radix_scatter_multi_k64, u64)

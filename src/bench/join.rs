@@ -411,8 +411,8 @@ impl fmt::Display for JoinReport {
         }
         write!(
             f,
-            "(Gtup/s: (|R| + |S|) / time; phases in ms, each ended by a synchronisation; GFTR payload transforms count as \
-             materialisation, as in seed 002; floor: inputs read once and the output written once at the device-copy \
+            "(Gtup/s: (|R| + |S|) / time; phases in ms, each ended by a synchronisation; GFTR payloads move in the key's radix \
+             passes, so their cost is in transform (seed 002 counts it as materialisation); floor: inputs read once and the output written once at the device-copy \
              bandwidth; vs cpu: CPU time / this time)"
         )
     }

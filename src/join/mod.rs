@@ -42,7 +42,7 @@ use crate::primitives::select::{compose, flags_to_bitmap, gather_pairs, select_w
 use keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, verify_pairs};
 use materialize::{GatherSpec, can_transform, gather_columns, null_column};
 use npj::NpjBuild;
-use transform::{Transformed, transform, transform_payloads};
+use transform::{Transformed, transform_with_payloads};
 
 /// A GPU join algorithm with its materialisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -211,11 +211,12 @@ impl JoinSpec {
 pub struct PhaseTimes {
     /// Folding key columns into key words.
     pub keys: Duration,
-    /// Sorting or partitioning keys with row ids (SMJ, PHJ), or building the table (NPJ).
+    /// Sorting or partitioning keys with row ids (SMJ, PHJ) and, with GFTR, the payloads that
+    /// travel in the same passes; or building the table (NPJ).
     pub transform: Duration,
     /// Finding matches: counts, scan and writing pairs.
     pub matching: Duration,
-    /// Confirming wide keys, flags, GFTR payload transforms and gathering output columns.
+    /// Confirming wide keys, filters, flags, and gathering output columns.
     pub materialize: Duration,
 }
 
@@ -340,24 +341,18 @@ impl JoinBuild {
                 NpjBuild::build(&gpu, stream, &keys, width, spec.ordered)
             })?),
             JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
-                let mut t =
-                    phase(stream, &mut times.transform, || transform(&gpu, stream, &keys, width, width.bits()))?;
                 let gftr = gftr_columns(&spec, &batch, true);
-                phase(stream, &mut times.materialize, || {
-                    transform_payloads(&gpu, stream, &mut t, &keys, width, width.bits(), &gftr)
-                })?;
-                Index::Sorted(t)
+                Index::Sorted(phase(stream, &mut times.transform, || {
+                    transform_with_payloads(&gpu, stream, &keys, width, width.bits(), &gftr)
+                })?)
             }
             JoinAlgorithm::PhjGfur | JoinAlgorithm::PhjGftr => {
                 let bits = phj::partition_bits(keys.items);
-                let (mut t, offsets) = phase(stream, &mut times.transform, || {
-                    let t = transform(&gpu, stream, &keys, width, bits)?;
+                let gftr = gftr_columns(&spec, &batch, true);
+                let (t, offsets) = phase(stream, &mut times.transform, || {
+                    let t = transform_with_payloads(&gpu, stream, &keys, width, bits, &gftr)?;
                     let offsets = phj::offsets(&gpu, stream, &t, bits, width)?;
                     Ok((t, offsets))
-                })?;
-                let gftr = gftr_columns(&spec, &batch, true);
-                phase(stream, &mut times.materialize, || {
-                    transform_payloads(&gpu, stream, &mut t, &keys, width, bits, &gftr)
                 })?;
                 Index::Partitioned { side: t, bits, offsets }
             }
@@ -449,14 +444,18 @@ impl JoinBuild {
                 (count, Writer::Csr(start))
             }
             Index::Sorted(b) => {
-                let p = phase(stream, &mut times.transform, || transform(gpu, stream, &pkeys, width, width.bits()))?;
+                let gftr = gftr_columns(spec, chunk, false);
+                let p = phase(stream, &mut times.transform, || {
+                    transform_with_payloads(gpu, stream, &pkeys, width, width.bits(), &gftr)
+                })?;
                 let (start, count) = phase(stream, &mut times.matching, || smj::bounds(gpu, stream, b, &p, width))?;
                 probe_t = Some(p);
                 (count, Writer::Csr(start))
             }
             Index::Partitioned { side, bits, offsets } => {
+                let gftr = gftr_columns(spec, chunk, false);
                 let (p, poff) = phase(stream, &mut times.transform, || {
-                    let p = transform(gpu, stream, &pkeys, width, *bits)?;
+                    let p = transform_with_payloads(gpu, stream, &pkeys, width, *bits, &gftr)?;
                     let poff = phj::offsets(gpu, stream, &p, *bits, width)?;
                     Ok((p, poff))
                 })?;
@@ -472,14 +471,6 @@ impl JoinBuild {
                 (counts, Writer::Phj { units, nunits, cursor, bits: *bits })
             }
         };
-        if let Some(p) = probe_t.as_mut() {
-            let gftr = gftr_columns(spec, chunk, false);
-            let bits = match &self.index {
-                Index::Partitioned { bits, .. } => *bits,
-                _ => width.bits(),
-            };
-            phase(stream, &mut times.materialize, || transform_payloads(gpu, stream, p, &pkeys, width, bits, &gftr))?;
-        }
         let probe_perm: Option<&DeviceBuffer> = match &probe_t {
             Some(p) => Some(&p.perm),
             None => pkeys.item_rows.as_ref(),

@@ -1,7 +1,8 @@
 //! The transformation phase of the sort-merge and partitioned joins: a side's (key, row) pairs
 //! moved through stable LSD radix passes on the low `end_bit` bits of the key (all bits: a
 //! sort; the partition bits: a radix partition). With GFTR, each payload column that can be is
-//! moved through the same passes, so that materialisation reads it in order (seed 002, §4.1.4).
+//! moved through the same passes, so that materialisation reads it in order (seed 002, §4.1.4);
+//! all of them travel together, ranked once per tile and pass.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use super::keys::KeySide;
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{Result, gpu_error};
-use crate::primitives::radix::{KeyWidth, ValueWidth, radix_permute_values, radix_sort_pairs};
+use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_multi, radix_sort_pairs};
 use crate::primitives::select::iota;
 
 /// A side in transformed order.
@@ -59,19 +60,26 @@ pub fn transform(
     Ok(Transformed { keys, perm, items: n, columns: Vec::new() })
 }
 
-/// GFTR: moves each column of `gftr` (non-null, 4 or 8 bytes wide) through the passes that
-/// [`transform`] applied to `side`'s keys, adding it to `t`.
-pub fn transform_payloads(
+/// [`transform`] with GFTR: each column of `gftr` (non-null, 4 or 8 bytes wide) moves through
+/// the same radix passes as the keys and row ids, in one pass over all of them per digit.
+pub fn transform_with_payloads(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
-    t: &mut Transformed,
     side: &KeySide,
     width: KeyWidth,
     end_bit: u32,
     gftr: &[(usize, &DeviceColumn)],
-) -> Result<()> {
+) -> Result<Transformed> {
+    if gftr.is_empty() {
+        return transform(gpu, stream, side, width, end_bit);
+    }
     let n = side.items;
-    for (index, col) in gftr {
+    let rows = match &side.item_rows {
+        Some(r) => copy(gpu, stream, r, "join row ids")?,
+        None => iota(gpu, stream, n)?,
+    };
+    let mut values = vec![(rows, ValueWidth::U32)];
+    for (_, col) in gftr {
         let vw = match col.data_type.primitive_width() {
             Some(4) => ValueWidth::U32,
             Some(8) => ValueWidth::U64,
@@ -80,13 +88,16 @@ pub fn transform_payloads(
         if col.validity.is_some() {
             return Err(gpu_error("a nullable column cannot take the GFTR path"));
         }
-        let values = col.buffers.first().ok_or_else(|| gpu_error("a column without values"))?;
-        let values = match &side.item_rows {
-            Some(r) => crate::primitives::gather(gpu, stream, values, r, n, vw.bytes())?,
-            None => copy(gpu, stream, values, "a GFTR payload")?,
+        let v = col.buffers.first().ok_or_else(|| gpu_error("a column without values"))?;
+        let v = match &side.item_rows {
+            Some(r) => crate::primitives::gather(gpu, stream, v, r, n, vw.bytes())?,
+            None => copy(gpu, stream, v, "a GFTR payload")?,
         };
-        let moved = radix_permute_values(gpu, stream, &side.keys, values, n, width, vw, 0, end_bit)?;
-        t.columns.push((*index, moved));
+        values.push((v, vw));
     }
-    Ok(())
+    let keys = copy(gpu, stream, &side.keys, "join keys")?;
+    let (keys, mut moved) = radix_sort_multi(gpu, stream, keys, values, n, width, 0, end_bit)?;
+    let perm = moved.remove(0);
+    let columns = gftr.iter().map(|(i, _)| *i).zip(moved).collect();
+    Ok(Transformed { keys, perm, items: n, columns })
 }

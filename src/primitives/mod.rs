@@ -156,6 +156,55 @@ mod tests {
         }
     }
 
+    /// Keys and three value arrays (4, 8 and 4 bytes) through one stable permutation, against a
+    /// stable CPU sort on the same bits.
+    #[test]
+    fn gpu_radix_sort_multi_moves_every_array_with_the_keys() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_radix_sort_multi_moves_every_array_with_the_keys") else { return };
+        let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_radix_sort_multi"));
+        let stream = gpu.stream();
+        for n in [1usize, 2047, 2048, 2049, 100_003, 1 << 20] {
+            for (width, begin, end) in
+                [(KeyWidth::U32, 0, 32), (KeyWidth::U32, 0, 13), (KeyWidth::U64, 0, 64), (KeyWidth::U64, 5, 21)]
+            {
+                let skew = n % 2 == 1;
+                let keys: Vec<u64> = (0..n)
+                    .map(|_| if skew { (rng.random::<f64>().powi(6) * 1e6) as u64 } else { rng.random::<u64>() })
+                    .map(|k| if width == KeyWidth::U32 { k as u32 as u64 } else { k })
+                    .collect();
+                let rows: Vec<u32> = (0..n as u32).collect();
+                let wide: Vec<u64> = rows.iter().map(|r| ((!*r as u64) << 32) | *r as u64).collect();
+                let other: Vec<u32> = rows.iter().map(|r| r.wrapping_mul(2654435761)).collect();
+                let k = match width {
+                    KeyWidth::U32 => {
+                        upload_slice(&gpu, &stream, &keys.iter().map(|k| *k as u32).collect::<Vec<_>>(), "test")
+                    }
+                    KeyWidth::U64 => upload_slice(&gpu, &stream, &keys, "test"),
+                }
+                .unwrap();
+                let values = vec![
+                    (upload_slice(&gpu, &stream, &rows, "test").unwrap(), ValueWidth::U32),
+                    (upload_slice(&gpu, &stream, &wide, "test").unwrap(), ValueWidth::U64),
+                    (upload_slice(&gpu, &stream, &other, "test").unwrap(), ValueWidth::U32),
+                ];
+                let (_, out) = radix::radix_sort_multi(&gpu, &stream, k, values, n as u64, width, begin, end).unwrap();
+                let got_rows: Vec<u32> = download_vec(&gpu, &stream, &out[0], n).unwrap();
+                let got_wide: Vec<u64> = download_vec(&gpu, &stream, &out[1], n).unwrap();
+                let got_other: Vec<u32> = download_vec(&gpu, &stream, &out[2], n).unwrap();
+                let bits = |x: u64| if end - begin == 64 { x } else { (x >> begin) & ((1u64 << (end - begin)) - 1) };
+                let mut want = rows.clone();
+                want.sort_by_key(|r| bits(keys[*r as usize]));
+                let ctx = format!("n {n} {width:?} bits {begin}..{end}");
+                assert_eq!(got_rows, want, "{ctx}: row ids");
+                for (i, r) in want.iter().enumerate() {
+                    assert_eq!(got_wide[i], wide[*r as usize], "{ctx}: 8-byte values at {i}");
+                    assert_eq!(got_other[i], other[*r as usize], "{ctx}: 4-byte values at {i}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn gpu_gather_matches_cpu() {
         let _l = gpu_lock();

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaStream, PushKernelArg};
 
 use super::scan::exclusive_scan_u32;
 use super::tiles;
-use crate::device::{DeviceBuffer, Gpu, check_launch};
+use crate::device::{DeviceBuffer, Gpu, KArg, check_launch, ptr};
 use crate::error::{Result, gpu_error};
 
 /// Threads per block of the radix kernels; a tile is THREADS x items_per_thread items.
@@ -139,27 +139,89 @@ pub fn radix_sort_pairs(
     Ok((k_in, v_in))
 }
 
-/// Moves `values` through the same stable passes that [`radix_sort_pairs`] applies to `keys`
-/// over `[begin_bit, end_bit)`: the values come out in the order the keys' sort gives them (the
-/// "transform" of a payload column in the GFTR materialisation of seed 002). `keys` is left as it
-/// was.
+/// Sorts `n` keys stably by the bits `[begin_bit, end_bit)` and moves every array of `values`
+/// (4- or 8-byte values, `n` each) through the same permutation, ranking each tile once per pass
+/// (kernels/radix.cu, `radix_scatter_multi`). Consumes the inputs; returns the sorted keys and the
+/// values in the same order as given.
 #[allow(clippy::too_many_arguments)]
-pub fn radix_permute_values(
+pub fn radix_sort_multi(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
-    keys: &DeviceBuffer,
-    values: DeviceBuffer,
+    keys: DeviceBuffer,
+    values: Vec<(DeviceBuffer, ValueWidth)>,
     n: u64,
     key: KeyWidth,
-    value: ValueWidth,
     begin_bit: u32,
     end_bit: u32,
-) -> Result<DeviceBuffer> {
-    let bytes = n as usize * key.bytes();
-    let mut scratch = gpu.alloc(stream, bytes, "radix transform keys")?;
-    if bytes > 0 {
-        gpu.copy_device(stream, keys, &mut scratch, bytes)?;
+) -> Result<(DeviceBuffer, Vec<DeviceBuffer>)> {
+    if begin_bit > end_bit || end_bit > key.bits() {
+        return Err(gpu_error(format!("radix sort on bits {begin_bit}..{end_bit} of a {}-bit key", key.bits())));
     }
-    let (_, v) = radix_sort_pairs(gpu, stream, scratch, values, n, key, value, begin_bit, end_bit)?;
-    Ok(v)
+    if n > u32::MAX as u64 {
+        return Err(gpu_error(format!("radix sort of {n} rows: at most 2^32 - 1 per call")));
+    }
+    if values.len() > 32 {
+        return Err(gpu_error(format!("a radix sort carrying {} value arrays: at most 32", values.len())));
+    }
+    if (n as usize) * key.bytes() > keys.len() || values.iter().any(|(v, w)| (n as usize) * w.bytes() > v.len()) {
+        return Err(gpu_error("radix sort inputs are shorter than n"));
+    }
+    let widths: Vec<ValueWidth> = values.iter().map(|(_, w)| *w).collect();
+    let mut k_in = keys;
+    let mut v_in: Vec<DeviceBuffer> = values.into_iter().map(|(v, _)| v).collect();
+    if n == 0 || begin_bit == end_bit {
+        return Ok((k_in, v_in));
+    }
+    let wide = widths.iter().enumerate().fold(0u32, |m, (j, w)| if *w == ValueWidth::U64 { m | (1 << j) } else { m });
+    let tile = THREADS as u64 * 8;
+    let blocks = n.div_ceil(tile);
+    let hist = format!("radix_histogram_{}_i8", key.tag());
+    let scatter = format!("radix_scatter_multi_{}", key.tag());
+    let mut shift = begin_bit;
+    while shift < end_bit {
+        let bits = DIGIT_BITS.min(end_bit - shift);
+        let mask: u32 = (1u32 << bits) - 1;
+        let bins = mask as u64 + 1;
+        let counts = gpu.alloc(stream, (bins * blocks * 4) as usize, "radix histograms")?;
+        // radix_histogram_kX_i8(const K* keys, u64 n, u32 shift, u32 mask, u32* hist)
+        gpu.launch(
+            stream,
+            "radix",
+            &hist,
+            tiles(n, tile, THREADS)?,
+            &[ptr(&k_in, stream), KArg::U64(n), KArg::U32(shift), KArg::U32(mask), ptr(&counts, stream)],
+        )?;
+        let offsets = exclusive_scan_u32(gpu, stream, &counts, bins * blocks)?;
+        let k_out = gpu.alloc(stream, n as usize * key.bytes(), "radix sort keys")?;
+        let v_out = widths
+            .iter()
+            .map(|w| gpu.alloc(stream, n as usize * w.bytes(), "radix sort values"))
+            .collect::<Result<Vec<_>>>()?;
+        let addresses = |bufs: &[DeviceBuffer]| -> Vec<u64> { bufs.iter().map(|b| b.raw_ptr(stream)).collect() };
+        let vin = super::upload_slice(gpu, stream, &addresses(&v_in), "radix value addresses")?;
+        let vout = super::upload_slice(gpu, stream, &addresses(&v_out), "radix value addresses")?;
+        // radix_scatter_multi_kX(keys_in, keys_out, n, shift, mask, offsets, vals_in, vals_out, nv, wide)
+        gpu.launch(
+            stream,
+            "radix",
+            &scatter,
+            tiles(n, tile, THREADS)?,
+            &[
+                ptr(&k_in, stream),
+                ptr(&k_out, stream),
+                KArg::U64(n),
+                KArg::U32(shift),
+                KArg::U32(mask),
+                ptr(&offsets, stream),
+                ptr(&vin, stream),
+                ptr(&vout, stream),
+                KArg::U32(widths.len() as u32),
+                KArg::U32(wide),
+            ],
+        )?;
+        k_in = k_out;
+        v_in = v_out;
+        shift += bits;
+    }
+    Ok((k_in, v_in))
 }
