@@ -26,51 +26,44 @@ __device__ __forceinline__ void histogram(const K* __restrict__ keys, u64 n, u32
     for (u32 d = threadIdx.x; d <= mask; d += RADIX_THREADS) hist[(u64)d * gridDim.x + blockIdx.x] = counts[d];
 }
 
-// Stable scatter of one tile.
+// Shared memory of one tile's ranking.
+struct TileRank {
+    u32 warp_hist[RADIX_WARPS][RADIX_BINS];
+    u32 tile_start[RADIX_BINS];    // digit's first sorted position inside the tile
+    u32 global_start[RADIX_BINS];  // digit's first output position for this tile
+    u32 scan_scratch[RADIX_WARPS];
+    u32 scan_total;
+};
+
+// Ranks the tile of RADIX_THREADS * ITEMS keys at `base` for a stable scatter:
 // 1. Warp w ranks the tile's items [w * 32 * ITEMS, (w + 1) * 32 * ITEMS) in ITEMS rounds of 32
 //    consecutive items, with warp-private digit counters: rank = earlier items of the warp with
 //    the same digit (no block barrier while ranking).
 // 2. Per digit, an exclusive prefix over warps (warp order is input order) plus the digit's start
-//    inside the tile gives each item its tile-local sorted position.
-// 3. Items are reordered by digit in shared memory, then written out in that order: consecutive
-//    threads write consecutive positions of the same digit run (coalesced).
-// keys_out may be null (a payload-only pass, e.g. another payload column of a GFTR transform).
-template <typename K, typename V, int ITEMS>
-__device__ __forceinline__ void scatter(const K* __restrict__ keys_in, const V* __restrict__ vals_in, K* __restrict__ keys_out,
-                                        V* __restrict__ vals_out, u64 n, u32 shift, u32 mask, const u32* __restrict__ offsets) {
-    constexpr int TILE = RADIX_THREADS * ITEMS;
-    __shared__ u32 warp_hist[RADIX_WARPS][RADIX_BINS];
-    __shared__ u32 tile_start[RADIX_BINS];   // digit's first sorted position inside the tile
-    __shared__ u32 global_start[RADIX_BINS]; // digit's first output position for this tile
-    __shared__ u32 scan_scratch[RADIX_WARPS];
-    __shared__ u32 scan_total;
-    __shared__ K s_keys[TILE];
-    __shared__ V s_vals[TILE];
+//    inside the tile gives each item its tile-local sorted position pos[r].
+// Item r of this thread is tile item warp * 32 * ITEMS + r * 32 + lane; its digit is RADIX_BINS
+// past the end of the input. Every thread of the block calls it; it ends with a barrier.
+template <typename K, int ITEMS>
+__device__ __forceinline__ void rank_tile(const K* __restrict__ keys_in, u64 n, u32 shift, u32 mask, const u32* __restrict__ offsets,
+                                          TileRank& s, u64 base, u64 tile_n, K (&k)[ITEMS], u32 (&digit)[ITEMS], u32 (&pos)[ITEMS]) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const u64 base = (u64)blockIdx.x * TILE;
-    const u64 tile_n = n - base < (u64)TILE ? n - base : (u64)TILE;
-
     // Digit starts: this tile's count of each digit is in the (unscanned) histogram, whose scan
     // `offsets` also gives where the tile's run of each digit starts in the output.
     u32 count = 0;
     const u32 d0 = threadIdx.x;  // RADIX_THREADS == RADIX_BINS: one digit per thread
     if (d0 <= mask) {
         const u64 at = (u64)d0 * gridDim.x + blockIdx.x;
-        global_start[d0] = offsets[at];
+        s.global_start[d0] = offsets[at];
         // The next entry of the scanned histogram, minus this one, is the count.
         const u64 total_entries = (u64)(mask + 1) * gridDim.x;
         const u32 next = at + 1 < total_entries ? offsets[at + 1] : (u32)n;
         count = next - offsets[at];
     }
-    for (u32 w = 0; w < RADIX_WARPS; w++) warp_hist[w][d0] = 0;
-    const u32 start = block_exclusive_scan<RADIX_WARPS>(count, scan_scratch, &scan_total);
-    tile_start[d0] = start;
+    for (u32 w = 0; w < RADIX_WARPS; w++) s.warp_hist[w][d0] = 0;
+    const u32 start = block_exclusive_scan<RADIX_WARPS>(count, s.scan_scratch, &s.scan_total);
+    s.tile_start[d0] = start;
     __syncthreads();
 
-    // 1. Warp-private ranking.
-    K k[ITEMS];
-    V v[ITEMS];
-    u32 digit[ITEMS];
     u32 rank[ITEMS];
 #pragma unroll
     for (int r = 0; r < ITEMS; r++) {
@@ -78,40 +71,58 @@ __device__ __forceinline__ void scatter(const K* __restrict__ keys_in, const V* 
         const bool valid = t < tile_n;
         digit[r] = RADIX_BINS;  // invalid lanes group together and count nowhere
         k[r] = 0;
-        v[r] = 0;
         if (valid) {
             k[r] = keys_in[base + t];
-            v[r] = vals_in[base + t];
             digit[r] = (u32)(k[r] >> shift) & mask;
         }
         const u32 peers = __match_any_sync(0xffffffffu, digit[r]);
         const u32 before = __popc(peers & lanemask_lt());
         u32 prior = 0;
-        if (valid) prior = warp_hist[warp][digit[r]];
+        if (valid) prior = s.warp_hist[warp][digit[r]];
         rank[r] = prior + before;
         __syncwarp();
-        if (valid && before == 0) warp_hist[warp][digit[r]] = prior + __popc(peers);
+        if (valid && before == 0) s.warp_hist[warp][digit[r]] = prior + __popc(peers);
         __syncwarp();
     }
     __syncthreads();
-    // 2. Per digit, exclusive prefix over warps.
     {
         u32 run = 0;
 #pragma unroll
         for (u32 w = 0; w < RADIX_WARPS; w++) {
-            const u32 c = warp_hist[w][d0];
-            warp_hist[w][d0] = run;
+            const u32 c = s.warp_hist[w][d0];
+            s.warp_hist[w][d0] = run;
             run += c;
         }
     }
     __syncthreads();
-    // 3. Reorder by digit in shared memory, then write out coalesced.
+#pragma unroll
+    for (int r = 0; r < ITEMS; r++) {
+        pos[r] = digit[r] < RADIX_BINS ? s.tile_start[digit[r]] + s.warp_hist[warp][digit[r]] + rank[r] : 0;
+    }
+}
+
+// Stable scatter of one tile of (key, value) pairs: ranked by `rank_tile`, reordered by digit in
+// shared memory, then written out in that order, so that consecutive threads write consecutive
+// positions of the same digit run (coalesced). keys_out may be null.
+template <typename K, typename V, int ITEMS>
+__device__ __forceinline__ void scatter(const K* __restrict__ keys_in, const V* __restrict__ vals_in, K* __restrict__ keys_out,
+                                        V* __restrict__ vals_out, u64 n, u32 shift, u32 mask, const u32* __restrict__ offsets) {
+    constexpr int TILE = RADIX_THREADS * ITEMS;
+    __shared__ TileRank rs;
+    __shared__ K s_keys[TILE];
+    __shared__ V s_vals[TILE];
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u64 base = (u64)blockIdx.x * TILE;
+    const u64 tile_n = n - base < (u64)TILE ? n - base : (u64)TILE;
+    K k[ITEMS];
+    u32 digit[ITEMS];
+    u32 pos[ITEMS];
+    rank_tile<K, ITEMS>(keys_in, n, shift, mask, offsets, rs, base, tile_n, k, digit, pos);
 #pragma unroll
     for (int r = 0; r < ITEMS; r++) {
         if (digit[r] < RADIX_BINS) {
-            const u32 pos = tile_start[digit[r]] + warp_hist[warp][digit[r]] + rank[r];
-            s_keys[pos] = k[r];
-            s_vals[pos] = v[r];
+            s_keys[pos[r]] = k[r];
+            s_vals[pos[r]] = vals_in[base + warp * 32 * ITEMS + r * 32 + lane];
         }
     }
     __syncthreads();
@@ -121,7 +132,7 @@ __device__ __forceinline__ void scatter(const K* __restrict__ keys_in, const V* 
         if (j < tile_n) {
             const K key = s_keys[j];
             const u32 d = (u32)(key >> shift) & mask;
-            const u32 out = global_start[d] + (j - tile_start[d]);
+            const u32 out = rs.global_start[d] + (j - rs.tile_start[d]);
             if (keys_out) keys_out[out] = key;
             vals_out[out] = s_vals[j];
         }
@@ -163,74 +174,19 @@ __device__ __forceinline__ void scatter_multi(const K* __restrict__ keys_in, K* 
                                               const u64* __restrict__ vals_out, u32 nv, u32 wide) {
     constexpr int ITEMS = MULTI_ITEMS;
     constexpr int TILE = MULTI_TILE;
-    __shared__ u32 warp_hist[RADIX_WARPS][RADIX_BINS];
-    __shared__ u32 tile_start[RADIX_BINS];
-    __shared__ u32 global_start[RADIX_BINS];
-    __shared__ u32 scan_scratch[RADIX_WARPS];
-    __shared__ u32 scan_total;
+    __shared__ TileRank rs;
     __shared__ K s_keys[TILE];
     __shared__ u64 s_vals[TILE];
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u64 base = (u64)blockIdx.x * TILE;
     const u64 tile_n = n - base < (u64)TILE ? n - base : (u64)TILE;
-
-    u32 count = 0;
-    const u32 d0 = threadIdx.x;  // RADIX_THREADS == RADIX_BINS: one digit per thread
-    if (d0 <= mask) {
-        const u64 at = (u64)d0 * gridDim.x + blockIdx.x;
-        global_start[d0] = offsets[at];
-        const u64 total_entries = (u64)(mask + 1) * gridDim.x;
-        const u32 next = at + 1 < total_entries ? offsets[at + 1] : (u32)n;
-        count = next - offsets[at];
-    }
-    for (u32 w = 0; w < RADIX_WARPS; w++) warp_hist[w][d0] = 0;
-    const u32 start = block_exclusive_scan<RADIX_WARPS>(count, scan_scratch, &scan_total);
-    tile_start[d0] = start;
-    __syncthreads();
-
-    // Rank the keys (warp-private, in input order), as `scatter` does.
-    u32 digit[ITEMS];
-    u32 rank[ITEMS];
     K k[ITEMS];
-#pragma unroll
-    for (int r = 0; r < ITEMS; r++) {
-        const u32 t = warp * 32 * ITEMS + r * 32 + lane;
-        const bool valid = t < tile_n;
-        digit[r] = RADIX_BINS;
-        k[r] = 0;
-        if (valid) {
-            k[r] = keys_in[base + t];
-            digit[r] = (u32)(k[r] >> shift) & mask;
-        }
-        const u32 peers = __match_any_sync(0xffffffffu, digit[r]);
-        const u32 before = __popc(peers & lanemask_lt());
-        u32 prior = 0;
-        if (valid) prior = warp_hist[warp][digit[r]];
-        rank[r] = prior + before;
-        __syncwarp();
-        if (valid && before == 0) warp_hist[warp][digit[r]] = prior + __popc(peers);
-        __syncwarp();
-    }
-    __syncthreads();
-    {
-        u32 run = 0;
-#pragma unroll
-        for (u32 w = 0; w < RADIX_WARPS; w++) {
-            const u32 c = warp_hist[w][d0];
-            warp_hist[w][d0] = run;
-            run += c;
-        }
-    }
-    __syncthreads();
-    // Tile-local sorted position of each item; keys reordered in shared memory.
+    u32 digit[ITEMS];
     u32 pos[ITEMS];
+    rank_tile<K, ITEMS>(keys_in, n, shift, mask, offsets, rs, base, tile_n, k, digit, pos);
 #pragma unroll
     for (int r = 0; r < ITEMS; r++) {
-        pos[r] = 0;
-        if (digit[r] < RADIX_BINS) {
-            pos[r] = tile_start[digit[r]] + warp_hist[warp][digit[r]] + rank[r];
-            s_keys[pos[r]] = k[r];
-        }
+        if (digit[r] < RADIX_BINS) s_keys[pos[r]] = k[r];
     }
     __syncthreads();
     // Output index of each sorted slot j this thread writes.
@@ -242,7 +198,7 @@ __device__ __forceinline__ void scatter_multi(const K* __restrict__ keys_in, K* 
         if (j < tile_n) {
             const K key = s_keys[j];
             const u32 d = (u32)(key >> shift) & mask;
-            out[r] = global_start[d] + (j - tile_start[d]);
+            out[r] = rs.global_start[d] + (j - rs.tile_start[d]);
             if (keys_out) keys_out[out[r]] = key;
         }
     }

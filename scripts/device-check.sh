@@ -5,16 +5,7 @@
 #   usage: scripts/device-check.sh [test-filter]
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
-mkdir -p /tmp/b && for f in .device/bin/*.xz; do xz -dc "$f" > "/tmp/b/$(basename "$f" .xz)"; chmod +x "/tmp/b/$(basename "$f" .xz)"; done
-export PATH=/tmp/b:$PATH
-
-# cudarc loads libnvrtc.so.13 by name: make sure the loader can find it.
-if ! ldconfig -p | grep -q 'libnvrtc.so'; then
-    d=$(dirname "$(find / -xdev -name 'libnvrtc.so*' -path '*13*' 2>/dev/null | head -1)" 2>/dev/null)
-    [ -z "$d" ] && d=$(dirname "$(find / -xdev -name 'libnvrtc.so*' 2>/dev/null | head -1)" 2>/dev/null)
-    [ -n "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
-echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/device-env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.txt"
 
 summary=()

@@ -5,12 +5,7 @@
 #   usage: TESTS=<filter|skip> BENCH="<bench join args>|skip" scripts/device-join.sh
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
-mkdir -p /tmp/b && for f in .device/bin/*.xz; do xz -dc "$f" > "/tmp/b/$(basename "$f" .xz)"; chmod +x "/tmp/b/$(basename "$f" .xz)"; done
-export PATH=/tmp/b:$PATH
-if ! ldconfig -p | grep -q 'libnvrtc.so'; then
-    d=$(dirname "$(find / -xdev -name 'libnvrtc.so*' -path '*13*' 2>/dev/null | head -1)" 2>/dev/null)
-    [ -n "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
+source "$(dirname "$0")/device-env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/nvidia-smi.txt"
 export XDG_CACHE_HOME=/tmp/dfg-cache
 tests=$(ls /tmp/b | grep -E '^datafusion_gpu-[0-9a-f]+$' | head -1)

@@ -13,6 +13,7 @@ use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
 use crate::join::filter::generate as generate_filter;
+use crate::join::keys::KeyColumnKind;
 use crate::join::materialize::can_gather;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 
@@ -48,30 +49,11 @@ impl fmt::Display for FallbackReason {
     }
 }
 
-/// Key types the GPU join and group-by handle: integers, dates, timestamps, Decimal128, Boolean
-/// and strings (with dictionaries of strings).
+/// Key types the GPU join and group-by handle: integers, dates, times, timestamps, durations,
+/// Decimal128, Boolean, strings and binary, and dictionaries of these (the one list is
+/// [`KeyColumnKind::of`], which the device's key preparation uses).
 pub fn is_supported_key_type(dt: &DataType) -> bool {
-    use DataType::*;
-    match dt {
-        Int8
-        | Int16
-        | Int32
-        | Int64
-        | UInt8
-        | UInt16
-        | UInt32
-        | UInt64
-        | Date32
-        | Date64
-        | Timestamp(_, _)
-        | Decimal128(_, _)
-        | Boolean
-        | Utf8
-        | LargeUtf8
-        | Utf8View => true,
-        Dictionary(k, v) => k.is_dictionary_key_type() && matches!(**v, Utf8 | LargeUtf8 | Utf8View),
-        _ => false,
-    }
+    KeyColumnKind::of(dt).is_ok()
 }
 
 /// Estimated output rows of `plan`, when its statistics give one.
