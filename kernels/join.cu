@@ -76,9 +76,28 @@ extern "C" __global__ void npj_fill(const u32* __restrict__ item_slot, const u32
     }
 }
 
-// Packs slot s into a 16-byte entry read by one load in the probe: for u32 keys
-// {key, start, count, 0}, for u64 keys {key low, key high, start, count}. With `direct` (every
-// key unique), `starts` is the slot's build row (slot_row), stored in place of a CSR start.
+// The 16-byte table entry: for u32 keys {key, start, count, 0}, for u64 keys {key low, key high,
+// start, count}.
+template <typename K>
+__device__ __forceinline__ uint4 make_entry(K k, u32 start, u32 count) {
+    if (sizeof(K) == 4) return make_uint4((u32)k, start, count, 0);
+    return make_uint4((u32)(u64)k, (u32)((u64)k >> 32), start, count);
+}
+template <typename K>
+__device__ __forceinline__ K entry_key(uint4 e) {
+    return sizeof(K) == 4 ? (K)e.x : (K)(((u64)e.y << 32) | (u64)e.x);
+}
+template <typename K>
+__device__ __forceinline__ u32 entry_start(uint4 e) {
+    return sizeof(K) == 4 ? e.y : e.z;
+}
+template <typename K>
+__device__ __forceinline__ u32 entry_count(uint4 e) {
+    return sizeof(K) == 4 ? e.z : e.w;
+}
+
+// Packs slot s into its entry (make_entry), read by one load in the probe. When every key is
+// unique, `starts` is the slot's build row (slot_row), stored in place of a CSR start.
 template <typename K>
 __device__ __forceinline__ void npj_pack(const K* __restrict__ slot_keys, const u32* __restrict__ counts, const u32* __restrict__ starts,
                                          u64 slots, uint4* __restrict__ table) {
@@ -87,13 +106,7 @@ __device__ __forceinline__ void npj_pack(const K* __restrict__ slot_keys, const 
         const u32 start = c > 0 ? starts[s] : 0;
         // The extra slot (index slots - 1) holds the all-ones key when present.
         const K k = s + 1 == slots ? empty_key<K>() : slot_keys[s];
-        uint4 e;
-        if (sizeof(K) == 4) {
-            e = make_uint4((u32)k, start, c, 0);
-        } else {
-            e = make_uint4((u32)(u64)k, (u32)((u64)k >> 32), start, c);
-        }
-        table[s] = e;
+        table[s] = make_entry<K>(k, start, c);
     }
 }
 
@@ -110,42 +123,19 @@ __device__ __forceinline__ void npj_probe(const K* __restrict__ keys, u64 n, con
                                           u32* __restrict__ count) {
     for (u64 j = global_thread_id(); j < n; j += grid_stride()) {
         const K k = keys[j];
-        u32 st = 0, c = 0;
+        uint4 e = make_uint4(0, 0, 0, 0);  // absent: count 0
         if (k == empty_key<K>()) {
-            const uint4 e = table[mask + 1];
-            if (sizeof(K) == 4) {
-                st = e.y;
-                c = e.z;
-            } else {
-                st = e.z;
-                c = e.w;
-            }
+            e = table[mask + 1];
         } else {
-            u64 s = (u64)k & mask;
-            while (true) {
-                const uint4 e = __ldg(&table[s]);
-                K ek;
-                if (sizeof(K) == 4) {
-                    ek = (K)e.x;
-                } else {
-                    ek = (K)(((u64)e.y << 32) | (u64)e.x);
-                }
-                if (ek == k) {
-                    if (sizeof(K) == 4) {
-                        st = e.y;
-                        c = e.z;
-                    } else {
-                        st = e.z;
-                        c = e.w;
-                    }
-                    break;
-                }
-                if (ek == empty_key<K>()) break;
-                s = (s + 1) & mask;
+            for (u64 s = (u64)k & mask;; s = (s + 1) & mask) {
+                const uint4 t = __ldg(&table[s]);
+                const K ek = entry_key<K>(t);
+                if (ek == k) e = t;
+                if (ek == k || ek == empty_key<K>()) break;
             }
         }
-        start[j] = st;
-        count[j] = c;
+        start[j] = entry_start<K>(e);
+        count[j] = entry_count<K>(e);
     }
 }
 

@@ -72,21 +72,29 @@ impl fmt::Display for ByteSize {
     }
 }
 
-impl ConfigField for ByteSize {
-    fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
-        v.some(key, self, description)
-    }
+/// `ConfigField` for an option value written as text: shown with `Display`, set with `FromStr`
+/// (whose error is the user's message), reset to `Default` (`auto` for the types here).
+macro_rules! config_field_from_str {
+    ($($t:ty),*) => {$(
+        impl ConfigField for $t {
+            fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+                v.some(key, self, description)
+            }
 
-    fn set(&mut self, _key: &str, value: &str) -> Result<()> {
-        *self = value.parse()?;
-        Ok(())
-    }
+            fn set(&mut self, _key: &str, value: &str) -> Result<()> {
+                *self = value.parse()?;
+                Ok(())
+            }
 
-    fn reset(&mut self, _key: &str) -> Result<()> {
-        *self = ByteSize::Auto;
-        Ok(())
-    }
+            fn reset(&mut self, _key: &str) -> Result<()> {
+                *self = <$t>::default();
+                Ok(())
+            }
+        }
+    )*};
 }
+
+config_field_from_str!(ByteSize, JoinAlgorithmSetting);
 
 /// Formats a byte count with a binary unit, exactly when it divides evenly (`8GiB`, `1.50GiB`).
 pub fn human_bytes(b: u64) -> String {
@@ -195,22 +203,6 @@ gpu_options! {
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.
         pub batch_rows: usize, default = 1 << 22
-    }
-}
-
-impl ConfigField for JoinAlgorithmSetting {
-    fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
-        v.some(key, self, description)
-    }
-
-    fn set(&mut self, _key: &str, value: &str) -> Result<()> {
-        *self = value.parse()?;
-        Ok(())
-    }
-
-    fn reset(&mut self, _key: &str) -> Result<()> {
-        *self = JoinAlgorithmSetting::default();
-        Ok(())
     }
 }
 

@@ -31,41 +31,38 @@ use crate::error::{CudaResultExt, Result, gpu_error};
 use crate::join::keys::KeyPlan;
 use crate::join::{JoinAlgorithm, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
 
-#[derive(Debug, Clone)]
+/// The benchmark's options, also its command-line arguments (`datafusion-gpu bench join`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct JoinBenchOptions {
+    /// log2 of |R| (unique keys, shuffled).
+    #[arg(long, default_value_t = 27)]
     pub log_r: u32,
+    /// log2 of |S| (foreign keys into R).
+    #[arg(long, default_value_t = 28)]
     pub log_s: u32,
-    /// Key widths to run: 4 (Int32) and/or 8 (Int64).
+    /// Key widths in bytes (4: Int32, 8: Int64).
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
     pub key_bytes: Vec<usize>,
-    /// Payload columns per side.
+    /// Int32 payload columns per side.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
     pub payloads: Vec<usize>,
-    /// Match ratios of S (the sweep runs for the first key width and payload count).
+    /// Match ratios; the first applies to every configuration, the others sweep the first key width and payload count.
+    #[arg(long, value_delimiter = ',', default_value = "1.0,0.5,0.1")]
     pub match_ratios: Vec<f64>,
+    /// Algorithms (npj, phj_gfur, phj_gftr, smj_gfur, smj_gftr).
+    #[arg(long, value_delimiter = ',', default_value = "npj,phj_gfur,phj_gftr,smj_gfur,smj_gftr")]
     pub algorithms: Vec<JoinAlgorithm>,
     /// Timed GPU runs after one warm-up.
+    #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Timed CPU runs after one warm-up (0: no CPU baseline).
+    /// Timed CPU runs after one warm-up (0: no CPU baseline); by default only for configurations of match ratio 1.
+    #[arg(long, default_value_t = 2)]
     pub cpu_runs: usize,
-    /// Run the CPU baseline for every configuration, not only those of match ratio 1.
+    /// The CPU baseline for every configuration.
+    #[arg(long)]
     pub cpu_all: bool,
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
-}
-
-impl Default for JoinBenchOptions {
-    fn default() -> Self {
-        JoinBenchOptions {
-            log_r: 27,
-            log_s: 28,
-            key_bytes: vec![4, 8],
-            payloads: vec![1, 4],
-            match_ratios: vec![1.0, 0.5, 0.1],
-            algorithms: JoinAlgorithm::ALL.to_vec(),
-            runs: 3,
-            cpu_runs: 2,
-            cpu_all: false,
-            seed: 42,
-        }
-    }
 }
 
 /// One configuration's data.

@@ -76,11 +76,7 @@ pub fn run(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<Pri
     drop((k32, k64, rows32, small, perm));
     stream.synchronize().gpu("synchronising")?;
 
-    let copy = |b: &crate::device::DeviceBuffer| -> Result<crate::device::DeviceBuffer> {
-        let mut d = gpu.alloc(&stream, b.len(), "bench copy")?;
-        gpu.copy_device(&stream, b, &mut d, b.len())?;
-        Ok(d)
-    };
+    let copy = |b: &crate::device::DeviceBuffer| gpu.clone_buffer(&stream, b, "bench copy");
     let mut rows = Vec::new();
     let mut push = |name: &str, seconds: f64, floor_bytes: u64| {
         rows.push(PrimitiveTiming { name: name.to_string(), rows: n, seconds, floor_bytes })

@@ -26,7 +26,6 @@ use datafusion_gpu::config::ByteSize;
 use datafusion_gpu::demo::{self, DemoOptions};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
-use datafusion_gpu::join::JoinAlgorithmSetting;
 use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
 use mimalloc::MiMalloc;
 
@@ -95,36 +94,7 @@ enum BenchCommand {
     },
     /// The join workload of seed 002 on device-resident data: every GPU join algorithm with its
     /// phases, the bandwidth floor, and DataFusion's CPU hash join on the same data.
-    Join {
-        /// log2 of |R| (unique keys, shuffled).
-        #[arg(long, default_value_t = 27)]
-        log_r: u32,
-        /// log2 of |S| (foreign keys into R).
-        #[arg(long, default_value_t = 28)]
-        log_s: u32,
-        /// Key widths in bytes (4: Int32, 8: Int64).
-        #[arg(long, value_delimiter = ',', default_value = "4,8")]
-        key_bytes: Vec<usize>,
-        /// Int32 payload columns per side.
-        #[arg(long, value_delimiter = ',', default_value = "1,4")]
-        payloads: Vec<usize>,
-        /// Match ratios; the first applies to every configuration, the others sweep the first key width and payload count.
-        #[arg(long, value_delimiter = ',', default_value = "1.0,0.5,0.1")]
-        match_ratios: Vec<f64>,
-        /// Algorithms (npj, phj_gfur, phj_gftr, smj_gfur, smj_gftr).
-        #[arg(long, value_delimiter = ',', default_value = "npj,phj_gfur,phj_gftr,smj_gfur,smj_gftr")]
-        algorithms: Vec<String>,
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Timed CPU runs (0: no CPU baseline); by default only for configurations of the first match ratio.
-        #[arg(long, default_value_t = 2)]
-        cpu_runs: usize,
-        /// CPU baseline for every configuration.
-        #[arg(long)]
-        cpu_all: bool,
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-    },
+    Join(JoinBenchOptions),
     /// Scan, radix sort/partition and gather on device-resident data, against the bandwidth floor.
     Primitives {
         /// log2 of the number of rows.
@@ -305,41 +275,8 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             println!("{report}");
             Ok(())
         }
-        Some(Command::Bench {
-            which:
-                BenchCommand::Join {
-                    log_r,
-                    log_s,
-                    key_bytes,
-                    payloads,
-                    match_ratios,
-                    algorithms,
-                    runs,
-                    cpu_runs,
-                    cpu_all,
-                    seed,
-                },
-        }) => {
-            let algorithms = algorithms
-                .iter()
-                .map(|a| match a.parse::<JoinAlgorithmSetting>() {
-                    Ok(JoinAlgorithmSetting::Fixed(a)) => Ok(a),
-                    _ => Err(format!("unknown join algorithm '{a}' (npj, phj_gfur, phj_gftr, smj_gfur, smj_gftr)")),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+        Some(Command::Bench { which: BenchCommand::Join(opts) }) => {
             let gpu = gpu_for(0, GpuConfig::default())?;
-            let opts = JoinBenchOptions {
-                log_r,
-                log_s,
-                key_bytes,
-                payloads,
-                match_ratios,
-                algorithms,
-                runs,
-                cpu_runs,
-                cpu_all,
-                seed,
-            };
             let report = join::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
             println!("{report}");
             Ok(())

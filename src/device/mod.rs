@@ -241,6 +241,13 @@ impl Gpu {
         result
     }
 
+    /// A new buffer holding a copy of `src` (stream-ordered).
+    pub fn clone_buffer(&self, stream: &Arc<CudaStream>, src: &DeviceBuffer, what: &str) -> Result<DeviceBuffer> {
+        let mut out = self.alloc(stream, src.len(), what)?;
+        self.copy_device(stream, src, &mut out, src.len())?;
+        Ok(out)
+    }
+
     /// Copies `len` bytes between device buffers with the `copy` kernels (16-byte vectors, then a
     /// byte tail), checking the launches.
     pub fn copy_device(

@@ -415,6 +415,16 @@ async fn build_side(
     .await
 }
 
+/// Passes output batches to the stream, counting them.
+async fn send(tx: &mut mpsc::Sender<Result<DeviceBatch>>, metrics: &Metrics, outputs: Vec<DeviceBatch>) -> Result<()> {
+    for o in outputs {
+        metrics.output_rows.add(o.num_rows());
+        metrics.output_batches.add(1);
+        tx.send(Ok(o)).await.map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
+    }
+    Ok(())
+}
+
 /// A stream fed by a spawned task, which is aborted if the stream is dropped.
 struct TaskStream {
     rx: mpsc::Receiver<Result<DeviceBatch>>,
@@ -454,29 +464,22 @@ impl GpuExec for GpuHashJoinExec {
         let (mut tx, rx) = mpsc::channel::<Result<DeviceBatch>>(2);
         let task = SpawnedTask::spawn(async move {
             let result = async {
+                let build_fut = build_side(
+                    Arc::clone(&gpu),
+                    Arc::clone(&layout),
+                    left,
+                    build_partitions,
+                    Arc::clone(&context),
+                    metrics.clone(),
+                );
                 let build = if mode == PartitionMode::CollectLeft {
                     let init = || {
                         shared.remaining.store(probe_partitions, Ordering::SeqCst);
-                        build_side(
-                            Arc::clone(&gpu),
-                            Arc::clone(&layout),
-                            left,
-                            build_partitions,
-                            Arc::clone(&context),
-                            metrics.clone(),
-                        )
+                        build_fut
                     };
                     Arc::clone(shared.build.get_or_try_init(init).await?)
                 } else {
-                    build_side(
-                        Arc::clone(&gpu),
-                        Arc::clone(&layout),
-                        left,
-                        build_partitions,
-                        Arc::clone(&context),
-                        metrics.clone(),
-                    )
-                    .await?
+                    build_fut.await?
                 };
                 let mut probe = probe;
                 let mut pending: Vec<RecordBatch> = Vec::new();
@@ -507,13 +510,7 @@ impl GpuExec for GpuHashJoinExec {
                             Ok(out)
                         })
                         .await?;
-                        for o in outputs {
-                            metrics.output_rows.add(o.num_rows());
-                            metrics.output_batches.add(1);
-                            tx.send(Ok(o))
-                                .await
-                                .map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
-                        }
+                        send(&mut tx, &metrics, outputs).await?;
                     }
                     if done {
                         break;
@@ -532,13 +529,7 @@ impl GpuExec for GpuHashJoinExec {
                         Ok(out)
                     })
                     .await?;
-                    for o in outputs {
-                        metrics.output_rows.add(o.num_rows());
-                        metrics.output_batches.add(1);
-                        tx.send(Ok(o))
-                            .await
-                            .map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
-                    }
+                    send(&mut tx, &metrics, outputs).await?;
                 }
                 Ok::<(), DataFusionError>(())
             }

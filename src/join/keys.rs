@@ -19,7 +19,7 @@ use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::radix::KeyWidth;
-use crate::primitives::select::select_where;
+use crate::primitives::select::{iota, select_where};
 
 /// How a key column's values are read on the device (after decoding dictionaries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +142,16 @@ pub struct KeySide {
     pub columns: Vec<Arc<DeviceColumn>>,
 }
 
+impl KeySide {
+    /// The row of each item in a buffer of its own (for a sort to permute).
+    pub fn owned_item_rows(&self, gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<DeviceBuffer> {
+        match &self.item_rows {
+            Some(r) => gpu.clone_buffer(stream, r, "join row ids"),
+            None => iota(gpu, stream, self.items),
+        }
+    }
+}
+
 const NULLS_DROP: u32 = 1;
 const NULLS_VALUE: u32 = 2;
 
@@ -174,6 +184,15 @@ fn buffer(col: &DeviceColumn, i: usize) -> Result<&DeviceBuffer> {
     col.buffers.get(i).ok_or_else(|| gpu_error(format!("a {} key column lacks buffer {i}", col.data_type)))
 }
 
+/// A key column's value buffers as kernel arguments: the values, or a string's offsets and bytes.
+fn value_args(kind: KeyColumnKind, col: &DeviceColumn, stream: &Arc<CudaStream>) -> Result<Vec<KArg>> {
+    let mut args = vec![ptr(buffer(col, 0)?, stream)];
+    if matches!(kind, KeyColumnKind::Str32 | KeyColumnKind::Str64) {
+        args.push(ptr(buffer(col, 1)?, stream));
+    }
+    Ok(args)
+}
+
 /// Folds the key columns `cols` (of `rows` rows each, in the plan's order) into key words.
 pub fn prepare_keys(
     gpu: &Gpu,
@@ -204,7 +223,6 @@ pub fn prepare_keys(
         let validity = opt_ptr(col.validity.as_ref(), stream);
         some_dropped |= !plan.nulls_equal && col.null_count > 0;
         let first = KArg::U32(u32::from(i == 0));
-        let common = [KArg::U64(rows), KArg::U32(null_mode), first, ptr(&acc, stream), ptr(&ok, stream)];
         match plan.encoding {
             KeyEncoding::Narrow32 | KeyEncoding::Narrow64 => {
                 let bits = kind.narrow_bits().ok_or_else(|| gpu_error("wide key column in a narrow plan"))?;
@@ -222,18 +240,16 @@ pub fn prepare_keys(
                 gpu.launch_n(stream, "keys", narrow_kernel(*kind)?, rows, &args)?;
             }
             KeyEncoding::Wide => {
-                let mut args = Vec::with_capacity(8);
-                match kind {
-                    // key_hash_strXX(offsets, bytes, validity, n, null_mode, first, acc, ok)
-                    KeyColumnKind::Str32 | KeyColumnKind::Str64 => {
-                        args.push(ptr(buffer(col, 0)?, stream));
-                        args.push(ptr(buffer(col, 1)?, stream));
-                    }
-                    // key_hash_X(values, validity, n, null_mode, first, acc, ok)
-                    _ => args.push(ptr(buffer(col, 0)?, stream)),
-                }
-                args.push(validity);
-                args.extend_from_slice(&common);
+                // key_hash_X(values.., validity, n, null_mode, first, acc, ok)
+                let mut args = value_args(*kind, col, stream)?;
+                args.extend([
+                    validity,
+                    KArg::U64(rows),
+                    KArg::U32(null_mode),
+                    first,
+                    ptr(&acc, stream),
+                    ptr(&ok, stream),
+                ]);
                 gpu.launch_n(stream, "keys", hash_kernel(*kind)?, rows, &args)?;
             }
         }
@@ -309,13 +325,7 @@ pub fn verify_pairs(
     for ((kind, b), p) in plan.columns.iter().zip(&build.columns).zip(&probe.columns) {
         let mut args = Vec::with_capacity(10);
         for col in [b, p] {
-            match kind {
-                KeyColumnKind::Str32 | KeyColumnKind::Str64 => {
-                    args.push(ptr(buffer(col, 0)?, stream));
-                    args.push(ptr(buffer(col, 1)?, stream));
-                }
-                _ => args.push(ptr(buffer(col, 0)?, stream)),
-            }
+            args.extend(value_args(*kind, col, stream)?);
             args.push(opt_ptr(col.validity.as_ref(), stream));
         }
         args.extend([ptr(rows_b, stream), ptr(rows_p, stream), KArg::U64(n), ptr(&eq, stream)]);

@@ -240,13 +240,13 @@ fn gather_strings(
         n * 32,
         &[
             ptr(offsets, stream),
-            opt_ptr(Some(bytes).filter(|b| !b.is_empty()), stream),
+            ptr(bytes, stream),
             ptr(rows, stream),
             ptr(&starts, stream),
             KArg::U64(n),
             KArg::U64(total),
             ptr(&out_offsets, stream),
-            opt_ptr(Some(&out_bytes).filter(|b| !b.is_empty()), stream),
+            ptr(&out_bytes, stream),
         ],
     )?;
     Ok(vec![out_offsets, out_bytes])
@@ -254,13 +254,7 @@ fn gather_strings(
 
 /// A device copy of `col`.
 pub fn clone_column(gpu: &Gpu, stream: &Arc<CudaStream>, col: &DeviceColumn) -> Result<DeviceColumn> {
-    let copy = |b: &DeviceBuffer| -> Result<DeviceBuffer> {
-        let mut out = gpu.alloc(stream, b.len(), "a copied column")?;
-        if !b.is_empty() {
-            gpu.copy_device(stream, b, &mut out, b.len())?;
-        }
-        Ok(out)
-    };
+    let copy = |b: &DeviceBuffer| gpu.clone_buffer(stream, b, "a copied column");
     Ok(DeviceColumn {
         data_type: col.data_type.clone(),
         len: col.len,

@@ -37,6 +37,7 @@ use datafusion::error::DataFusionError;
 use crate::columns::{DeviceBatch, DeviceColumn};
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{CudaResultExt, Result, gpu_error};
+use crate::primitives::gather;
 use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::{compose, flags_to_bitmap, gather_pairs, select_where, set_flags};
 use keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, verify_pairs};
@@ -84,6 +85,19 @@ impl JoinAlgorithm {
     }
 }
 
+impl FromStr for JoinAlgorithm {
+    type Err = DataFusionError;
+
+    /// One algorithm by name (`npj`, `phj_gfur`, ...), not a family or `auto`.
+    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
+        let t = s.trim().to_ascii_lowercase();
+        JoinAlgorithm::ALL.iter().copied().find(|a| a.name() == t).ok_or_else(|| {
+            let names = JoinAlgorithm::ALL.map(|a| a.name()).join(", ");
+            DataFusionError::Configuration(format!("unknown join algorithm '{s}'; choose one of {names}"))
+        })
+    }
+}
+
 impl fmt::Display for JoinAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -114,9 +128,9 @@ impl FromStr for JoinAlgorithmSetting {
             "auto" | "" => JoinAlgorithmSetting::Auto,
             "phj" => JoinAlgorithmSetting::Phj,
             "smj" => JoinAlgorithmSetting::Smj,
-            other => match JoinAlgorithm::ALL.iter().find(|a| a.name() == other) {
-                Some(a) => JoinAlgorithmSetting::Fixed(*a),
-                None => {
+            _ => match t.parse::<JoinAlgorithm>() {
+                Ok(a) => JoinAlgorithmSetting::Fixed(a),
+                Err(_) => {
                     return Err(DataFusionError::Configuration(format!(
                         "unknown gpu.join_algorithm '{s}'; choose one of {}",
                         Self::NAMES
@@ -218,19 +232,6 @@ pub struct PhaseTimes {
     pub matching: Duration,
     /// Confirming wide keys, filters, flags, and gathering output columns.
     pub materialize: Duration,
-}
-
-impl PhaseTimes {
-    pub fn add(&mut self, o: &PhaseTimes) {
-        self.keys += o.keys;
-        self.transform += o.transform;
-        self.matching += o.matching;
-        self.materialize += o.materialize;
-    }
-
-    pub fn total(&self) -> Duration {
-        self.keys + self.transform + self.matching + self.materialize
-    }
 }
 
 /// Times a phase: the work it issued on `stream` is included.
@@ -378,19 +379,6 @@ impl JoinBuild {
 
     pub fn spec(&self) -> &Arc<JoinSpec> {
         &self.spec
-    }
-
-    /// Build rows.
-    pub fn rows(&self) -> usize {
-        self.batch.num_rows()
-    }
-
-    /// Distinct build keys, when the algorithm knows them (NPJ).
-    pub fn distinct_keys(&self) -> Option<u64> {
-        match &self.index {
-            Index::Npj(t) => Some(t.distinct),
-            _ => None,
-        }
     }
 
     fn build_perm(&self) -> Option<&DeviceBuffer> {
@@ -659,8 +647,8 @@ impl JoinBuild {
                 let (b, p) = gather_pairs(gpu, stream, b, p, &sel, m)?;
                 (Some(b), Some(p))
             }
-            (Some(b), None) => (Some(gather_pairs(gpu, stream, b, b, &sel, m)?.0), None),
-            (None, Some(p)) => (None, Some(gather_pairs(gpu, stream, p, p, &sel, m)?.0)),
+            (Some(b), None) => (Some(gather(gpu, stream, b, &sel, m, 4)?), None),
+            (None, Some(p)) => (None, Some(gather(gpu, stream, p, &sel, m, 4)?)),
             (None, None) => (None, None),
         };
         Ok(Pairs { pos_b, pos_p, rows_b, rows_p, n: m })
@@ -820,8 +808,10 @@ impl JoinBuild {
         }
         let nwin = total.div_ceil(bound);
         let gpu = &*self.gpu;
-        let js = gpu.alloc(stream, (nwin as usize + 1) * 8, "join output windows")?;
-        let os = gpu.alloc(stream, (nwin as usize + 1) * 8, "join output windows")?;
+        // Item bounds then output bounds, nwin + 1 of each, in one buffer read at once.
+        let len = nwin as usize + 1;
+        let bounds = gpu.alloc(stream, 2 * len * 8, "join output windows")?;
+        let base = bounds.raw_ptr(stream);
         // window_bounds(offsets, n, total, bound, nwin, out_j, out_o)
         gpu.launch_n(
             stream,
@@ -834,12 +824,12 @@ impl JoinBuild {
                 KArg::U64(total),
                 KArg::U64(bound),
                 KArg::U64(nwin),
-                ptr(&js, stream),
-                ptr(&os, stream),
+                KArg::U64(base),
+                KArg::U64(base + 8 * len as u64),
             ],
         )?;
-        let js = gpu.read::<u64>(stream, &js, 0, nwin as usize + 1)?;
-        let os = gpu.read::<u64>(stream, &os, 0, nwin as usize + 1)?;
+        let bounds = gpu.read::<u64>(stream, &bounds, 0, 2 * len)?;
+        let (js, os) = bounds.split_at(len);
         Ok((0..nwin as usize).filter(|w| os[w + 1] > os[*w]).map(|w| (js[w], js[w + 1], os[w], os[w + 1])).collect())
     }
 }

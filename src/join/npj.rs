@@ -12,7 +12,6 @@ use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_pairs};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
-use crate::primitives::select::iota;
 
 /// Bytes of one packed table entry (kernels/join.cu, `npj_pack`).
 const ENTRY_BYTES: usize = 16;
@@ -26,15 +25,6 @@ pub struct NpjBuild {
     /// Build row at each CSR position; `None` when the entries hold rows directly (unique keys).
     pub csr_rows: Option<DeviceBuffer>,
     width: KeyWidth,
-    /// Distinct build keys.
-    pub distinct: u64,
-}
-
-fn suffix(width: KeyWidth) -> &'static str {
-    match width {
-        KeyWidth::U32 => "k32",
-        KeyWidth::U64 => "k64",
-    }
 }
 
 impl NpjBuild {
@@ -58,7 +48,7 @@ impl NpjBuild {
         gpu.launch_n(
             stream,
             "join",
-            &format!("npj_insert_{}", suffix(width)),
+            &format!("npj_insert_{}", width.tag()),
             n,
             &[
                 ptr(&keys.keys, stream),
@@ -82,14 +72,7 @@ impl NpjBuild {
             let (starts, _) = exclusive_scan(gpu, stream, &counts, slots + 1, ScanKind::U32, false)?;
             let csr = if ordered {
                 // A stable sort of (slot, row) by slot puts each key's rows in build order.
-                let rows = match &keys.item_rows {
-                    Some(r) => {
-                        let mut copy = gpu.alloc(stream, r.len(), "the join's hash table")?;
-                        gpu.copy_device(stream, r, &mut copy, r.len())?;
-                        copy
-                    }
-                    None => iota(gpu, stream, n)?,
-                };
+                let rows = keys.owned_item_rows(gpu, stream)?;
                 let bits = 64 - slots.leading_zeros(); // slot ids go up to `slots` inclusive
                 radix_sort_pairs(gpu, stream, item_slot, rows, n, KeyWidth::U32, ValueWidth::U32, 0, bits)?.1
             } else {
@@ -119,7 +102,7 @@ impl NpjBuild {
         gpu.launch_n(
             stream,
             "join",
-            &format!("npj_pack_{}", suffix(width)),
+            &format!("npj_pack_{}", width.tag()),
             slots + 1,
             &[
                 ptr(&slot_keys, stream),
@@ -129,7 +112,7 @@ impl NpjBuild {
                 ptr(&table, stream),
             ],
         )?;
-        Ok(NpjBuild { table, mask, csr_rows, width, distinct })
+        Ok(NpjBuild { table, mask, csr_rows, width })
     }
 
     /// Per probe item, the start of its matches' run and their count.
@@ -141,7 +124,7 @@ impl NpjBuild {
         gpu.launch_n(
             stream,
             "join",
-            &format!("npj_probe_{}", suffix(self.width)),
+            &format!("npj_probe_{}", self.width.tag()),
             n,
             &[
                 ptr(&probe.keys, stream),

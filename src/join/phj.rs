@@ -27,13 +27,6 @@ const ONLY: u32 = 0x8000_0000;
 /// Most partition bits (two radix passes).
 pub const MAX_BITS: u32 = 16;
 
-fn suffix(width: KeyWidth) -> &'static str {
-    match width {
-        KeyWidth::U32 => "k32",
-        KeyWidth::U64 => "k64",
-    }
-}
-
 /// Partition bits for `build_items` build rows: partitions of about half a unit's capacity.
 pub fn partition_bits(build_items: u64) -> u32 {
     let target = CAPACITY / 2;
@@ -58,7 +51,7 @@ pub fn offsets(
     gpu.launch_n(
         stream,
         "join",
-        &format!("phj_boundaries_{}", suffix(width)),
+        &format!("phj_boundaries_{}", width.tag()),
         side.items + 1,
         &[ptr(&side.keys, stream), KArg::U64(side.items), KArg::U32(bits), ptr(&out, stream)],
     )?;
@@ -122,7 +115,7 @@ pub fn count(
     gpu.launch(
         stream,
         "join",
-        &format!("phj_count_{}", suffix(width)),
+        &format!("phj_count_{}", width.tag()),
         unit_grid(gpu, nunits, width),
         &[
             ptr(&build.keys, stream),
@@ -158,7 +151,7 @@ pub fn write(
     gpu.launch(
         stream,
         "join",
-        &format!("phj_write_{}", suffix(width)),
+        &format!("phj_write_{}", width.tag()),
         unit_grid(gpu, nunits, width),
         &[
             ptr(&build.keys, stream),

@@ -23,15 +23,12 @@ pub fn bounds(
     let n = probe.items;
     let start = gpu.alloc(stream, n as usize * 4, "join match runs")?;
     let count = gpu.alloc(stream, n as usize * 4, "join match counts")?;
-    let kernel = match width {
-        KeyWidth::U32 => "smj_bounds_k32",
-        KeyWidth::U64 => "smj_bounds_k64",
-    };
+    let kernel = format!("smj_bounds_{}", width.tag());
     // smj_bounds_kX(build, nb, probe, np, start, count): a warp per 32 probe items
     gpu.launch_n(
         stream,
         "join",
-        kernel,
+        &kernel,
         n.div_ceil(32) * 32,
         &[
             ptr(&build.keys, stream),

@@ -239,6 +239,30 @@ struct JoinCase<'a> {
     filter: Option<JoinFilter>,
 }
 
+impl<'a> JoinCase<'a> {
+    /// A CollectLeft join of `left` and `right` on their first `nkeys` columns, unprojected,
+    /// without a filter; other cases change fields with struct update syntax.
+    fn new(
+        left: &'a RecordBatch,
+        right: &'a RecordBatch,
+        nkeys: usize,
+        join_type: JoinType,
+        nulls: NullEquality,
+    ) -> Self {
+        JoinCase {
+            left,
+            right,
+            nkeys,
+            join_type,
+            nulls,
+            mode: PartitionMode::CollectLeft,
+            projection: None,
+            null_aware: false,
+            filter: None,
+        }
+    }
+}
+
 fn plan(c: &JoinCase<'_>) -> Arc<dyn ExecutionPlan> {
     let (lk, rk) = (key_exprs(&c.left.schema(), c.nkeys), key_exprs(&c.right.schema(), c.nkeys));
     let (left, right) = match c.mode {
@@ -415,17 +439,7 @@ async fn gpu_join_matches_cpu_for_every_type_key_and_distribution() {
             let right = table(&mut rng, &types, dist, np, nb.max(np), false, "r");
             for jt in JOIN_TYPES {
                 for nulls in [NullEquality::NullEqualsNothing, NullEquality::NullEqualsNull] {
-                    let c = JoinCase {
-                        left: &left,
-                        right: &right,
-                        nkeys: types.len(),
-                        join_type: jt,
-                        nulls,
-                        mode: PartitionMode::CollectLeft,
-                        projection: None,
-                        null_aware: false,
-                        filter: None,
-                    };
+                    let c = JoinCase::new(&left, &right, types.len(), jt, nulls);
                     let what = format!("[{kname} {dist:?} {nb}x{np} {jt} {nulls:?}]");
                     failures.extend(check(&c, &what, &JoinAlgorithm::ALL, 1500).await);
                     joins += JoinAlgorithm::ALL.len();
@@ -458,17 +472,7 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
         let right = table(&mut rng, &types, Dist::Duplicates, 8_000, 5_000, false, "r");
         for jt in JOIN_TYPES {
             for nulls in [NullEquality::NullEqualsNothing, NullEquality::NullEqualsNull] {
-                let c = JoinCase {
-                    left: &left,
-                    right: &right,
-                    nkeys: 1,
-                    join_type: jt,
-                    nulls,
-                    mode: PartitionMode::Partitioned,
-                    projection: None,
-                    null_aware: false,
-                    filter: None,
-                };
+                let c = JoinCase { mode: PartitionMode::Partitioned, ..JoinCase::new(&left, &right, 1, jt, nulls) };
                 failures.extend(
                     check(&c, &format!("[partitioned {kname} {jt} {nulls:?}]"), &JoinAlgorithm::ALL, 1 << 22).await,
                 );
@@ -482,17 +486,7 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
         let left = table(&mut rng, &types, dist, nb, nb, true, "l");
         let right = table(&mut rng, &types, dist, np, nb, false, "r");
         for jt in [JoinType::Inner, JoinType::Full, JoinType::LeftSemi, JoinType::RightAnti] {
-            let c = JoinCase {
-                left: &left,
-                right: &right,
-                nkeys: 1,
-                join_type: jt,
-                nulls: NullEquality::NullEqualsNothing,
-                mode: PartitionMode::CollectLeft,
-                projection: None,
-                null_aware: false,
-                filter: None,
-            };
+            let c = JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing);
             for batch_rows in [100_000, 1 << 22] {
                 failures.extend(
                     check(&c, &format!("[large {dist:?} {jt} windows {batch_rows}]"), &JoinAlgorithm::ALL, batch_rows)
@@ -513,15 +507,8 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
         (JoinType::LeftSemi, vec![3]),
     ] {
         let c = JoinCase {
-            left: &left,
-            right: &right,
-            nkeys: 1,
-            join_type: jt,
-            nulls: NullEquality::NullEqualsNothing,
-            mode: PartitionMode::CollectLeft,
             projection: Some(proj.clone()),
-            null_aware: false,
-            filter: None,
+            ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing)
         };
         failures.extend(check(&c, &format!("[projection {proj:?} {jt}]"), &JoinAlgorithm::ALL, 1 << 22).await);
     }
@@ -536,15 +523,8 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
         }),
     ] {
         let c = JoinCase {
-            left: &left,
-            right: &right,
-            nkeys: 1,
-            join_type: JoinType::LeftAnti,
-            nulls: NullEquality::NullEqualsNothing,
-            mode: PartitionMode::CollectLeft,
-            projection: None,
             null_aware: true,
-            filter: None,
+            ..JoinCase::new(&left, &right, 1, JoinType::LeftAnti, NullEquality::NullEqualsNothing)
         };
         failures.extend(
             check(
@@ -631,17 +611,7 @@ async fn gpu_join_filters_match_cpu() {
         for (fname, filter) in &filters {
             for jt in JOIN_TYPES {
                 for nulls in [NullEquality::NullEqualsNothing, NullEquality::NullEqualsNull] {
-                    let c = JoinCase {
-                        left: &left,
-                        right: &right,
-                        nkeys: 1,
-                        join_type: jt,
-                        nulls,
-                        mode: PartitionMode::CollectLeft,
-                        projection: None,
-                        null_aware: false,
-                        filter: Some(filter.clone()),
-                    };
+                    let c = JoinCase { filter: Some(filter.clone()), ..JoinCase::new(&left, &right, 1, jt, nulls) };
                     let what = format!("[filter {fname} {kname} {jt} {nulls:?}]");
                     failures.extend(check(&c, &what, &JoinAlgorithm::ALL, 1500).await);
                 }

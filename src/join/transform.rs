@@ -13,7 +13,6 @@ use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{Result, gpu_error};
 use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_multi, radix_sort_pairs};
-use crate::primitives::select::iota;
 
 /// A side in transformed order.
 #[derive(Debug)]
@@ -34,14 +33,6 @@ impl Transformed {
     }
 }
 
-fn copy(gpu: &Gpu, stream: &Arc<CudaStream>, b: &DeviceBuffer, what: &str) -> Result<DeviceBuffer> {
-    let mut out = gpu.alloc(stream, b.len(), what)?;
-    if !b.is_empty() {
-        gpu.copy_device(stream, b, &mut out, b.len())?;
-    }
-    Ok(out)
-}
-
 /// Sorts `side`'s items stably by key bits `[0, end_bit)`, carrying their rows.
 pub fn transform(
     gpu: &Gpu,
@@ -51,11 +42,8 @@ pub fn transform(
     end_bit: u32,
 ) -> Result<Transformed> {
     let n = side.items;
-    let rows = match &side.item_rows {
-        Some(r) => copy(gpu, stream, r, "join row ids")?,
-        None => iota(gpu, stream, n)?,
-    };
-    let keys = copy(gpu, stream, &side.keys, "join keys")?;
+    let rows = side.owned_item_rows(gpu, stream)?;
+    let keys = gpu.clone_buffer(stream, &side.keys, "join keys")?;
     let (keys, perm) = radix_sort_pairs(gpu, stream, keys, rows, n, width, ValueWidth::U32, 0, end_bit)?;
     Ok(Transformed { keys, perm, items: n, columns: Vec::new() })
 }
@@ -74,11 +62,7 @@ pub fn transform_with_payloads(
         return transform(gpu, stream, side, width, end_bit);
     }
     let n = side.items;
-    let rows = match &side.item_rows {
-        Some(r) => copy(gpu, stream, r, "join row ids")?,
-        None => iota(gpu, stream, n)?,
-    };
-    let mut values = vec![(rows, ValueWidth::U32)];
+    let mut values = vec![(side.owned_item_rows(gpu, stream)?, ValueWidth::U32)];
     for (_, col) in gftr {
         let vw = match col.data_type.primitive_width() {
             Some(4) => ValueWidth::U32,
@@ -91,11 +75,11 @@ pub fn transform_with_payloads(
         let v = col.buffers.first().ok_or_else(|| gpu_error("a column without values"))?;
         let v = match &side.item_rows {
             Some(r) => crate::primitives::gather(gpu, stream, v, r, n, vw.bytes())?,
-            None => copy(gpu, stream, v, "a GFTR payload")?,
+            None => gpu.clone_buffer(stream, v, "a GFTR payload")?,
         };
         values.push((v, vw));
     }
-    let keys = copy(gpu, stream, &side.keys, "join keys")?;
+    let keys = gpu.clone_buffer(stream, &side.keys, "join keys")?;
     let (keys, mut moved) = radix_sort_multi(gpu, stream, keys, values, n, width, 0, end_bit)?;
     let perm = moved.remove(0);
     let columns = gftr.iter().map(|(i, _)| *i).zip(moved).collect();

@@ -39,7 +39,8 @@ impl KeyWidth {
     pub fn bits(self) -> u32 {
         self.bytes() as u32 * 8
     }
-    fn tag(self) -> &'static str {
+    /// The suffix of kernels specialised for this key width.
+    pub fn tag(self) -> &'static str {
         match self {
             KeyWidth::U32 => "k32",
             KeyWidth::U64 => "k64",
