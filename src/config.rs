@@ -8,6 +8,7 @@ use std::any::Any;
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit};
 use datafusion::error::{DataFusionError, Result};
 
+use crate::aggregate::AggregateAlgorithmSetting;
 use crate::join::JoinAlgorithmSetting;
 
 /// A byte count written like `512M`, `8GiB`, `1073741824` or `auto`.
@@ -94,7 +95,7 @@ macro_rules! config_field_from_str {
     )*};
 }
 
-config_field_from_str!(ByteSize, JoinAlgorithmSetting);
+config_field_from_str!(ByteSize, JoinAlgorithmSetting, AggregateAlgorithmSetting);
 
 /// Formats a byte count with a binary unit, exactly when it divides evenly (`8GiB`, `1.50GiB`).
 pub fn human_bytes(b: u64) -> String {
@@ -203,6 +204,8 @@ gpu_options! {
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.
         pub batch_rows: usize, default = 1 << 22
+        /// GPU group-by algorithm: auto (hash until the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators) or sort (a radix sort of the keys gives group ids).
+        pub aggregate_algorithm: AggregateAlgorithmSetting, default = AggregateAlgorithmSetting::Auto
     }
 }
 

@@ -8,6 +8,7 @@
 //! Layers, bottom to top: `kernels/` (CUDA C++), [`device`] (runtime), [`columns`] (Arrow on the
 //! device), [`exec`] (execution plans), [`rule`] (the optimizer rule), [`session`] (registration).
 
+pub mod aggregate;
 pub mod bench;
 pub mod columns;
 pub mod config;

@@ -173,3 +173,28 @@ pub fn assert_same_array(a: &dyn Array, b: &dyn Array, ctx: &str) {
     assert_eq!(a.null_count(), b.null_count(), "{ctx}: null count");
     assert!(a.to_data() == b.to_data(), "{ctx}: values differ\n left: {a:?}\nright: {b:?}");
 }
+
+/// Draws from a Zipf distribution over 0..n by inverse CDF.
+pub struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    pub fn new(n: usize, s: f64) -> Self {
+        let mut cdf = Vec::with_capacity(n);
+        let mut acc = 0.0;
+        for i in 1..=n {
+            acc += 1.0 / (i as f64).powf(s);
+            cdf.push(acc);
+        }
+        for c in &mut cdf {
+            *c /= acc;
+        }
+        Zipf { cdf }
+    }
+
+    pub fn sample(&self, rng: &mut StdRng) -> u64 {
+        let u: f64 = rng.random();
+        self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1) as u64
+    }
+}

@@ -31,6 +31,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("materialize", include_str!("../../kernels/materialize.cu")),
     ("verify", include_str!("../../kernels/verify.cu")),
     ("join", include_str!("../../kernels/join.cu")),
+    ("groupby", include_str!("../../kernels/groupby.cu")),
 ];
 
 /// NVRTC options besides the architecture.

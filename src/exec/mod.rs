@@ -5,6 +5,7 @@
 //! parent asks its child through [`execute_device_input`]: a GPU child hands over device batches
 //! directly (no round trip through the host); a CPU child is uploaded on the way.
 
+pub mod aggregate;
 pub mod fallback;
 pub mod join;
 pub mod upload;
@@ -18,6 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{Stream, StreamExt};
 
+pub use aggregate::GpuAggregateExec;
 pub use fallback::CpuFallbackExec;
 pub use join::GpuHashJoinExec;
 pub use upload::GpuUploadExec;

@@ -34,7 +34,7 @@ use crate::exec::GpuHashJoinExec;
 use crate::join::{JoinAlgorithm, JoinAlgorithmSetting};
 use crate::rule::GpuOptimizerRule;
 use crate::session::gpu_session_context;
-use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip};
+use crate::testing::{Zipf, fresh_seed, gpu_lock, gpu_or_skip};
 
 const JOIN_TYPES: [JoinType; 10] = [
     JoinType::Inner,
@@ -60,31 +60,6 @@ enum Dist {
     Zipf(f64),
     /// Every key NULL.
     AllNull,
-}
-
-/// Draws from a Zipf distribution over 0..n by inverse CDF.
-struct Zipf {
-    cdf: Vec<f64>,
-}
-
-impl Zipf {
-    fn new(n: usize, s: f64) -> Self {
-        let mut cdf = Vec::with_capacity(n);
-        let mut acc = 0.0;
-        for i in 1..=n {
-            acc += 1.0 / (i as f64).powf(s);
-            cdf.push(acc);
-        }
-        for c in &mut cdf {
-            *c /= acc;
-        }
-        Zipf { cdf }
-    }
-
-    fn sample(&self, rng: &mut StdRng) -> u64 {
-        let u: f64 = rng.random();
-        self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1) as u64
-    }
 }
 
 fn key_ids(rng: &mut StdRng, dist: Dist, rows: usize, domain: usize, build: bool) -> Vec<u64> {

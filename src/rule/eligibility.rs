@@ -150,32 +150,10 @@ pub fn join_reasons(join: &HashJoinExec, min_rows: usize) -> Vec<FallbackReason>
     out
 }
 
-/// Aggregate functions the GPU group-by computes.
-const GPU_AGGREGATES: &[&str] = &["count", "sum", "min", "max", "avg"];
-
-/// Reasons an aggregate stays on the CPU, besides the device (empty: it can run on the GPU).
+/// Reasons an aggregate stays on the CPU besides the device and its own layout checks
+/// ([`crate::aggregate::layout::AggregateLayout::new`]): empty when it is large enough.
 pub fn aggregate_reasons(agg: &AggregateExec, min_rows: usize) -> Vec<FallbackReason> {
     let mut out = Vec::new();
-    let schema = agg.input_schema();
-    if !agg.group_expr().is_single() {
-        out.push(FallbackReason::UnsupportedExpression {
-            what: "grouping sets".into(),
-            expr: format!("{} grouping sets", agg.group_expr().groups().len()),
-        });
-    }
-    for (expr, _) in agg.group_expr().expr() {
-        check_key("group key", expr, &schema, &mut out);
-    }
-    for a in agg.aggr_expr() {
-        let name = a.fun().name().to_ascii_lowercase();
-        if !GPU_AGGREGATES.contains(&name.as_str()) {
-            out.push(FallbackReason::UnsupportedExpression {
-                what: "aggregate function".into(),
-                expr: a.name().to_string(),
-            });
-        }
-    }
     check_min_rows(estimated_rows(agg.input()), min_rows, &mut out);
-    out.push(FallbackReason::NotImplemented("the GPU aggregate is not part of this build yet"));
     out
 }

@@ -18,7 +18,7 @@ pub use eligibility::FallbackReason;
 use crate::config::GpuConfig;
 use crate::device::probe;
 use crate::exec::fallback::CPU_FALLBACK_NAME;
-use crate::exec::{CpuFallbackExec, GpuHashJoinExec};
+use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
 
 /// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the
 /// same answer, and annotates the rest. Controlled by the `gpu.` session options.
@@ -53,7 +53,6 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         }
         let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
         plan.transform_up(|node| {
-            let is_join = node.downcast_ref::<HashJoinExec>().is_some();
             let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
                 eligibility::join_reasons(join, cfg.min_rows)
             } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
@@ -64,11 +63,20 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             if let Some(d) = &device {
                 reasons.insert(0, d.clone());
             }
-            if reasons.is_empty() && is_join {
-                match GpuHashJoinExec::try_new(Arc::clone(&node), &cfg) {
-                    Ok(gpu) => return Ok(Transformed::yes(Arc::new(gpu) as Arc<dyn ExecutionPlan>)),
-                    Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
-                }
+            let replaced: std::result::Result<Arc<dyn ExecutionPlan>, String> =
+                if node.downcast_ref::<HashJoinExec>().is_some() {
+                    if !reasons.is_empty() {
+                        return Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as _));
+                    }
+                    GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).map(|g| Arc::new(g) as _)
+                } else {
+                    // The aggregate's own checks run with or without a device, so EXPLAIN names them.
+                    GpuAggregateExec::try_new(Arc::clone(&node), &cfg).map(|g| Arc::new(g) as _)
+                };
+            match replaced {
+                Ok(gpu) if reasons.is_empty() => return Ok(Transformed::yes(gpu)),
+                Ok(_) => {}
+                Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
             }
             Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as Arc<dyn ExecutionPlan>))
         })
@@ -136,15 +144,17 @@ mod tests {
         let ctx = ctx_with_tables(SessionConfig::new()).await;
         let plan = physical_plan(&ctx, JOIN_AGG).await;
         assert!(plan.contains("CpuFallbackExec: HashJoinExec stays on the CPU"), "{plan}");
-        assert!(plan.contains("CpuFallbackExec: AggregateExec stays on the CPU"), "{plan}");
         assert!(plan.contains("below gpu.min_rows = 100000"), "{plan}");
         if probe::device_count().is_err() {
             assert!(plan.contains("no GPU ("), "{plan}");
+            assert!(plan.contains("CpuFallbackExec: AggregateExec stays on the CPU"), "{plan}");
         }
-        // Every join and aggregate is annotated exactly once.
+        // Every join and aggregate is on the GPU or annotated exactly once. (The aggregates'
+        // input size is unknown here, so with a GPU they run there.)
         let annotated = plan.matches("CpuFallbackExec").count();
+        let on_gpu = plan.matches("GpuAggregateExec: ").count() + plan.matches("GpuHashJoinExec: ").count();
         let operators = plan.matches("HashJoinExec: ").count() + plan.matches("AggregateExec: ").count();
-        assert_eq!(annotated, operators, "{plan}");
+        assert_eq!(annotated + on_gpu, operators, "{plan}");
 
         // EXPLAIN through SQL shows the same.
         let batches = ctx.sql(&format!("EXPLAIN {JOIN_AGG}")).await.unwrap().collect().await.unwrap();

@@ -1,0 +1,375 @@
+// Grouped aggregation (seed 002, hash group-by, Algorithm 1): group ids from a global table of
+// key words, then per-group accumulators updated by atomics, in shared memory when the groups of
+// a block fit (one flush per block), in global memory otherwise.
+//
+// Group ids:
+//   - `gb_insert_kX`: each row's key word (kernels/keys.cu) goes into an open-addressing table;
+//     the row whose insertion claimed a slot becomes its group's representative, and every row
+//     records its slot. A key equal to the all-ones empty marker lives in the extra slot `mask+1`.
+//   - the occupied slots are compacted (primitives/select.rs) into dense group ids, and
+//     `gb_assign` gives every row its group.
+//   Wide keys (hash words) are then confirmed against the representative's key columns; rows
+//   whose hash collided with another key take another round (src/aggregate/hash.rs).
+//
+// Accumulators: one kernel per operation (`agg_*`), the input's element type chosen at run time
+// (uniform over the launch). A row takes part when its value is valid and its FILTER column is
+// true. `counts`, when given, counts the rows that took part (a SUM/MIN/MAX over no rows is NULL).
+#include "common.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// Group ids.
+
+template <typename K>
+__device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32* __restrict__ active, u64 n, K* __restrict__ slot_keys,
+                                          u64 mask, u32* __restrict__ slot_row, u32* __restrict__ row_slot) {
+    const K empty = (K)~(K)0;
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        const u32 row = active ? active[i] : (u32)i;
+        const K k = keys[row];
+        u64 s;
+        if (k == empty) {
+            s = mask + 1;
+            atomicCAS(&slot_row[s], NULL_ROW, row);
+        } else {
+            s = (u64)k & mask;
+            while (true) {
+                const K prev = slot_keys[s] == k ? k : atomicCAS(&slot_keys[s], empty, k);
+                if (prev == empty) {
+                    slot_row[s] = row;
+                    break;
+                }
+                if (prev == k) break;
+                s = (s + 1) & mask;
+            }
+        }
+        row_slot[row] = (u32)s;
+    }
+}
+
+extern "C" __global__ void gb_insert_k32(const u32* keys, const u32* active, u64 n, u32* slot_keys, u64 mask, u32* slot_row,
+                                         u32* row_slot) {
+    gb_insert<u32>(keys, active, n, slot_keys, mask, slot_row, row_slot);
+}
+extern "C" __global__ void gb_insert_k64(const u64* keys, const u32* active, u64 n, unsigned long long* slot_keys, u64 mask,
+                                         u32* slot_row, u32* row_slot) {
+    gb_insert<unsigned long long>((const unsigned long long*)keys, active, n, slot_keys, mask, slot_row, row_slot);
+}
+
+// keys[i] &= mask: hash words cut to a few bits, so that tests meet hash collisions.
+extern "C" __global__ void gb_mask_k64(u64* keys, u64 n, u64 mask) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) keys[i] &= mask;
+}
+
+// flags[s] = 1 where slot s holds a group.
+extern "C" __global__ void gb_occupied(const u32* __restrict__ slot_row, u64 n, u8* __restrict__ flags) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) flags[i] = slot_row[i] != NULL_ROW;
+}
+
+// For the j-th occupied slot s = slots[j]: dense[s] = j, rep[j] = slot_row[s].
+extern "C" __global__ void gb_dense(const u32* __restrict__ slots, u64 groups, const u32* __restrict__ slot_row, u32* __restrict__ dense,
+                                    u32* __restrict__ rep) {
+    for (u64 j = global_thread_id(); j < groups; j += grid_stride()) {
+        const u32 s = slots[j];
+        dense[s] = (u32)j;
+        rep[j] = slot_row[s];
+    }
+}
+
+// group_of_row[row] = offset + dense[row_slot[row]] for each active row; rep_of[i] = the
+// representative row of that group (from rep_all, every round's representatives so far).
+extern "C" __global__ void gb_assign(const u32* __restrict__ active, u64 n, const u32* __restrict__ row_slot, const u32* __restrict__ dense,
+                                     u32 offset, const u32* __restrict__ rep_all, u32* __restrict__ group_of_row, u32* __restrict__ rep_of) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        const u32 row = active ? active[i] : (u32)i;
+        const u32 g = offset + dense[row_slot[row]];
+        group_of_row[row] = g;
+        if (rep_of) rep_of[i] = rep_all[g];
+    }
+}
+
+// Sort group-by: flags[j] = 1 where sorted position j starts a run of equal key words.
+template <typename K>
+__device__ __forceinline__ void gb_run_starts(const K* __restrict__ keys, u64 n, u32* __restrict__ flags) {
+    for (u64 j = global_thread_id(); j < n; j += grid_stride()) flags[j] = j == 0 || keys[j] != keys[j - 1];
+}
+extern "C" __global__ void gb_run_starts_k32(const u32* keys, u64 n, u32* flags) { gb_run_starts<u32>(keys, n, flags); }
+extern "C" __global__ void gb_run_starts_k64(const u64* keys, u64 n, u32* flags) { gb_run_starts<u64>(keys, n, flags); }
+
+// Sort group-by: the run of sorted position j is its group: group_of_row[rows[j]] = run, and the
+// first row of a run (the earliest, the sort being stable) represents it.
+extern "C" __global__ void gb_scatter_runs(const u32* __restrict__ rows, const u32* __restrict__ starts_before, const u32* __restrict__ flags,
+                                           u64 n, u32* __restrict__ group_of_row, u32* __restrict__ rep) {
+    for (u64 j = global_thread_id(); j < n; j += grid_stride()) {
+        const u32 g = starts_before[j] + flags[j] - 1;
+        group_of_row[rows[j]] = g;
+        if (flags[j]) rep[g] = rows[j];
+    }
+}
+
+// prev[j] = rows[j - 1] (rows[0] for j = 0): adjacent pairs for the key comparison of wide keys.
+extern "C" __global__ void gb_adjacent(const u32* __restrict__ rows, u64 n, u32* __restrict__ prev) {
+    for (u64 j = global_thread_id(); j < n; j += grid_stride()) prev[j] = rows[j == 0 ? 0 : j - 1];
+}
+
+// Wide sort group-by: *collided = 1 if some adjacent sorted pair has equal hash words (no run
+// start) but keys found different (eq[j] == 0 compares positions j - 1 and j).
+extern "C" __global__ void gb_collisions(const u32* __restrict__ flags, const u8* __restrict__ eq, u64 n, u32* __restrict__ collided) {
+    for (u64 j = global_thread_id(); j < n; j += grid_stride()) {
+        if (!flags[j] && !eq[j]) *collided = 1;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accumulators.
+
+// Element types of an input column.
+#define SRC_I8 0
+#define SRC_I16 1
+#define SRC_I32 2
+#define SRC_I64 3
+#define SRC_U8 4
+#define SRC_U16 5
+#define SRC_U32 6
+#define SRC_U64 7
+#define SRC_F32 8
+#define SRC_F64 9
+#define SRC_I128 10
+
+__device__ __forceinline__ i64 load_i64(const void* v, u32 src, u64 i) {
+    switch (src) {
+        case SRC_I8: return ((const signed char*)v)[i];
+        case SRC_I16: return ((const short*)v)[i];
+        case SRC_I32: return ((const int*)v)[i];
+        case SRC_U8: return ((const u8*)v)[i];
+        case SRC_U16: return ((const unsigned short*)v)[i];
+        case SRC_U32: return ((const u32*)v)[i];
+        case SRC_U64: return (i64)((const u64*)v)[i];
+        default: return ((const i64*)v)[i];
+    }
+}
+
+__device__ __forceinline__ u64 load_u64(const void* v, u32 src, u64 i) {
+    switch (src) {
+        case SRC_U8: return ((const u8*)v)[i];
+        case SRC_U16: return ((const unsigned short*)v)[i];
+        case SRC_U32: return ((const u32*)v)[i];
+        default: return ((const u64*)v)[i];
+    }
+}
+
+__device__ __forceinline__ double load_f64(const void* v, u32 src, u64 i) {
+    switch (src) {
+        case SRC_F32: return (double)((const float*)v)[i];
+        case SRC_F64: return ((const double*)v)[i];
+        case SRC_U8:
+        case SRC_U16:
+        case SRC_U32:
+        case SRC_U64: return (double)load_u64(v, src, i);
+        default: return (double)load_i64(v, src, i);
+    }
+}
+
+// Operations; the accumulator of a group is one 8-byte word, or two (16 bytes) for the i128 ones.
+#define OP_COUNT 0
+#define OP_SUM_I64 1
+#define OP_SUM_U64 2
+#define OP_SUM_F64 3
+#define OP_SUM_I128 4
+#define OP_MIN_I64 5
+#define OP_MAX_I64 6
+#define OP_MIN_U64 7
+#define OP_MAX_U64 8
+// 128-bit MIN/MAX in two passes: the signed high words first, then the unsigned low words of
+// the rows whose high word won.
+#define OP_MIN_I128_HI 9
+#define OP_MIN_I128_LO 10
+#define OP_MAX_I128_HI 11
+#define OP_MAX_I128_LO 12
+
+template <int OP>
+struct Acc {
+    static constexpr int WORDS = (OP == OP_SUM_I128 || OP >= OP_MIN_I128_HI) ? 2 : 1;
+};
+
+// The identity of an operation, word w of it.
+template <int OP>
+__device__ __forceinline__ u64 identity_word(int w) {
+    switch (OP) {
+        case OP_MIN_I64: return 0x7fffffffffffffffull;
+        case OP_MAX_I64: return 0x8000000000000000ull;
+        case OP_MIN_U64: return ~0ull;
+        case OP_MAX_U64: return 0ull;
+        case OP_MIN_I128_HI:
+        case OP_MIN_I128_LO: return w == 1 ? 0x7fffffffffffffffull : ~0ull;
+        case OP_MAX_I128_HI:
+        case OP_MAX_I128_LO: return w == 1 ? 0x8000000000000000ull : 0ull;
+        default: return 0ull;
+    }
+}
+
+// Folds `v` (the operation's value, as raw words) into the accumulator at `a` (words a[0], a[1]).
+// `hi_won`: for the 128-bit low pass, whether this row's high word equals the group's result.
+__device__ __forceinline__ void add_i128(unsigned long long* a, u64 lo, u64 hi) {
+    const u64 old = atomicAdd(&a[0], lo);
+    if (old + lo < old) hi += 1;
+    if (hi) atomicAdd(&a[1], hi);
+}
+
+template <int OP>
+__device__ __forceinline__ void fold(unsigned long long* a, const void* values, u32 src, u64 i, const unsigned long long* final_hi) {
+    switch (OP) {
+        case OP_SUM_I64: atomicAdd(a, (unsigned long long)load_i64(values, src, i)); break;
+        case OP_SUM_U64: atomicAdd(a, (unsigned long long)load_u64(values, src, i)); break;
+        case OP_SUM_F64: atomicAdd((double*)a, load_f64(values, src, i)); break;
+        case OP_SUM_I128: {
+            const u64* w = (const u64*)values;
+            add_i128(a, w[2 * i], w[2 * i + 1]);
+            break;
+        }
+        case OP_MIN_I64: atomicMin((long long*)a, (long long)load_i64(values, src, i)); break;
+        case OP_MAX_I64: atomicMax((long long*)a, (long long)load_i64(values, src, i)); break;
+        case OP_MIN_U64: atomicMin(a, (unsigned long long)load_u64(values, src, i)); break;
+        case OP_MAX_U64: atomicMax(a, (unsigned long long)load_u64(values, src, i)); break;
+        case OP_MIN_I128_HI: atomicMin((long long*)&a[1], (long long)((const u64*)values)[2 * i + 1]); break;
+        case OP_MAX_I128_HI: atomicMax((long long*)&a[1], (long long)((const u64*)values)[2 * i + 1]); break;
+        case OP_MIN_I128_LO:
+        case OP_MAX_I128_LO: {
+            const u64* w = (const u64*)values;
+            if (w[2 * i + 1] == *final_hi) {
+                if (OP == OP_MIN_I128_LO) atomicMin(&a[0], (unsigned long long)w[2 * i]);
+                else atomicMax(&a[0], (unsigned long long)w[2 * i]);
+            }
+            break;
+        }
+        default: break;
+    }
+}
+
+// Merges a block's shared accumulator word(s) into the global one.
+template <int OP>
+__device__ __forceinline__ void flush(unsigned long long* g, const unsigned long long* s) {
+    switch (OP) {
+        case OP_SUM_I64:
+        case OP_SUM_U64:
+            if (s[0]) atomicAdd(g, s[0]);
+            break;
+        case OP_SUM_F64:
+            if (s[0]) atomicAdd((double*)g, __longlong_as_double((long long)s[0]));
+            break;
+        case OP_SUM_I128: add_i128(g, s[0], s[1]); break;
+        case OP_MIN_I64: atomicMin((long long*)g, (long long)s[0]); break;
+        case OP_MAX_I64: atomicMax((long long*)g, (long long)s[0]); break;
+        case OP_MIN_U64: atomicMin(g, s[0]); break;
+        case OP_MAX_U64: atomicMax(g, s[0]); break;
+        case OP_MIN_I128_HI: atomicMin((long long*)&g[1], (long long)s[1]); break;
+        case OP_MAX_I128_HI: atomicMax((long long*)&g[1], (long long)s[1]); break;
+        case OP_MIN_I128_LO: atomicMin(&g[0], s[0]); break;
+        case OP_MAX_I128_LO: atomicMax(&g[0], s[0]); break;
+        default: break;
+    }
+}
+
+__device__ __forceinline__ bool takes_part(const u8* __restrict__ validity, const u8* __restrict__ fvalues, const u8* __restrict__ fvalidity,
+                                           u64 i) {
+    if (validity && !bit_is_set(validity, i)) return false;
+    if (fvalues) {
+        if (!bit_is_set(fvalues, i)) return false;
+        if (fvalidity && !bit_is_set(fvalidity, i)) return false;
+    }
+    return true;
+}
+
+// One pass of operation OP over n rows. `values` may be null for OP_COUNT (COUNT(*)); `gid`
+// null means one group. `acc` has groups * WORDS words (unused for OP_COUNT); `counts` (may be
+// null) has groups words. With `use_smem`, the block keeps `groups` accumulators (and counts) in
+// dynamic shared memory and flushes them once.
+template <int OP>
+__device__ __forceinline__ void agg_pass(const void* __restrict__ values, u32 src, const u8* __restrict__ validity,
+                                         const u8* __restrict__ fvalues, const u8* __restrict__ fvalidity, const u32* __restrict__ gid, u64 n,
+                                         u32 groups, u32 use_smem, unsigned long long* __restrict__ acc,
+                                         unsigned long long* __restrict__ counts) {
+    constexpr int W = Acc<OP>::WORDS;
+    extern __shared__ unsigned long long smem[];
+    const bool has_acc = OP != OP_COUNT;
+    unsigned long long* s_acc = smem;
+    unsigned long long* s_cnt = smem + (has_acc ? (u64)groups * W : 0);
+    if (use_smem) {
+        for (u32 j = threadIdx.x; j < groups; j += blockDim.x) {
+            if (has_acc) {
+#pragma unroll
+                for (int w = 0; w < W; w++) s_acc[(u64)j * W + w] = identity_word<OP>(w);
+            }
+            if (counts) s_cnt[j] = 0;
+        }
+        __syncthreads();
+    }
+    unsigned long long* a_base = use_smem ? s_acc : acc;
+    unsigned long long* c_base = use_smem ? s_cnt : counts;
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        if (!takes_part(validity, fvalues, fvalidity, i)) continue;
+        const u32 g = gid ? gid[i] : 0u;
+        if (has_acc) fold<OP>(a_base + (u64)g * W, values, src, i, acc + (u64)g * W + 1);
+        if (counts) atomicAdd(&c_base[g], 1ull);
+    }
+    if (use_smem) {
+        __syncthreads();
+        for (u32 j = threadIdx.x; j < groups; j += blockDim.x) {
+            if (has_acc) flush<OP>(acc + (u64)j * W, s_acc + (u64)j * W);
+            if (counts && s_cnt[j]) atomicAdd(&counts[j], s_cnt[j]);
+        }
+    }
+}
+
+#define AGG_KERNEL(NAME, OP)                                                                                                   \
+    extern "C" __global__ void NAME(const void* values, u32 src, const u8* validity, const u8* fvalues, const u8* fvalidity,   \
+                                    const u32* gid, u64 n, u32 groups, u32 use_smem, unsigned long long* acc,                  \
+                                    unsigned long long* counts) {                                                              \
+        agg_pass<OP>(values, src, validity, fvalues, fvalidity, gid, n, groups, use_smem, acc, counts);                        \
+    }                                                                                                                          \
+    extern "C" __global__ void NAME##_init(unsigned long long* acc, u64 groups) {                                              \
+        constexpr int W = Acc<OP>::WORDS;                                                                                      \
+        for (u64 j = global_thread_id(); j < groups * W; j += grid_stride()) acc[j] = identity_word<OP>((int)(j % W));         \
+    }
+AGG_KERNEL(agg_count, OP_COUNT)
+AGG_KERNEL(agg_sum_i64, OP_SUM_I64)
+AGG_KERNEL(agg_sum_u64, OP_SUM_U64)
+AGG_KERNEL(agg_sum_f64, OP_SUM_F64)
+AGG_KERNEL(agg_sum_i128, OP_SUM_I128)
+AGG_KERNEL(agg_min_i64, OP_MIN_I64)
+AGG_KERNEL(agg_max_i64, OP_MAX_I64)
+AGG_KERNEL(agg_min_u64, OP_MIN_U64)
+AGG_KERNEL(agg_max_u64, OP_MAX_U64)
+AGG_KERNEL(agg_min_i128_hi, OP_MIN_I128_HI)
+AGG_KERNEL(agg_min_i128_lo, OP_MIN_I128_LO)
+AGG_KERNEL(agg_max_i128_hi, OP_MAX_I128_HI)
+AGG_KERNEL(agg_max_i128_lo, OP_MAX_I128_LO)
+
+// out[j] = the low `width` bytes of acc[j] (MIN/MAX results back in their column's width).
+extern "C" __global__ void agg_narrow(const u64* __restrict__ acc, u64 n, u32 width, u8* __restrict__ out) {
+    for (u64 j = global_thread_id(); j < n; j += grid_stride()) {
+        const u64 v = acc[j];
+        switch (width) {
+            case 1: out[j] = (u8)v; break;
+            case 2: ((unsigned short*)out)[j] = (unsigned short)v; break;
+            case 4: ((u32*)out)[j] = (u32)v; break;
+            default: ((u64*)out)[j] = v; break;
+        }
+    }
+}
+
+// Validity of a result: bit j = counts[j] > 0, written a 32-bit word per thread; *nulls counts
+// the zero bits.
+extern "C" __global__ void agg_validity(const u64* __restrict__ counts, u64 n, u32* __restrict__ bits, unsigned long long* __restrict__ nulls) {
+    const u64 words = (n + 31) / 32;
+    for (u64 w = global_thread_id(); w < words; w += grid_stride()) {
+        u32 b = 0, zeros = 0;
+        for (u32 k = 0; k < 32; k++) {
+            const u64 j = w * 32 + k;
+            if (j >= n) break;
+            if (counts[j]) b |= 1u << k;
+            else zeros++;
+        }
+        bits[w] = b;
+        if (zeros) atomicAdd(nulls, (unsigned long long)zeros);
+    }
+}

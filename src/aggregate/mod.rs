@@ -1,0 +1,149 @@
+//! The GPU group-by (seed 002, section on grouped aggregation): group ids ([`groups`]), then
+//! per-group reductions ([`reduce`]); [`layout`] maps DataFusion's `AggregateExec` (every mode)
+//! onto them.
+//!
+//! One call aggregates one device batch. The exec ([`crate::exec::GpuAggregateExec`]) feeds a
+//! partition's input in chunks of `gpu.batch_rows` rows and merges the chunks' partial states
+//! with the same code over the state columns.
+
+pub mod groups;
+pub mod layout;
+pub mod reduce;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::CudaStream;
+use datafusion::error::DataFusionError;
+
+pub use groups::{CollisionTest, GroupIdMethod, GroupIds, group_ids};
+pub use reduce::{AccOp, Reduction, reduce};
+
+use crate::columns::DeviceColumn;
+use crate::device::Gpu;
+use crate::error::{CudaResultExt, Result};
+use crate::join::materialize::{GatherSpec, gather_columns};
+
+/// `gpu.aggregate_algorithm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AggregateAlgorithmSetting {
+    /// Hash group-by until the cost model chooses.
+    #[default]
+    Auto,
+    Hash,
+    Sort,
+}
+
+impl FromStr for AggregateAlgorithmSetting {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(AggregateAlgorithmSetting::Auto),
+            "hash" => Ok(AggregateAlgorithmSetting::Hash),
+            "sort" => Ok(AggregateAlgorithmSetting::Sort),
+            _ => Err(DataFusionError::Configuration(format!(
+                "unknown gpu.aggregate_algorithm '{s}'; choose one of auto, hash, sort (the partition group-by \
+                 is not implemented yet)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for AggregateAlgorithmSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AggregateAlgorithmSetting::Auto => "auto",
+            AggregateAlgorithmSetting::Hash => "hash",
+            AggregateAlgorithmSetting::Sort => "sort",
+        })
+    }
+}
+
+impl AggregateAlgorithmSetting {
+    /// The group-id method of this setting.
+    pub fn method(self) -> GroupIdMethod {
+        match self {
+            AggregateAlgorithmSetting::Sort => GroupIdMethod::Sort,
+            _ => GroupIdMethod::Hash,
+        }
+    }
+}
+
+/// How one group-by runs.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupByOptions {
+    pub method: GroupIdMethod,
+    /// Accumulate in shared memory when a block's groups fit (false: global atomics only).
+    pub shared_memory: bool,
+    pub test: CollisionTest,
+}
+
+impl Default for GroupByOptions {
+    fn default() -> Self {
+        GroupByOptions { method: GroupIdMethod::Hash, shared_memory: true, test: CollisionTest::default() }
+    }
+}
+
+/// Device time of each phase (the stream is synchronised at each boundary).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GroupByTimes {
+    /// Key words, group ids and representatives.
+    pub group_ids: Duration,
+    /// Reductions.
+    pub aggregate: Duration,
+    /// Output key columns.
+    pub materialize: Duration,
+}
+
+/// A group-by's result: one row per group.
+#[derive(Debug)]
+pub struct GroupByOutput {
+    pub keys: Vec<DeviceColumn>,
+    pub values: Vec<DeviceColumn>,
+    pub groups: u64,
+    pub rounds: u32,
+}
+
+/// Groups `rows` rows by `keys` and computes `reductions` over `columns`.
+#[allow(clippy::too_many_arguments)]
+pub fn group_by(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &[Arc<DeviceColumn>],
+    columns: &[Arc<DeviceColumn>],
+    reductions: &[Reduction],
+    rows: u64,
+    opts: &GroupByOptions,
+    times: &mut GroupByTimes,
+) -> Result<GroupByOutput> {
+    let sync = || stream.synchronize().gpu("waiting for the GPU group-by");
+    let t = Instant::now();
+    let ids = group_ids(gpu, stream, keys, rows, opts.method, opts.test)?;
+    sync()?;
+    times.group_ids += t.elapsed();
+    let t = Instant::now();
+    let values = reductions
+        .iter()
+        .map(|r| reduce(gpu, stream, columns, r, ids.group_of_row.as_ref(), rows, ids.groups, opts.shared_memory))
+        .collect::<Result<Vec<_>>>()?;
+    sync()?;
+    times.aggregate += t.elapsed();
+    let t = Instant::now();
+    let keys = match &ids.reps {
+        Some(reps) => {
+            let specs =
+                keys.iter().map(|c| GatherSpec::Rows { col: c.as_ref(), rows: reps, may_be_null: false }).collect();
+            gather_columns(gpu, stream, specs, ids.groups)?
+        }
+        None => Vec::new(),
+    };
+    sync()?;
+    times.materialize += t.elapsed();
+    Ok(GroupByOutput { keys, values, groups: ids.groups, rounds: ids.rounds })
+}

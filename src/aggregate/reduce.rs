@@ -1,0 +1,242 @@
+//! Per-group accumulators (seed 002, Algorithm 1's second step): one pass per reduction over
+//! the rows and their group ids, by atomics in shared memory when a block's accumulators for
+//! every group fit there (flushed once per block), in global memory otherwise
+//! (kernels/groupby.cu, `agg_*`).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, LaunchConfig};
+use datafusion::arrow::datatypes::DataType;
+
+use crate::columns::DeviceColumn;
+use crate::device::{DeviceBuffer, Gpu, KArg, grid_for, opt_ptr, ptr};
+use crate::error::{Result, gpu_error};
+use crate::primitives::select::bitmap_bytes;
+
+/// What a reduction computes per group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccOp {
+    /// Rows taking part (COUNT): u64, stored as Int64 or UInt64.
+    Count,
+    /// Wrapping sums, as DataFusion's SUM: of signed integers into i64, unsigned into u64,
+    /// numbers into f64, Decimal128 into i128.
+    SumI64,
+    SumU64,
+    SumF64,
+    SumI128,
+    /// MIN/MAX of signed integers (dates, times, timestamps, durations), unsigned integers and
+    /// Decimal128.
+    MinI64,
+    MaxI64,
+    MinU64,
+    MaxU64,
+    MinI128,
+    MaxI128,
+}
+
+impl AccOp {
+    /// 8-byte words per group.
+    fn words(self) -> usize {
+        match self {
+            AccOp::SumI128 | AccOp::MinI128 | AccOp::MaxI128 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Kernel passes, in order (128-bit MIN/MAX take the high words, then the low words).
+    fn kernels(self) -> &'static [&'static str] {
+        match self {
+            AccOp::Count => &["agg_count"],
+            AccOp::SumI64 => &["agg_sum_i64"],
+            AccOp::SumU64 => &["agg_sum_u64"],
+            AccOp::SumF64 => &["agg_sum_f64"],
+            AccOp::SumI128 => &["agg_sum_i128"],
+            AccOp::MinI64 => &["agg_min_i64"],
+            AccOp::MaxI64 => &["agg_max_i64"],
+            AccOp::MinU64 => &["agg_min_u64"],
+            AccOp::MaxU64 => &["agg_max_u64"],
+            AccOp::MinI128 => &["agg_min_i128_hi", "agg_min_i128_lo"],
+            AccOp::MaxI128 => &["agg_max_i128_hi", "agg_max_i128_lo"],
+        }
+    }
+}
+
+/// Element type codes of kernels/groupby.cu (`SRC_*`).
+pub fn source_code(dt: &DataType) -> Option<u32> {
+    use DataType::*;
+    Some(match dt {
+        Int8 => 0,
+        Int16 => 1,
+        Int32 | Date32 | Time32(_) => 2,
+        Int64 | Date64 | Time64(_) | Timestamp(_, _) | Duration(_) => 3,
+        UInt8 => 4,
+        UInt16 => 5,
+        UInt32 => 6,
+        UInt64 => 7,
+        Float32 => 8,
+        Float64 => 9,
+        Decimal128(_, _) => 10,
+        _ => return None,
+    })
+}
+
+/// One per-group result over the rows of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reduction {
+    pub op: AccOp,
+    /// Input column (position in the batch); `None` counts every row (COUNT(*)).
+    pub input: Option<usize>,
+    /// Boolean column of a FILTER clause: rows where it is not true do not take part.
+    pub filter: Option<usize>,
+    /// Type of the result column.
+    pub out_type: DataType,
+    /// The result is NULL for a group where no row took part (SUM, MIN, MAX, AVG's count).
+    pub nullable: bool,
+}
+
+/// Dynamic shared memory a block may use for its accumulators.
+const SMEM_LIMIT: usize = 48 << 10;
+
+/// Computes `red` per group. `gid` gives each row's group (`None`: one group).
+#[allow(clippy::too_many_arguments)]
+pub fn reduce(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    columns: &[Arc<DeviceColumn>],
+    red: &Reduction,
+    gid: Option<&DeviceBuffer>,
+    rows: u64,
+    groups: u64,
+    shared_memory: bool,
+) -> Result<DeviceColumn> {
+    let input = match red.input {
+        Some(i) => {
+            Some(columns.get(i).ok_or_else(|| gpu_error(format!("reduction over column {i} of {}", columns.len())))?)
+        }
+        None => None,
+    };
+    let filter = match red.filter {
+        Some(i) => {
+            let f = columns.get(i).ok_or_else(|| gpu_error(format!("FILTER column {i} of {}", columns.len())))?;
+            if f.data_type != DataType::Boolean {
+                return Err(gpu_error(format!("a FILTER column of type {}", f.data_type)));
+            }
+            Some(f)
+        }
+        None => None,
+    };
+    let src = match (red.op, input) {
+        (AccOp::Count, _) | (_, None) => 0,
+        (_, Some(c)) => source_code(&c.data_type)
+            .ok_or_else(|| gpu_error(format!("a GPU {:?} over a {} column", red.op, c.data_type)))?,
+    };
+    if red.op != AccOp::Count && input.is_none() {
+        return Err(gpu_error(format!("a GPU {:?} needs an input column", red.op)));
+    }
+    if groups > u32::MAX as u64 {
+        return Err(gpu_error(format!("{groups} groups in one GPU batch")));
+    }
+    let words = red.op.words();
+    let has_acc = red.op != AccOp::Count;
+    let counted = red.op == AccOp::Count || red.nullable;
+    let acc = if has_acc {
+        let acc = gpu.alloc(stream, groups as usize * words * 8, "aggregate accumulators")?;
+        // agg_X_init(u64* acc, u64 groups)
+        let init = format!("{}_init", red.op.kernels()[0]);
+        gpu.launch_n(stream, "groupby", &init, groups * words as u64, &[ptr(&acc, stream), KArg::U64(groups)])?;
+        Some(acc)
+    } else {
+        None
+    };
+    let counts = if counted { Some(gpu.alloc_filled(stream, groups as usize * 8, 0, "aggregate counts")?) } else { None };
+    let smem = groups as usize * 8 * (if has_acc { words } else { 0 } + usize::from(counted));
+    let use_smem = shared_memory && gid.is_some() && smem <= SMEM_LIMIT;
+    let mut cfg: LaunchConfig = grid_for(rows, 256, gpu.info().sm_count);
+    if use_smem {
+        // Each block flushes every group once: a few blocks per SM are enough.
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(gpu.info().sm_count.max(1) as u32 * 4);
+        cfg.shared_mem_bytes = smem as u32;
+    }
+    if rows > 0 {
+        for (pass, kernel) in red.op.kernels().iter().enumerate() {
+            let acc_arg = acc.as_ref().or(counts.as_ref());
+            // Only the first pass of a 128-bit MIN/MAX counts the rows.
+            let counts_arg = if pass == 0 { counts.as_ref() } else { None };
+            // agg_X(values, src, validity, fvalues, fvalidity, gid, n, groups, use_smem, acc, counts)
+            let args = [
+                opt_ptr(input.and_then(|c| c.buffers.first()), stream),
+                KArg::U32(src),
+                opt_ptr(input.and_then(|c| c.validity.as_ref()), stream),
+                opt_ptr(filter.and_then(|f| f.buffers.first()), stream),
+                opt_ptr(filter.and_then(|f| f.validity.as_ref()), stream),
+                opt_ptr(gid, stream),
+                KArg::U64(rows),
+                KArg::U32(groups as u32),
+                KArg::U32(u32::from(use_smem)),
+                opt_ptr(acc_arg, stream),
+                opt_ptr(counts_arg, stream),
+            ];
+            gpu.launch(stream, "groupby", kernel, cfg, &args)?;
+        }
+    }
+    let (validity, null_count) = match &counts {
+        Some(c) if red.nullable => {
+            let (bits, nulls) = validity_of(gpu, stream, c, groups)?;
+            if nulls == 0 { (None, 0) } else { (Some(bits), nulls) }
+        }
+        _ => (None, 0),
+    };
+    let values = match (red.op, acc, counts) {
+        (AccOp::Count, _, Some(c)) => c,
+        (_, Some(acc), _) => narrow(gpu, stream, red, acc, groups)?,
+        _ => return Err(gpu_error(format!("a GPU {:?} produced no result", red.op))),
+    };
+    Ok(DeviceColumn {
+        data_type: red.out_type.clone(),
+        len: groups as usize,
+        null_count,
+        validity,
+        buffers: vec![values],
+        children: vec![],
+    })
+}
+
+/// The accumulators as values of the result type (MIN/MAX of narrow columns back to their width).
+fn narrow(gpu: &Gpu, stream: &Arc<CudaStream>, red: &Reduction, acc: DeviceBuffer, groups: u64) -> Result<DeviceBuffer> {
+    let width = red
+        .out_type
+        .primitive_width()
+        .ok_or_else(|| gpu_error(format!("a GPU aggregate result of type {}", red.out_type)))?;
+    if width == 8 * red.op.words() {
+        return Ok(acc);
+    }
+    if red.op.words() != 1 || !matches!(width, 1 | 2 | 4) {
+        return Err(gpu_error(format!("a GPU {:?} cannot give a {} result", red.op, red.out_type)));
+    }
+    let out = gpu.alloc(stream, groups as usize * width, "aggregate results")?;
+    // agg_narrow(const u64* acc, u64 n, u32 width, u8* out)
+    gpu.launch_n(
+        stream,
+        "groupby",
+        "agg_narrow",
+        groups,
+        &[ptr(&acc, stream), KArg::U64(groups), KArg::U32(width as u32), ptr(&out, stream)],
+    )?;
+    Ok(out)
+}
+
+/// Validity bitmap (set where `counts` > 0) and the number of NULLs.
+fn validity_of(gpu: &Gpu, stream: &Arc<CudaStream>, counts: &DeviceBuffer, groups: u64) -> Result<(DeviceBuffer, usize)> {
+    let bits = gpu.alloc(stream, bitmap_bytes(groups), "aggregate validity")?;
+    let nulls = gpu.alloc_filled(stream, 8, 0, "aggregate null count")?;
+    // agg_validity(const u64* counts, u64 n, u32* bits, u64* nulls)
+    gpu.launch_n(
+        stream,
+        "groupby",
+        "agg_validity",
+        groups.div_ceil(32),
+        &[ptr(counts, stream), KArg::U64(groups), ptr(&bits, stream), ptr(&nulls, stream)],
+    )?;
+    let nulls = gpu.read::<u64>(stream, &nulls, 0, 1)?[0] as usize;
+    Ok((bits, nulls))
+}

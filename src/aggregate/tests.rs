@@ -1,0 +1,452 @@
+//! Differential tests of the GPU group-by against DataFusion's `AggregateExec` on the CPU: the
+//! same SQL over the same random data (seed printed; replay with DFG_TEST_SEED), group keys of
+//! every supported kind (integers, strings, decimals, dates, Booleans, dictionaries, several
+//! columns, none), group counts from 1 to all-distinct and Zipf skew, NULLs in keys and values,
+//! empty input, COUNT/SUM/MIN/MAX/AVG with FILTER, both algorithms, Partial/Final and Single
+//! modes, chunked input whose states are merged, and plans that mix GPU and CPU stages.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, DictionaryArray, Float32Array, Float64Array,
+    Int8Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt16Array,
+};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::{DataType, Int32Type};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::datasource::MemTable;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::columns::DeviceBatch;
+use crate::config::GpuConfig;
+use crate::exec::GpuAggregateExec;
+use crate::session::gpu_session_context;
+use crate::testing::{Zipf, fresh_seed, gpu_lock, gpu_or_skip, random_array};
+
+/// How group ids are drawn.
+#[derive(Debug, Clone, Copy)]
+enum Dist {
+    /// Uniform over this many groups.
+    Groups(u64),
+    /// Every row its own group.
+    Distinct,
+    /// Zipf over 100 000 values with this exponent.
+    Zipf(f64),
+}
+
+fn ids(rng: &mut StdRng, dist: Dist, rows: usize) -> Vec<u64> {
+    match dist {
+        Dist::Groups(g) => (0..rows).map(|_| rng.random_range(0..g)).collect(),
+        Dist::Distinct => {
+            let mut v: Vec<u64> = (0..rows as u64).collect();
+            for i in (1..v.len()).rev() {
+                v.swap(i, rng.random_range(0..=i));
+            }
+            v
+        }
+        Dist::Zipf(s) => {
+            let z = Zipf::new(100_000, s);
+            (0..rows).map(|_| z.sample(rng)).collect()
+        }
+    }
+}
+
+fn maybe<T>(rng: &mut StdRng, null_fraction: f64, v: T) -> Option<T> {
+    if null_fraction > 0.0 && rng.random_bool(null_fraction) { None } else { Some(v) }
+}
+
+/// Key columns derived from group ids (distinct ids give distinct keys; NULLs are extra groups),
+/// and value columns of every aggregated type.
+fn table(rng: &mut StdRng, dist: Dist, rows: usize) -> RecordBatch {
+    let id = ids(rng, dist, rows);
+    let kn = 0.02;
+    let mut cols: Vec<(&str, ArrayRef)> = vec![
+        ("k_i64", Arc::new(id.iter().map(|&x| maybe(rng, kn, x as i64 * 7919 - 1_000_000)).collect::<Int64Array>())),
+        ("k_i32", Arc::new(id.iter().map(|&x| Some((x % 1_000_003) as i32 - 500_000)).collect::<Int32Array>())),
+        ("k_i8", Arc::new(id.iter().map(|&x| maybe(rng, kn, (x / 1_000_003 % 100) as i8)).collect::<Int8Array>())),
+        ("k_str", Arc::new(id.iter().map(|&x| maybe(rng, kn, format!("key-{x}"))).collect::<StringArray>())),
+        (
+            "k_dec",
+            Arc::new(
+                id.iter()
+                    .map(|&x| maybe(rng, kn, x as i128 * 3 - 7))
+                    .collect::<Decimal128Array>()
+                    .with_precision_and_scale(12, 2)
+                    .expect("decimal type"),
+            ),
+        ),
+        ("k_bool", Arc::new(id.iter().map(|&x| maybe(rng, kn, x % 2 == 0)).collect::<BooleanArray>())),
+        ("k_date", Arc::new(id.iter().map(|&x| Some((x % 30_000) as i32)).collect::<Date32Array>())),
+        ("k_u16", Arc::new(id.iter().map(|&x| maybe(rng, kn, (x / 30_000 % 60_000) as u16)).collect::<UInt16Array>())),
+        (
+            "k_dict",
+            Arc::new(
+                id.iter()
+                    .map(|&x| if x % 97 == 3 { None } else { Some(format!("d{}", x % 50)) })
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(|o| o.as_deref())
+                    .collect::<DictionaryArray<Int32Type>>(),
+            ),
+        ),
+    ];
+    let vn = 0.1;
+    let mut random = |dt: DataType, nulls: f64| random_array(rng, &dt, rows, nulls);
+    cols.extend([
+        ("v_i8", random(DataType::Int8, vn)),
+        ("v_i32", random(DataType::Int32, vn)),
+        ("v_i64", random(DataType::Int64, 0.0)),
+        ("v_u32", random(DataType::UInt32, vn)),
+        ("v_u64", random(DataType::UInt64, 0.0)),
+        ("v_dec", random(DataType::Decimal128(15, 2), vn)),
+        ("v_dec38", random(DataType::Decimal128(38, 10), 0.0)),
+        ("v_date", random(DataType::Date32, vn)),
+        ("v_ts", random(DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None), 0.0)),
+        ("v_str", random(DataType::Utf8, vn)),
+        ("flag", random(DataType::Boolean, vn)),
+    ]);
+    // Floats positive, so sums in any order agree to rounding.
+    let f64s: Float64Array = (0..rows)
+        .map(|_| {
+            let x = rng.random::<f64>() * 1000.0;
+            maybe(rng, vn, x)
+        })
+        .collect();
+    let f32s: Float32Array = (0..rows).map(|_| Some(rng.random::<f32>() * 1000.0)).collect();
+    cols.push(("v_f64", Arc::new(f64s)));
+    cols.push(("v_f32", Arc::new(f32s)));
+    RecordBatch::try_from_iter(cols.into_iter().map(|(n, a)| (n, a))).expect("test table")
+}
+
+const AGGREGATES: &str = "count(*) c0, count(v_i32) c1, count(v_str) c2, \
+    sum(v_i8) s0, sum(v_i32) s1, sum(v_i64) s2, sum(v_u32) s3, sum(v_u64) s4, sum(v_f64) s5, sum(v_f32) s6, \
+    sum(v_dec) s7, sum(v_dec38) s8, \
+    min(v_i8) m0, max(v_i32) m1, min(v_i64) m2, max(v_u32) m3, min(v_u64) m4, max(v_dec) m5, min(v_dec38) m6, \
+    max(v_date) m7, min(v_ts) m8, max(v_dec38) m9, \
+    avg(v_i32) a0, avg(v_f64) a1, avg(v_dec) a2, avg(v_u32) a3, \
+    count(*) FILTER (WHERE flag) f0, sum(v_i64) FILTER (WHERE flag) f1, min(v_dec) FILTER (WHERE flag) f2";
+
+fn query(keys: &[&str]) -> String {
+    if keys.is_empty() {
+        return format!("SELECT {AGGREGATES} FROM t");
+    }
+    let k = keys.join(", ");
+    let order = keys.iter().map(|k| format!("{k} NULLS FIRST")).collect::<Vec<_>>().join(", ");
+    format!("SELECT {k}, {AGGREGATES} FROM t GROUP BY {k} ORDER BY {order}")
+}
+
+const KEY_SETS: &[&[&str]] = &[
+    &["k_i64"],
+    &["k_i32", "k_i8"],
+    &["k_str"],
+    &["k_dec", "k_bool"],
+    &["k_date", "k_u16"],
+    &["k_dict"],
+    &["k_str", "k_i64"],
+    &[],
+];
+
+fn register(ctx: &SessionContext, batch: &RecordBatch, parts: usize) {
+    let n = batch.num_rows();
+    let chunk = n.div_ceil(parts.max(1)).max(1);
+    let partitions: Vec<Vec<RecordBatch>> = if n == 0 {
+        vec![vec![batch.clone()]]
+    } else {
+        (0..n).step_by(chunk).map(|o| vec![batch.slice(o, chunk.min(n - o))]).collect()
+    };
+    let table = MemTable::try_new(batch.schema(), partitions).expect("memtable");
+    ctx.register_table("t", Arc::new(table)).expect("register");
+}
+
+fn gpu_ctx(algorithm: AggregateAlgorithmSetting, partitions: usize, batch_rows: usize) -> SessionContext {
+    let mut cfg = GpuConfig::default();
+    cfg.min_rows = 0;
+    cfg.aggregate_algorithm = algorithm;
+    cfg.batch_rows = batch_rows;
+    gpu_session_context(SessionConfig::new().with_target_partitions(partitions).with_option_extension(cfg))
+}
+
+fn count_nodes(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
+    let text = displayable(plan.as_ref()).indent(true).to_string();
+    text.lines().filter(|l| l.trim_start().starts_with(name)).count()
+}
+
+/// Compares two results column by column; Float64 within a relative 1e-9.
+fn compare(want: &[RecordBatch], got: &[RecordBatch], what: &str) -> Option<String> {
+    let (Some(w0), Some(g0)) = (want.first(), got.first()) else {
+        return (want.iter().map(|b| b.num_rows()).sum::<usize>() != got.iter().map(|b| b.num_rows()).sum::<usize>())
+            .then(|| format!("{what}: one side has no batches"));
+    };
+    let w = concat_batches(&w0.schema(), want).ok()?;
+    let g = concat_batches(&g0.schema(), got).ok()?;
+    if w.num_rows() != g.num_rows() {
+        return Some(format!("{what}: {} rows, expected {}", g.num_rows(), w.num_rows()));
+    }
+    for (i, f) in w.schema().fields().iter().enumerate() {
+        let (a, b) = (w.column(i), g.column(i));
+        if a.data_type() != b.data_type() {
+            return Some(format!("{what}: column {} is {}, expected {}", f.name(), b.data_type(), a.data_type()));
+        }
+        if let (Some(x), Some(y)) =
+            (a.as_any().downcast_ref::<Float64Array>(), b.as_any().downcast_ref::<Float64Array>())
+        {
+            for r in 0..x.len() {
+                let ok = match (x.is_null(r), y.is_null(r)) {
+                    (true, true) => true,
+                    (false, false) => {
+                        let (p, q) = (x.value(r), y.value(r));
+                        (p - q).abs() <= 1e-9 * p.abs().max(q.abs()).max(1e-300)
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    return Some(format!("{what}: column {} row {r}: {:?} vs expected {:?}", f.name(), y.slice(r, 1), x.slice(r, 1)));
+                }
+            }
+        } else if a.as_ref() != b.as_ref() {
+            let first = (0..a.len()).find(|&r| a.slice(r, 1).as_ref() != b.slice(r, 1).as_ref()).unwrap_or(0);
+            return Some(format!(
+                "{what}: column {} differs first at row {first}: {:?} vs expected {:?}",
+                f.name(),
+                b.slice(first, 1),
+                a.slice(first, 1)
+            ));
+        }
+    }
+    None
+}
+
+/// Runs `sql` on the CPU and on the GPU with each setting; returns the failures.
+async fn check(batch: &RecordBatch, sql: &str, what: &str, configs: &[(AggregateAlgorithmSetting, usize, usize)]) -> Vec<String> {
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, batch, 4);
+    let want = match async { cpu.sql(sql).await?.collect().await }.await {
+        Ok(b) => b,
+        Err(e) => return vec![format!("{what}: the CPU query failed: {e}")],
+    };
+    let mut failures = Vec::new();
+    for &(algorithm, partitions, batch_rows) in configs {
+        let label = format!("{what} [{algorithm}, {partitions} partitions, batch_rows {batch_rows}]");
+        let ctx = gpu_ctx(algorithm, partitions, batch_rows);
+        register(&ctx, batch, 4);
+        let result = async {
+            let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+            let (gpu, cpu) = (count_nodes(&plan, "GpuAggregateExec"), count_nodes(&plan, "AggregateExec"));
+            if gpu == 0 || cpu > 0 {
+                let text = displayable(plan.as_ref()).indent(true).to_string();
+                return Ok(Err(format!("{label}: {cpu} aggregates stayed on the CPU:\n{text}")));
+            }
+            Ok::<_, datafusion::error::DataFusionError>(Ok(collect(plan, ctx.task_ctx()).await?))
+        }
+        .await;
+        let failure = match result {
+            Err(e) => Some(format!("{label}: the GPU query failed: {e}")),
+            Ok(Err(e)) => Some(e),
+            Ok(Ok(got)) => compare(&want, &got, &label),
+        };
+        if let Some(f) = failure {
+            let _ = writeln!(std::io::stderr(), "AGGREGATE MISMATCH {f}");
+            failures.push(f);
+        }
+    }
+    failures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_matches_cpu_for_every_key_type_and_distribution() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_matches_cpu_for_every_key_type_and_distribution") else { return };
+    let seed = fresh_seed("gpu_aggregate_matches_cpu_for_every_key_type_and_distribution");
+    let mut rng = StdRng::seed_from_u64(seed);
+    use AggregateAlgorithmSetting::{Hash, Sort};
+    // Partial + FinalPartitioned over 4 partitions, and Single over 1 partition in chunks small
+    // enough that chunk states are merged.
+    let configs = [(Hash, 4, 1 << 22), (Sort, 4, 1 << 22), (Hash, 1, 7_000), (Sort, 1, 7_000)];
+    let dists = [
+        Dist::Groups(1),
+        Dist::Groups(16),
+        Dist::Groups(1024),
+        Dist::Groups(65_536),
+        Dist::Distinct,
+        Dist::Zipf(1.0),
+        Dist::Zipf(1.5),
+    ];
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for dist in dists {
+        let rows = rng.random_range(40_000..60_000);
+        let batch = table(&mut rng, dist, rows);
+        for keys in KEY_SETS {
+            failures.extend(check(&batch, &query(keys), &format!("{dist:?} keys {keys:?}"), &configs).await);
+            runs += configs.len();
+        }
+    }
+    // Empty input: no groups, and one row for the global aggregate.
+    let empty = table(&mut rng, Dist::Groups(4), 0);
+    for keys in [&["k_i64"][..], &[]] {
+        failures.extend(check(&empty, &query(keys), &format!("empty input, keys {keys:?}"), &configs).await);
+        runs += configs.len();
+    }
+    let _ = writeln!(std::io::stderr(), "{runs} GPU aggregations compared, {} failed", failures.len());
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_matches_cpu_with_millions_of_groups() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_matches_cpu_with_millions_of_groups") else { return };
+    let seed = fresh_seed("gpu_aggregate_matches_cpu_with_millions_of_groups");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let rows = 3 << 21;
+    let groups = 1u64 << 22;
+    let id: Vec<i64> = (0..rows).map(|_| rng.random_range(0..groups as i64)).collect();
+    let v: Vec<Option<i64>> = (0..rows)
+        .map(|_| {
+            let x = rng.random_range(-1_000_000..1_000_000);
+            maybe(&mut rng, 0.05, x)
+        })
+        .collect();
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(id)) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(v)) as ArrayRef),
+    ])
+    .expect("batch");
+    let sql = "SELECT k, count(*), sum(v), min(v), max(v), avg(v) FROM t GROUP BY k ORDER BY k";
+    use AggregateAlgorithmSetting::{Hash, Sort};
+    let failures = check(&batch, sql, "2^22 groups", &[(Hash, 4, 1 << 22), (Sort, 1, 1 << 21)]).await;
+    assert!(failures.is_empty(), "seed {seed}: {failures:?}");
+}
+
+/// Swaps the GPU aggregates of `modes` back to DataFusion's.
+fn cpu_for(plan: Arc<dyn ExecutionPlan>, modes: &[AggregateMode]) -> Arc<dyn ExecutionPlan> {
+    plan.transform_up(|node| {
+        if let Some(g) = node.downcast_ref::<GpuAggregateExec>() {
+            let inner = g.original();
+            if let Some(a) = inner.downcast_ref::<AggregateExec>() {
+                if modes.contains(a.mode()) {
+                    let children = node.children().into_iter().cloned().collect();
+                    let opts = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                    return Ok(Transformed::yes(Arc::clone(inner).replace_children(children, opts)?));
+                }
+            }
+        }
+        Ok(Transformed::no(node))
+    })
+    .expect("plan rewrite")
+    .data
+}
+
+/// A GPU Partial aggregate feeds a CPU Final one and the reverse: the states are DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_and_cpu_aggregate_stages_exchange_states() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_and_cpu_aggregate_stages_exchange_states") else { return };
+    let seed = fresh_seed("gpu_and_cpu_aggregate_stages_exchange_states");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let batch = table(&mut rng, Dist::Groups(5000), 50_000);
+    let sql = query(&["k_str", "k_i64"]);
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, &batch, 4);
+    let want = cpu.sql(&sql).await.unwrap().collect().await.unwrap();
+    let ctx = gpu_ctx(AggregateAlgorithmSetting::Hash, 4, 1 << 22);
+    register(&ctx, &batch, 4);
+    let finals = [AggregateMode::Final, AggregateMode::FinalPartitioned];
+    for (label, modes) in [("GPU partial, CPU final", &finals[..]), ("CPU partial, GPU final", &[AggregateMode::Partial][..])] {
+        let plan = ctx.sql(&sql).await.unwrap().create_physical_plan().await.unwrap();
+        let plan = cpu_for(plan, modes);
+        let (g, c) = (count_nodes(&plan, "GpuAggregateExec"), count_nodes(&plan, "AggregateExec"));
+        assert!(g == 1 && c == 1, "{label}: {g} GPU and {c} CPU aggregates:\n{}", displayable(plan.as_ref()).indent(true));
+        let got = collect(plan, ctx.task_ctx()).await.unwrap();
+        if let Some(f) = compare(&want, &got, label) {
+            panic!("seed {seed}: {f}");
+        }
+    }
+}
+
+/// Device-level: wide keys whose hashes are cut to a few bits collide constantly; both methods
+/// still find the right groups, and shared-memory and global accumulators agree.
+#[test]
+fn group_ids_resolve_hash_collisions_and_accumulators_agree() {
+    let _g = gpu_lock();
+    let Some(gpu) = gpu_or_skip("group_ids_resolve_hash_collisions_and_accumulators_agree") else { return };
+    let seed = fresh_seed("group_ids_resolve_hash_collisions_and_accumulators_agree");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let rows = 20_000;
+    let keys: Vec<Option<String>> =
+        (0..rows)
+        .map(|_| {
+            let x = format!("s{}", rng.random_range(0..900));
+            maybe(&mut rng, 0.01, x)
+        })
+        .collect();
+    let vals: Vec<i64> = (0..rows).map(|_| rng.random_range(-1000..1000)).collect();
+    let mut want: HashMap<Option<String>, (i64, i64)> = HashMap::new();
+    for (k, v) in keys.iter().zip(&vals) {
+        let e = want.entry(k.clone()).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += v;
+    }
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(StringArray::from(keys)) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vals)) as ArrayRef),
+    ])
+    .unwrap();
+    let stream = gpu.stream();
+    let dev = DeviceBatch::upload(&gpu, &stream, &batch).unwrap();
+    let reductions = [
+        Reduction { op: AccOp::Count, input: None, filter: None, out_type: DataType::Int64, nullable: false },
+        Reduction { op: AccOp::SumI64, input: Some(1), filter: None, out_type: DataType::Int64, nullable: true },
+    ];
+    for method in [GroupIdMethod::Hash, GroupIdMethod::Sort] {
+        for (bits, shared_memory) in [(Some(4), true), (Some(9), false), (None, true)] {
+            let opts = GroupByOptions { method, shared_memory, test: CollisionTest { hash_bits: bits } };
+            let mut times = GroupByTimes::default();
+            let cols = dev.columns();
+            let out = group_by(&gpu, &stream, &cols[..1], cols, &reductions, rows as u64, &opts, &mut times).unwrap();
+            let columns = out.keys.into_iter().chain(out.values).map(Arc::new).collect();
+            let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+                datafusion::arrow::datatypes::Field::new("k", DataType::Utf8, true),
+                datafusion::arrow::datatypes::Field::new("c", DataType::Int64, false),
+                datafusion::arrow::datatypes::Field::new("s", DataType::Int64, true),
+            ]));
+            let host = DeviceBatch::try_new(schema, columns, out.groups as usize, Arc::clone(&gpu), Arc::clone(&stream))
+                .unwrap()
+                .download()
+                .unwrap();
+            let k = host.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+            let c = host.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+            let s = host.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+            let mut got = HashMap::new();
+            for r in 0..host.num_rows() {
+                let key = (!k.is_null(r)).then(|| k.value(r).to_string());
+                assert!(got.insert(key.clone(), (c.value(r), s.value(r))).is_none(), "{method:?} {bits:?}: {key:?} twice");
+            }
+            assert_eq!(got, want, "seed {seed}: {method:?}, hash bits {bits:?}, shared memory {shared_memory}");
+            if bits == Some(4) && method == GroupIdMethod::Hash {
+                assert!(out.rounds > 1, "4-bit hashes over 900 keys must collide");
+            }
+        }
+    }
+}
+
+#[test]
+fn algorithm_settings_parse() {
+    for (text, want) in [
+        ("auto", AggregateAlgorithmSetting::Auto),
+        ("HASH", AggregateAlgorithmSetting::Hash),
+        ("sort", AggregateAlgorithmSetting::Sort),
+    ] {
+        assert_eq!(text.parse::<AggregateAlgorithmSetting>().unwrap(), want);
+        assert_eq!(want.to_string().parse::<AggregateAlgorithmSetting>().unwrap(), want);
+    }
+    let err = "partition".parse::<AggregateAlgorithmSetting>().unwrap_err().to_string();
+    assert!(err.contains("auto, hash, sort"), "{err}");
+}

@@ -1,0 +1,360 @@
+//! `GpuAggregateExec`: DataFusion's `AggregateExec` run by the GPU group-by of
+//! [`crate::aggregate`], in every mode.
+//!
+//! It keeps the original aggregate for its children, properties, statistics and display. Each
+//! partition's input is coalesced on the host into chunks of about `gpu.batch_rows` rows; a
+//! chunk is uploaded and reduced to DataFusion's intermediate state (group keys and state
+//! columns), which comes back to the host. Chunk states are merged on the GPU by the same
+//! group-by over the state columns whenever they add up to a chunk, and once more at the end;
+//! the final values are the merged states (AVG's evaluated by DataFusion's own accumulator, one
+//! row per group).
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::Statistics;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties,
+};
+use futures::StreamExt;
+
+use super::blocking;
+use crate::aggregate::layout::{AggregateLayout, Finalize};
+use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, Reduction, group_by};
+use crate::columns::DeviceBatch;
+use crate::config::GpuConfig;
+use crate::device::Gpu;
+
+#[derive(Debug)]
+pub struct GpuAggregateExec {
+    /// The `AggregateExec` this replaces.
+    agg: Arc<dyn ExecutionPlan>,
+    layout: Arc<AggregateLayout>,
+    setting: AggregateAlgorithmSetting,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+fn aggregate(plan: &Arc<dyn ExecutionPlan>) -> Result<&AggregateExec> {
+    plan.downcast_ref::<AggregateExec>()
+        .ok_or_else(|| DataFusionError::Internal("GpuAggregateExec wraps a plan that is not an AggregateExec".into()))
+}
+
+impl GpuAggregateExec {
+    /// The GPU form of `agg` (an `AggregateExec`), or why it cannot have one.
+    pub fn try_new(agg: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> std::result::Result<Self, String> {
+        let layout = {
+            let a = aggregate(&agg).map_err(|e| e.to_string())?;
+            let layout = AggregateLayout::new(a)?;
+            for f in &layout.finalize {
+                if let Finalize::Evaluate { agg: i, .. } = f {
+                    if !a.aggr_expr()[*i].groups_accumulator_supported() {
+                        return Err(format!("`{}` has no groups accumulator to evaluate its state", a.aggr_expr()[*i].name()));
+                    }
+                }
+            }
+            Arc::new(layout)
+        };
+        Ok(GpuAggregateExec { agg, layout, setting: cfg.aggregate_algorithm, metrics: ExecutionPlanMetricsSet::new() })
+    }
+
+    /// The `AggregateExec` this replaces.
+    pub fn original(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.agg
+    }
+
+    pub fn layout(&self) -> &AggregateLayout {
+        &self.layout
+    }
+}
+
+impl DisplayAs for GpuAggregateExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let Ok(a) = aggregate(&self.agg) else { return write!(f, "GpuAggregateExec") };
+        match t {
+            DisplayFormatType::TreeRender => {
+                a.fmt_as(t, f)?;
+                write!(f, "\nalgorithm={}", self.setting.method_name())
+            }
+            _ => {
+                write!(f, "Gpu")?;
+                a.fmt_as(t, f)?;
+                write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.setting.method_name(), self.setting)
+            }
+        }
+    }
+}
+
+impl AggregateAlgorithmSetting {
+    fn method_name(self) -> &'static str {
+        match self.method() {
+            crate::aggregate::GroupIdMethod::Hash => "hash",
+            crate::aggregate::GroupIdMethod::Sort => "sort",
+        }
+    }
+}
+
+impl ExecutionPlan for GpuAggregateExec {
+    fn name(&self) -> &str {
+        "GpuAggregateExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.agg.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.agg.children()
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        self.agg.apply_expressions(f)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn input_distribution_requirements(&self) -> InputDistributionRequirements {
+        self.agg.input_distribution_requirements()
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        let agg = Arc::clone(&self.agg).replace_children(children, recompute)?;
+        Ok(Arc::new(GpuAggregateExec {
+            agg,
+            layout: Arc::clone(&self.layout),
+            setting: self.setting,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuAggregateExec {
+            agg: Arc::clone(&self.agg),
+            layout: Arc::clone(&self.layout),
+            setting: self.setting,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_config(&cfg)?;
+        let a = aggregate(&self.agg)?;
+        let input = a.input().execute(partition, Arc::clone(&context))?;
+        let run = Run {
+            gpu,
+            layout: Arc::clone(&self.layout),
+            agg: Arc::clone(&self.agg),
+            opts: GroupByOptions { method: self.setting.method(), ..GroupByOptions::default() },
+            chunk_rows: cfg.batch_rows.max(1),
+            batch_size: context.session_config().batch_size().max(1),
+            metrics: Metrics::new(&self.metrics, partition),
+        };
+        let schema = self.schema();
+        let batches = futures::stream::once(run.run(input))
+            .map(|r| {
+                futures::stream::iter(match r {
+                    Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
+                    Err(e) => vec![Err(e)],
+                })
+            })
+            .flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        self.agg.child_stats_requests(partition)
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        self.agg.statistics_from_inputs(input_stats, args)
+    }
+}
+
+/// Per-partition metrics.
+#[derive(Clone)]
+struct Metrics {
+    upload_time: Time,
+    group_ids_time: Time,
+    aggregate_time: Time,
+    materialize_time: Time,
+    download_time: Time,
+    input_rows: Count,
+    chunks: Count,
+    merges: Count,
+    output_rows: Count,
+}
+
+impl Metrics {
+    fn new(set: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let b = || MetricBuilder::new(set);
+        Metrics {
+            upload_time: b().subset_time("upload_time", partition),
+            group_ids_time: b().subset_time("group_ids_time", partition),
+            aggregate_time: b().subset_time("aggregate_time", partition),
+            materialize_time: b().subset_time("materialize_time", partition),
+            download_time: b().subset_time("download_time", partition),
+            input_rows: b().counter("input_rows", partition),
+            chunks: b().counter("chunks", partition),
+            merges: b().counter("merges", partition),
+            output_rows: b().output_rows(partition),
+        }
+    }
+}
+
+/// One partition's execution.
+struct Run {
+    gpu: Arc<Gpu>,
+    layout: Arc<AggregateLayout>,
+    agg: Arc<dyn ExecutionPlan>,
+    opts: GroupByOptions,
+    chunk_rows: usize,
+    batch_size: usize,
+    metrics: Metrics,
+}
+
+impl Run {
+    async fn run(self, mut input: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
+        let layout = Arc::clone(&self.layout);
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut pending_rows = 0usize;
+        let mut parts: Vec<RecordBatch> = Vec::new();
+        let mut parts_rows = 0usize;
+        loop {
+            let next = input.next().await.transpose()?;
+            let done = next.is_none();
+            if let Some(b) = next {
+                let b = b.project(&layout.upload_cols)?;
+                pending_rows += b.num_rows();
+                self.metrics.input_rows.add(b.num_rows());
+                pending.push(b);
+            }
+            if pending_rows > 0 && (pending_rows >= self.chunk_rows || done) {
+                let host = concat_batches(&layout.upload_schema, &pending)?;
+                pending.clear();
+                pending_rows = 0;
+                self.metrics.chunks.add(1);
+                let state = self.group_by(host, layout.first.clone()).await?;
+                parts_rows += state.num_rows();
+                parts.push(state);
+                if parts.len() > 1 && parts_rows >= self.chunk_rows {
+                    let merged = self.merge(std::mem::take(&mut parts)).await?;
+                    parts_rows = merged.num_rows();
+                    parts.push(merged);
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        // No input at all still makes a state (one row without group keys), and several parts merge.
+        let state = if parts.len() == 1 {
+            parts.pop().ok_or_else(|| DataFusionError::Internal("a GPU aggregate lost its state".into()))?
+        } else if parts.is_empty() {
+            let empty = RecordBatch::new_empty(Arc::clone(&layout.upload_schema));
+            self.group_by(empty, layout.first.clone()).await?
+        } else {
+            self.merge(parts).await?
+        };
+        let out = self.output(state)?;
+        self.metrics.output_rows.add(out.num_rows());
+        let mut batches = Vec::new();
+        let mut offset = 0;
+        while offset < out.num_rows() {
+            let len = self.batch_size.min(out.num_rows() - offset);
+            batches.push(out.slice(offset, len));
+            offset += len;
+        }
+        if batches.is_empty() {
+            batches.push(out);
+        }
+        Ok(batches)
+    }
+
+    /// Merges state batches into one.
+    async fn merge(&self, parts: Vec<RecordBatch>) -> Result<RecordBatch> {
+        self.metrics.merges.add(1);
+        let host = concat_batches(&self.layout.state_schema, &parts)?;
+        self.group_by(host, self.layout.merge.clone()).await
+    }
+
+    /// Uploads `host` (group columns first), groups it and downloads the state batch.
+    async fn group_by(&self, host: RecordBatch, reductions: Vec<Reduction>) -> Result<RecordBatch> {
+        let (gpu, layout, opts, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.opts, self.metrics.clone());
+        blocking(move || {
+            let stream = gpu.stream();
+            let dev = {
+                let _t = m.upload_time.timer();
+                DeviceBatch::upload(&gpu, &stream, &host)?
+            };
+            let cols = dev.columns();
+            let mut times = GroupByTimes::default();
+            let out =
+                group_by(&gpu, &stream, &cols[..layout.groups], cols, &reductions, dev.num_rows() as u64, &opts, &mut times)?;
+            m.group_ids_time.add_duration(times.group_ids);
+            m.aggregate_time.add_duration(times.aggregate);
+            m.materialize_time.add_duration(times.materialize);
+            let columns = out.keys.into_iter().chain(out.values).map(Arc::new).collect();
+            let state = DeviceBatch::try_new(
+                Arc::clone(&layout.state_schema),
+                columns,
+                out.groups as usize,
+                Arc::clone(&gpu),
+                stream,
+            )?;
+            let _t = m.download_time.timer();
+            Ok(state.download()?)
+        })
+        .await
+    }
+
+    /// The exec's output from the merged state batch.
+    fn output(&self, state: RecordBatch) -> Result<RecordBatch> {
+        let a = aggregate(&self.agg)?;
+        let schema: SchemaRef = a.schema();
+        if !self.layout.final_output {
+            return Ok(RecordBatch::try_new(schema, state.columns().to_vec())?);
+        }
+        let n = state.num_rows();
+        let mut columns: Vec<ArrayRef> = state.columns()[..self.layout.groups].to_vec();
+        for f in &self.layout.finalize {
+            columns.push(match f {
+                Finalize::State(p) => Arc::clone(state.column(*p)),
+                Finalize::Evaluate { agg, states } => {
+                    let mut acc = a.aggr_expr()[*agg].create_groups_accumulator()?;
+                    let groups: Vec<usize> = (0..n).collect();
+                    acc.merge_batch(&state.columns()[states.clone()], &groups, n)?;
+                    acc.evaluate(EmitTo::All)?
+                }
+            });
+        }
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+}
