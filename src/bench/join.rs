@@ -24,6 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
+use super::{host_partitions, median};
 use crate::columns::DeviceBatch;
 use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
@@ -52,17 +53,8 @@ pub struct JoinBenchOptions {
     /// Algorithms (npj, phj_gfur, phj_gftr, smj_gfur, smj_gftr).
     #[arg(long, value_delimiter = ',', default_value = "npj,phj_gfur,phj_gftr,smj_gfur,smj_gftr")]
     pub algorithms: Vec<JoinAlgorithm>,
-    /// Timed GPU runs after one warm-up.
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
-    /// Timed CPU runs after one warm-up (0: no CPU baseline); by default only for configurations of match ratio 1.
-    #[arg(long, default_value_t = 2)]
-    pub cpu_runs: usize,
-    /// The CPU baseline for every configuration.
-    #[arg(long)]
-    pub cpu_all: bool,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub runs: super::BenchRuns,
 }
 
 /// One configuration's data.
@@ -95,11 +87,6 @@ pub struct JoinReport {
     pub cpu_runs: usize,
     pub cpu_threads: usize,
     pub rows: Vec<JoinTiming>,
-}
-
-fn median<T: Clone>(mut v: Vec<(f64, T)>) -> (f64, T) {
-    v.sort_by(|a, b| a.0.total_cmp(&b.0));
-    v[v.len() / 2].clone()
 }
 
 /// The two relations of a configuration, and the number of S rows that match.
@@ -205,25 +192,8 @@ fn gpu_join(gpu: &Arc<Gpu>, spec: &Arc<JoinSpec>, r: &DeviceBatch, s: &DeviceBat
 /// DataFusion's hash join of host R and S on every core: seconds and output rows.
 async fn cpu_join(r: &RecordBatch, s: &RecordBatch, threads: usize) -> Result<(f64, u64)> {
     let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
-    let parts = |b: &RecordBatch, n: usize| -> Vec<Vec<RecordBatch>> {
-        let per = b.num_rows().div_ceil(n).max(1);
-        let mut out = vec![Vec::new(); n];
-        let mut i = 0;
-        while i < b.num_rows() {
-            let len = per.min(b.num_rows() - i);
-            // Batches of DataFusion's default size, as a scan would give.
-            let mut j = 0;
-            while j < len {
-                let l = 8192.min(len - j);
-                out[i / per].push(b.slice(i + j, l));
-                j += l;
-            }
-            i += len;
-        }
-        out
-    };
-    let left = MemorySourceConfig::try_new_exec(&parts(r, 1), r.schema(), None)?;
-    let right = MemorySourceConfig::try_new_exec(&parts(s, threads), s.schema(), None)?;
+    let left = MemorySourceConfig::try_new_exec(&host_partitions(r, 1), r.schema(), None)?;
+    let right = MemorySourceConfig::try_new_exec(&host_partitions(s, threads), s.schema(), None)?;
     let on = vec![(
         Arc::new(Column::new(r.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>,
         Arc::new(Column::new(s.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>,
@@ -272,7 +242,7 @@ pub async fn run(gpu: &Arc<Gpu>, o: &JoinBenchOptions) -> Result<JoinReport> {
     let mut rows = Vec::new();
     for c in configs {
         eprintln!("bench join: generating R = 2^{} and S = 2^{} rows, {c:?}", o.log_r, o.log_s);
-        let (r, s, matches) = relations(c, r_rows, s_rows, o.seed)?;
+        let (r, s, matches) = relations(c, r_rows, s_rows, o.runs.seed)?;
         let in_bytes = (r_rows + s_rows) * (c.key_bytes as u64 + 4 * c.payloads as u64);
         let floor_bytes = in_bytes + matches * (c.key_bytes as u64 + 8 * c.payloads as u64);
         let stream = gpu.stream();
@@ -285,7 +255,7 @@ pub async fn run(gpu: &Arc<Gpu>, o: &JoinBenchOptions) -> Result<JoinReport> {
                 return Err(gpu_error(format!("{a} joined {out_rows} rows; the data has {matches} matches")));
             }
             let mut runs = Vec::new();
-            for _ in 0..o.runs.max(1) {
+            for _ in 0..o.runs.runs.max(1) {
                 let (secs, phases, _) = gpu_join(gpu, &spec, &dr, &ds)?;
                 runs.push((secs, phases));
             }
@@ -301,13 +271,13 @@ pub async fn run(gpu: &Arc<Gpu>, o: &JoinBenchOptions) -> Result<JoinReport> {
             });
         }
         drop((dr, ds));
-        if o.cpu_runs > 0 && (o.cpu_all || c.match_ratio == 1.0) {
+        if o.runs.cpu_runs > 0 && (o.runs.cpu_all || c.match_ratio == 1.0) {
             let (_, out_rows) = cpu_join(&r, &s, threads).await?;
             if out_rows != matches {
                 return Err(gpu_error(format!("the CPU joined {out_rows} rows; the data has {matches} matches")));
             }
             let mut runs = Vec::new();
-            for _ in 0..o.cpu_runs {
+            for _ in 0..o.runs.cpu_runs {
                 runs.push((cpu_join(&r, &s, threads).await?.0, ()));
             }
             let (seconds, _) = median(runs);
@@ -327,8 +297,8 @@ pub async fn run(gpu: &Arc<Gpu>, o: &JoinBenchOptions) -> Result<JoinReport> {
         copy_bandwidth: doc.device_copy,
         r_rows,
         s_rows,
-        runs: o.runs,
-        cpu_runs: o.cpu_runs,
+        runs: o.runs.runs,
+        cpu_runs: o.runs.cpu_runs,
         cpu_threads: threads,
         rows,
     })

@@ -19,6 +19,7 @@ use datafusion_cli::functions::ParquetMetadataFunc;
 use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistry;
 use datafusion_cli::print_format::PrintFormat;
 use datafusion_cli::print_options::{MaxRows, PrintOptions};
+use datafusion_gpu::bench::aggregate::{self, AggregateBenchOptions};
 use datafusion_gpu::bench::join::{self, JoinBenchOptions};
 use datafusion_gpu::bench::primitives;
 use datafusion_gpu::bench::transfer::{self, TransferBenchOptions};
@@ -95,6 +96,10 @@ enum BenchCommand {
     /// The join workload of seed 002 on device-resident data: every GPU join algorithm with its
     /// phases, the bandwidth floor, and DataFusion's CPU hash join on the same data.
     Join(JoinBenchOptions),
+    /// The group-by workload of seed 002 on device-resident data: every GPU group-by algorithm
+    /// with its phases over a sweep of group counts, the bandwidth floor, and DataFusion's CPU
+    /// aggregate on the same data.
+    Aggregate(AggregateBenchOptions),
     /// Scan, radix sort/partition and gather on device-resident data, against the bandwidth floor.
     Primitives {
         /// log2 of the number of rows.
@@ -278,6 +283,12 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
         Some(Command::Bench { which: BenchCommand::Join(opts) }) => {
             let gpu = gpu_for(0, GpuConfig::default())?;
             let report = join::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+        Some(Command::Bench { which: BenchCommand::Aggregate(opts) }) => {
+            let gpu = gpu_for(0, GpuConfig::default())?;
+            let report = aggregate::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
             println!("{report}");
             Ok(())
         }
