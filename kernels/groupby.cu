@@ -19,11 +19,18 @@
 // ---------------------------------------------------------------------------------------------
 // Group ids.
 
+// A first table sized for few groups may be too small: after `max_fill` groups (or a probe around
+// the whole table) the insert sets *overflow and stops, and the caller retries with a table of
+// twice the rows. That one cannot overflow and is passed max_fill = ~0: it counts nothing (one
+// counter taking an atomic per group would serialise millions of groups).
 template <typename K>
 __device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32* __restrict__ active, u64 n, K* __restrict__ slot_keys,
-                                          u64 mask, u32* __restrict__ slot_row, u32* __restrict__ row_slot) {
+                                          u64 mask, u32* __restrict__ slot_row, u32* __restrict__ row_slot, u32* __restrict__ filled,
+                                          u32 max_fill, u32* __restrict__ overflow) {
     const K empty = (K)~(K)0;
+    const bool bounded = max_fill != 0xffffffffu;
     for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        if (bounded && *(volatile u32*)overflow) return;
         const u32 row = active ? active[i] : (u32)i;
         const K k = keys[row];
         u64 s;
@@ -32,14 +39,23 @@ __device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32*
             atomicCAS(&slot_row[s], NULL_ROW, row);
         } else {
             s = (u64)k & mask;
+            u64 probes = 0;
             while (true) {
                 const K prev = slot_keys[s] == k ? k : atomicCAS(&slot_keys[s], empty, k);
                 if (prev == empty) {
                     slot_row[s] = row;
+                    if (bounded && atomicAdd(filled, 1u) >= max_fill) *(volatile u32*)overflow = 1;
                     break;
                 }
                 if (prev == k) break;
                 s = (s + 1) & mask;
+                // A bounded table gives up after a short probe: it is overfull (the whole grid claims
+                // slots before any thread sees the overflow flag), and long probes of every thread
+                // would cost more than the retry.
+                if (++probes > (bounded ? 64 : mask)) {
+                    *(volatile u32*)overflow = 1;
+                    return;
+                }
             }
         }
         row_slot[row] = (u32)s;
@@ -47,12 +63,13 @@ __device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32*
 }
 
 extern "C" __global__ void gb_insert_k32(const u32* keys, const u32* active, u64 n, u32* slot_keys, u64 mask, u32* slot_row,
-                                         u32* row_slot) {
-    gb_insert<u32>(keys, active, n, slot_keys, mask, slot_row, row_slot);
+                                         u32* row_slot, u32* filled, u32 max_fill, u32* overflow) {
+    gb_insert<u32>(keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill, overflow);
 }
 extern "C" __global__ void gb_insert_k64(const u64* keys, const u32* active, u64 n, unsigned long long* slot_keys, u64 mask,
-                                         u32* slot_row, u32* row_slot) {
-    gb_insert<unsigned long long>((const unsigned long long*)keys, active, n, slot_keys, mask, slot_row, row_slot);
+                                         u32* slot_row, u32* row_slot, u32* filled, u32 max_fill, u32* overflow) {
+    gb_insert<unsigned long long>((const unsigned long long*)keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill,
+                                  overflow);
 }
 
 // keys[i] &= mask: hash words cut to a few bits, so that tests meet hash collisions.

@@ -43,6 +43,9 @@ pub struct GroupIds {
     pub rounds: u32,
 }
 
+/// Groups the first hash table is sized for.
+const FIRST_TABLE_GROUPS: u64 = 1 << 15;
+
 /// Test hook: cut wide hash words to this many bits, so that collisions happen.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CollisionTest {
@@ -108,26 +111,44 @@ fn hash_group_ids(gpu: &Gpu, stream: &Arc<CudaStream>, plan: &KeyPlan, side: &Ke
         if rounds as u64 > rows + 1 {
             return Err(gpu_error("the GPU group-by's collision rounds did not converge"));
         }
-        let slots = (2 * n).max(1024).next_power_of_two();
-        let mask = slots - 1;
-        let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
-        let slot_row = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
-        // gb_insert_kX(keys, active, n, slot_keys, mask, slot_row, row_slot)
-        gpu.launch_n(
-            stream,
-            "groupby",
-            &format!("gb_insert_{}", width.tag()),
-            n,
-            &[
-                ptr(&side.keys, stream),
-                opt_ptr(active.as_ref(), stream),
-                KArg::U64(n),
-                ptr(&slot_keys, stream),
-                KArg::U64(mask),
-                ptr(&slot_row, stream),
-                ptr(&row_slot, stream),
-            ],
-        )?;
+        // A table for at most FIRST_TABLE_GROUPS groups first (a few MiB, cheap to clear); more
+        // groups overflow it and the insert is redone with a table of twice the rows.
+        let full = (2 * n).max(1024).next_power_of_two();
+        let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
+        let (slot_keys, slot_row) = loop {
+            let mask = slots - 1;
+            let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
+            let slot_row = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
+            let counters = gpu.alloc_filled(stream, 8, 0, "the group-by hash table")?;
+            let max_fill = if slots < full { (slots / 2) as u32 } else { u32::MAX };
+            // gb_insert_kX(keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill, overflow)
+            gpu.launch_n(
+                stream,
+                "groupby",
+                &format!("gb_insert_{}", width.tag()),
+                n,
+                &[
+                    ptr(&side.keys, stream),
+                    opt_ptr(active.as_ref(), stream),
+                    KArg::U64(n),
+                    ptr(&slot_keys, stream),
+                    KArg::U64(mask),
+                    ptr(&slot_row, stream),
+                    ptr(&row_slot, stream),
+                    ptr(&counters, stream),
+                    KArg::U32(max_fill),
+                    KArg::U64(counters.raw_ptr(stream) + 4),
+                ],
+            )?;
+            let overflow = gpu.read::<u32>(stream, &counters, 1, 1)?[0] != 0;
+            if !overflow {
+                break (slot_keys, slot_row);
+            }
+            if slots >= full {
+                return Err(gpu_error(format!("the group-by hash table of {slots} slots overflowed with {n} rows")));
+            }
+            slots = full;
+        };
         drop(slot_keys);
         let flags = gpu.alloc(stream, slots as usize + 1, "the group-by hash table")?;
         // gb_occupied(const u32* slot_row, u64 n, u8* flags)
