@@ -31,6 +31,16 @@ pub enum GroupIdMethod {
     Sort,
 }
 
+impl GroupIdMethod {
+    /// The name EXPLAIN shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupIdMethod::Hash => "hash",
+            GroupIdMethod::Sort => "sort",
+        }
+    }
+}
+
 /// Group ids of the rows of a batch.
 #[derive(Debug)]
 pub struct GroupIds {

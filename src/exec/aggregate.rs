@@ -87,22 +87,13 @@ impl DisplayAs for GpuAggregateExec {
         match t {
             DisplayFormatType::TreeRender => {
                 a.fmt_as(t, f)?;
-                write!(f, "\nalgorithm={}", self.setting.method_name())
+                write!(f, "\nalgorithm={}", self.setting.method().name())
             }
             _ => {
                 write!(f, "Gpu")?;
                 a.fmt_as(t, f)?;
-                write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.setting.method_name(), self.setting)
+                write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.setting.method().name(), self.setting)
             }
-        }
-    }
-}
-
-impl AggregateAlgorithmSetting {
-    fn method_name(self) -> &'static str {
-        match self.method() {
-            crate::aggregate::GroupIdMethod::Hash => "hash",
-            crate::aggregate::GroupIdMethod::Sort => "sort",
         }
     }
 }

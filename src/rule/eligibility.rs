@@ -28,8 +28,6 @@ pub enum FallbackReason {
     UnsupportedType { what: String, data_type: DataType },
     /// An expression the GPU path cannot evaluate.
     UnsupportedExpression { what: String, expr: String },
-    /// The GPU operator itself is not part of this build yet.
-    NotImplemented(&'static str),
     /// A feature of the operator the GPU path does not handle, in words.
     Unsupported(String),
 }
@@ -43,7 +41,6 @@ impl fmt::Display for FallbackReason {
             }
             FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
             FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
-            FallbackReason::NotImplemented(what) => write!(f, "{what}"),
             FallbackReason::Unsupported(what) => write!(f, "{what}"),
         }
     }
