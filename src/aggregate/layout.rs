@@ -19,12 +19,13 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::{CastExpr, Column, Literal};
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
-use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode, AggregateOutputMode};
 use datafusion::physical_plan::InputOrderMode;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode, AggregateOutputMode};
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 
 use super::reduce::{AccOp, Reduction};
 use crate::columns::is_supported as can_upload;
@@ -66,9 +67,13 @@ pub enum Finalize {
 /// An `AggregateExec`'s GPU plan.
 #[derive(Debug, Clone)]
 pub struct AggregateLayout {
-    /// Input columns uploaded (group columns first, in group order), and their schema.
-    pub upload_cols: Vec<usize>,
+    /// What is uploaded of each input batch (group keys first, in group order), and its schema:
+    /// input columns, or expressions DataFusion evaluates on the host batch first (arguments
+    /// such as `price * (1 - discount)`, computed group keys, FILTER predicates).
+    pub upload: Vec<Arc<dyn PhysicalExpr>>,
     pub upload_schema: SchemaRef,
+    /// The uploaded expressions that are not plain columns, as EXPLAIN shows them.
+    pub host_evaluated: Vec<String>,
     /// Group key columns: the first `groups` uploaded columns.
     pub groups: usize,
     /// Reductions over an uploaded input batch, giving the state columns.
@@ -86,23 +91,28 @@ fn literal_is_non_null(e: &Arc<dyn PhysicalExpr>) -> bool {
     e.downcast_ref::<Literal>().is_some_and(|l| !l.value().is_null())
 }
 
-/// A plain column, or a widening cast of one: (column index, column type, value type).
-fn column_arg(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Result<(usize, DataType, DataType), String> {
+/// What an argument uploads, with the uploaded type and the value type the reduction reads it
+/// as: a plain column; a column under a widening cast (the kernels widen as they read); or any
+/// other expression, evaluated by DataFusion on the host batch before the upload.
+fn column_arg(
+    e: &Arc<dyn PhysicalExpr>,
+    schema: &Schema,
+) -> Result<(Arc<dyn PhysicalExpr>, DataType, DataType), String> {
     if let Some(c) = e.downcast_ref::<Column>() {
         let dt = schema.field(c.index()).data_type().clone();
-        return Ok((c.index(), dt.clone(), dt));
+        return Ok((Arc::clone(e), dt.clone(), dt));
     }
-    if let Some(cast) = e.downcast_ref::<CastExpr>() {
-        if let Some(c) = cast.expr().downcast_ref::<Column>() {
-            let from = schema.field(c.index()).data_type().clone();
-            let to = cast.cast_type().clone();
-            if widens(&from, &to) {
-                return Ok((c.index(), from, to));
-            }
-            return Err(format!("argument `{e}`: the GPU casts only widen integers, floats and decimals ({from} to {to})"));
+    if let Some(cast) = e.downcast_ref::<CastExpr>()
+        && let Some(c) = cast.expr().downcast_ref::<Column>()
+    {
+        let from = schema.field(c.index()).data_type().clone();
+        let to = cast.cast_type().clone();
+        if widens(&from, &to) {
+            return Ok((Arc::clone(cast.expr()), from, to));
         }
     }
-    Err(format!("argument `{e}` is not a column (expressions are not evaluated on the GPU yet)"))
+    let dt = e.data_type(schema).map_err(|err| format!("argument `{e}`: {err}"))?;
+    Ok((Arc::clone(e), dt.clone(), dt))
 }
 
 /// Casts whose every value converts exactly as the kernels read them.
@@ -163,7 +173,7 @@ fn update_reductions(
     schema: &Schema,
     states: &[FieldRef],
     filter: Option<usize>,
-    position: &mut dyn FnMut(usize) -> usize,
+    position: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> usize,
 ) -> Result<Vec<Reduction>, String> {
     let args = a.expressions();
     let [arg] = args.as_slice() else {
@@ -179,8 +189,11 @@ fn update_reductions(
     if kind == AggKind::Count && literal_is_non_null(arg) {
         return Ok(vec![Reduction { op: AccOp::Count, input: None, filter, out_type: state(0)?, nullable: false }]);
     }
-    let (col, from, value) = column_arg(arg, schema)?;
-    let input = Some(position(col));
+    let (expr, from, value) = column_arg(arg, schema)?;
+    if !can_upload(&from) {
+        return Err(format!("argument `{arg}` of type {from} cannot be uploaded"));
+    }
+    let input = Some(position(&expr));
     Ok(match kind {
         AggKind::Count => {
             if !can_upload(&from) {
@@ -220,6 +233,19 @@ fn update_reductions(
 }
 
 impl AggregateLayout {
+    /// What this aggregate uploads of an input batch: its columns, and the host-evaluated
+    /// expressions computed by DataFusion.
+    pub fn project(&self, batch: &RecordBatch) -> datafusion::error::Result<RecordBatch> {
+        let rows = batch.num_rows();
+        let columns = self
+            .upload
+            .iter()
+            .map(|e| e.evaluate(batch).and_then(|v| v.into_array(rows)))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(Arc::clone(&self.upload_schema), columns, &options)?)
+    }
+
     /// The GPU plan of `agg`, or why it has none.
     pub fn new(agg: &AggregateExec) -> Result<AggregateLayout, String> {
         // The schema of the rows this aggregate reads (for Final modes, the partial states; the
@@ -238,20 +264,16 @@ impl AggregateLayout {
         let raw = agg.mode().input_mode() == AggregateInputMode::Raw;
         let final_output = agg.mode().output_mode() == AggregateOutputMode::Final;
 
-        let mut group_cols = Vec::new();
+        let mut group_exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         for (expr, _) in group_by.expr() {
-            let c = expr
-                .downcast_ref::<Column>()
-                .ok_or_else(|| format!("group key `{expr}` is not a plain column"))?
-                .index();
-            let dt = input_schema.field(c).data_type();
-            KeyColumnKind::of(dt).map_err(|e| format!("group key `{expr}`: {e}"))?;
-            if !can_gather(dt) {
+            let dt = expr.data_type(&input_schema).map_err(|e| format!("group key `{expr}`: {e}"))?;
+            KeyColumnKind::of(&dt).map_err(|e| format!("group key `{expr}`: {e}"))?;
+            if !can_gather(&dt) {
                 return Err(format!("group key `{expr}` of type {dt} cannot be gathered on the GPU"));
             }
-            group_cols.push(c);
+            group_exprs.push(Arc::clone(expr));
         }
-        let k = group_cols.len();
+        let k = group_exprs.len();
         let out_schema = agg.schema();
         let mut state_fields: Vec<FieldRef> = out_schema.fields().iter().take(k).cloned().collect();
         let mut per_agg = Vec::new();
@@ -277,12 +299,12 @@ impl AggregateLayout {
             }
         }
 
-        let (upload_cols, first) = if raw {
-            let mut upload: Vec<usize> = group_cols.clone();
-            let mut position = |c: usize| match upload.iter().position(|&u| u == c) {
+        let (upload, first) = if raw {
+            let mut upload: Vec<Arc<dyn PhysicalExpr>> = group_exprs.clone();
+            let mut position = |e: &Arc<dyn PhysicalExpr>| match upload.iter().position(|u| u == e) {
                 Some(p) => p,
                 None => {
-                    upload.push(c);
+                    upload.push(Arc::clone(e));
                     upload.len() - 1
                 }
             };
@@ -291,13 +313,11 @@ impl AggregateLayout {
                 let filter = match filter {
                     None => None,
                     Some(f) => {
-                        let c = f.downcast_ref::<Column>().ok_or_else(|| {
-                            format!("FILTER `{f}` of `{}` is not a Boolean column (not evaluated on the GPU yet)", a.name())
-                        })?;
-                        if input_schema.field(c.index()).data_type() != &DataType::Boolean {
-                            return Err(format!("FILTER `{f}` is not Boolean"));
+                        let dt = f.data_type(&input_schema).map_err(|e| format!("FILTER `{f}`: {e}"))?;
+                        if dt != DataType::Boolean {
+                            return Err(format!("FILTER `{f}` of `{}` is {dt}, not Boolean", a.name()));
                         }
-                        Some(position(c.index()))
+                        Some(position(f))
                     }
                 };
                 first.extend(update_reductions(*kind, a, &input_schema, states, filter, &mut position)?);
@@ -307,19 +327,37 @@ impl AggregateLayout {
             // State input: the group columns then the states, as this aggregate's own state layout.
             let input_types: Vec<&DataType> = input_schema.fields().iter().map(|f| f.data_type()).collect();
             let state_types: Vec<&DataType> = state_schema.fields().iter().map(|f| f.data_type()).collect();
-            if group_cols != (0..k).collect::<Vec<_>>() || input_types != state_types {
+            let plain_groups =
+                group_exprs.iter().enumerate().all(|(i, e)| e.downcast_ref::<Column>().is_some_and(|c| c.index() == i));
+            if !plain_groups || input_types != state_types {
                 return Err("the aggregate's state input is not laid out as its group columns then its states".into());
             }
-            ((0..input_types.len()).collect(), merge.clone())
+            let columns = input_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+                .collect();
+            (columns, merge.clone())
         };
-        for c in &upload_cols {
-            let dt = input_schema.field(*c).data_type();
-            if !can_upload(dt) {
-                return Err(format!("input column {} of type {dt} cannot be uploaded", input_schema.field(*c).name()));
+        let mut upload_fields = Vec::new();
+        let mut host_evaluated = Vec::new();
+        for e in &upload {
+            let field = match e.downcast_ref::<Column>() {
+                Some(c) => input_schema.field(c.index()).clone(),
+                None => {
+                    host_evaluated.push(e.to_string());
+                    let dt = e.data_type(&input_schema).map_err(|err| format!("`{e}`: {err}"))?;
+                    let nullable = e.nullable(&input_schema).map_err(|err| format!("`{e}`: {err}"))?;
+                    Field::new(e.to_string(), dt, nullable)
+                }
+            };
+            if !can_upload(field.data_type()) {
+                return Err(format!("input `{e}` of type {} cannot be uploaded", field.data_type()));
             }
+            upload_fields.push(field);
         }
-        let upload_schema =
-            Arc::new(Schema::new(upload_cols.iter().map(|c| input_schema.field(*c).clone()).collect::<Vec<Field>>()));
+        let upload_schema = Arc::new(Schema::new(upload_fields));
 
         // Final values: states, except AVG's, which DataFusion's accumulator evaluates.
         let mut finalize = Vec::new();
@@ -344,6 +382,16 @@ impl AggregateLayout {
         } else if state_schema.fields().len() != out_schema.fields().len() {
             return Err("the partial aggregate's output is not its group columns then its states".into());
         }
-        Ok(AggregateLayout { upload_cols, upload_schema, groups: k, first, merge, state_schema, final_output, finalize })
+        Ok(AggregateLayout {
+            upload,
+            upload_schema,
+            host_evaluated,
+            groups: k,
+            first,
+            merge,
+            state_schema,
+            final_output,
+            finalize,
+        })
     }
 }

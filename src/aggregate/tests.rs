@@ -208,7 +208,12 @@ fn compare(want: &[RecordBatch], got: &[RecordBatch], what: &str) -> Option<Stri
                     _ => false,
                 };
                 if !ok {
-                    return Some(format!("{what}: column {} row {r}: {:?} vs expected {:?}", f.name(), y.slice(r, 1), x.slice(r, 1)));
+                    return Some(format!(
+                        "{what}: column {} row {r}: {:?} vs expected {:?}",
+                        f.name(),
+                        y.slice(r, 1),
+                        x.slice(r, 1)
+                    ));
                 }
             }
         } else if a.as_ref() != b.as_ref() {
@@ -225,7 +230,12 @@ fn compare(want: &[RecordBatch], got: &[RecordBatch], what: &str) -> Option<Stri
 }
 
 /// Runs `sql` on the CPU and on the GPU with each setting; returns the failures.
-async fn check(batch: &RecordBatch, sql: &str, what: &str, configs: &[(AggregateAlgorithmSetting, usize, usize)]) -> Vec<String> {
+async fn check(
+    batch: &RecordBatch,
+    sql: &str,
+    what: &str,
+    configs: &[(AggregateAlgorithmSetting, usize, usize)],
+) -> Vec<String> {
     let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
     register(&cpu, batch, 4);
     let want = match async { cpu.sql(sql).await?.collect().await }.await {
@@ -299,6 +309,36 @@ async fn gpu_aggregate_matches_cpu_for_every_key_type_and_distribution() {
     assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
 }
 
+/// Arguments, group keys and FILTERs that are expressions: DataFusion evaluates them on the host
+/// batch, the GPU groups and reduces the results.
+const EXPRESSION_QUERIES: &[&str] = &[
+    "SELECT k_i32 % 7 AS g, count(*) c, sum(v_i64 * 2 + 1) s, sum(v_dec * 2) d, avg(v_f64 * 0.5) a, \
+     min(v_i32 - 3) m, max(CAST(v_i8 AS INT) * 2) x, count(*) FILTER (WHERE v_i32 > 0) f, \
+     sum(v_i64) FILTER (WHERE v_str LIKE 'a%') f2 FROM t GROUP BY k_i32 % 7 ORDER BY g NULLS FIRST",
+    "SELECT upper(k_str) u, extract(year from k_date) y, sum(CAST(v_u32 AS BIGINT) + 1) s, count(v_str) c FROM t \
+     GROUP BY upper(k_str), extract(year from k_date) ORDER BY u NULLS FIRST, y NULLS FIRST",
+    "SELECT sum(v_i64 * CAST(v_i8 AS BIGINT)) s, avg(v_dec * 2) a, sum(CASE WHEN flag THEN 1 ELSE 0 END) c FROM t",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_evaluates_expressions_on_the_host() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_evaluates_expressions_on_the_host") else { return };
+    let seed = fresh_seed("gpu_aggregate_evaluates_expressions_on_the_host");
+    let mut rng = StdRng::seed_from_u64(seed);
+    use AggregateAlgorithmSetting::{Hash, Sort};
+    let configs = [(Hash, 4, 1 << 22), (Sort, 1, 7_000)];
+    let mut failures = Vec::new();
+    for dist in [Dist::Groups(100), Dist::Zipf(1.2)] {
+        let rows = rng.random_range(30_000..50_000);
+        let batch = table(&mut rng, dist, rows);
+        for sql in EXPRESSION_QUERIES {
+            failures.extend(check(&batch, sql, &format!("{dist:?} {sql}"), &configs).await);
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_aggregate_matches_cpu_with_millions_of_groups() {
     let _g = gpu_lock();
@@ -359,11 +399,17 @@ async fn gpu_and_cpu_aggregate_stages_exchange_states() {
     let ctx = gpu_ctx(AggregateAlgorithmSetting::Hash, 4, 1 << 22);
     register(&ctx, &batch, 4);
     let finals = [AggregateMode::Final, AggregateMode::FinalPartitioned];
-    for (label, modes) in [("GPU partial, CPU final", &finals[..]), ("CPU partial, GPU final", &[AggregateMode::Partial][..])] {
+    for (label, modes) in
+        [("GPU partial, CPU final", &finals[..]), ("CPU partial, GPU final", &[AggregateMode::Partial][..])]
+    {
         let plan = ctx.sql(&sql).await.unwrap().create_physical_plan().await.unwrap();
         let plan = cpu_for(plan, modes);
         let (g, c) = (count_nodes(&plan, "GpuAggregateExec"), count_nodes(&plan, "AggregateExec"));
-        assert!(g == 1 && c == 1, "{label}: {g} GPU and {c} CPU aggregates:\n{}", displayable(plan.as_ref()).indent(true));
+        assert!(
+            g == 1 && c == 1,
+            "{label}: {g} GPU and {c} CPU aggregates:\n{}",
+            displayable(plan.as_ref()).indent(true)
+        );
         let got = collect(plan, ctx.task_ctx()).await.unwrap();
         if let Some(f) = compare(&want, &got, label) {
             panic!("seed {seed}: {f}");
@@ -380,8 +426,7 @@ fn group_ids_resolve_hash_collisions_and_accumulators_agree() {
     let seed = fresh_seed("group_ids_resolve_hash_collisions_and_accumulators_agree");
     let mut rng = StdRng::seed_from_u64(seed);
     let rows = 20_000;
-    let keys: Vec<Option<String>> =
-        (0..rows)
+    let keys: Vec<Option<String>> = (0..rows)
         .map(|_| {
             let x = format!("s{}", rng.random_range(0..900));
             maybe(&mut rng, 0.01, x)
@@ -417,17 +462,21 @@ fn group_ids_resolve_hash_collisions_and_accumulators_agree() {
                 datafusion::arrow::datatypes::Field::new("c", DataType::Int64, false),
                 datafusion::arrow::datatypes::Field::new("s", DataType::Int64, true),
             ]));
-            let host = DeviceBatch::try_new(schema, columns, out.groups as usize, Arc::clone(&gpu), Arc::clone(&stream))
-                .unwrap()
-                .download()
-                .unwrap();
+            let host =
+                DeviceBatch::try_new(schema, columns, out.groups as usize, Arc::clone(&gpu), Arc::clone(&stream))
+                    .unwrap()
+                    .download()
+                    .unwrap();
             let k = host.column(0).as_any().downcast_ref::<StringArray>().unwrap();
             let c = host.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
             let s = host.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
             let mut got = HashMap::new();
             for r in 0..host.num_rows() {
                 let key = (!k.is_null(r)).then(|| k.value(r).to_string());
-                assert!(got.insert(key.clone(), (c.value(r), s.value(r))).is_none(), "{method:?} {bits:?}: {key:?} twice");
+                assert!(
+                    got.insert(key.clone(), (c.value(r), s.value(r))).is_none(),
+                    "{method:?} {bits:?}: {key:?} twice"
+                );
             }
             assert_eq!(got, want, "seed {seed}: {method:?}, hash bits {bits:?}, shared memory {shared_memory}");
             if bits == Some(4) && method == GroupIdMethod::Hash {

@@ -62,7 +62,10 @@ impl GpuAggregateExec {
             for f in &layout.finalize {
                 if let Finalize::Evaluate { agg: i, .. } = f {
                     if !a.aggr_expr()[*i].groups_accumulator_supported() {
-                        return Err(format!("`{}` has no groups accumulator to evaluate its state", a.aggr_expr()[*i].name()));
+                        return Err(format!(
+                            "`{}` has no groups accumulator to evaluate its state",
+                            a.aggr_expr()[*i].name()
+                        ));
                     }
                 }
             }
@@ -74,6 +77,11 @@ impl GpuAggregateExec {
     /// The `AggregateExec` this replaces.
     pub fn original(&self) -> &Arc<dyn ExecutionPlan> {
         &self.agg
+    }
+
+    /// The group-by method this aggregate runs (its `gpu.aggregate_algorithm` setting resolved).
+    pub fn method_name(&self) -> &'static str {
+        self.setting.method().name()
     }
 
     pub fn layout(&self) -> &AggregateLayout {
@@ -92,7 +100,11 @@ impl DisplayAs for GpuAggregateExec {
             _ => {
                 write!(f, "Gpu")?;
                 a.fmt_as(t, f)?;
-                write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.setting.method().name(), self.setting)
+                write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.setting.method().name(), self.setting)?;
+                if !self.layout.host_evaluated.is_empty() {
+                    write!(f, ", evaluated on the host before upload=[{}]", self.layout.host_evaluated.join(", "))?;
+                }
+                Ok(())
             }
         }
     }
@@ -242,7 +254,7 @@ impl Run {
             let next = input.next().await.transpose()?;
             let done = next.is_none();
             if let Some(b) = next {
-                let b = b.project(&layout.upload_cols)?;
+                let b = layout.project(&b)?;
                 pending_rows += b.num_rows();
                 self.metrics.input_rows.add(b.num_rows());
                 pending.push(b);
@@ -307,8 +319,16 @@ impl Run {
             };
             let cols = dev.columns();
             let mut times = GroupByTimes::default();
-            let out =
-                group_by(&gpu, &stream, &cols[..layout.groups], cols, &reductions, dev.num_rows() as u64, &opts, &mut times)?;
+            let out = group_by(
+                &gpu,
+                &stream,
+                &cols[..layout.groups],
+                cols,
+                &reductions,
+                dev.num_rows() as u64,
+                &opts,
+                &mut times,
+            )?;
             m.group_ids_time.add_duration(times.group_ids);
             m.aggregate_time.add_duration(times.aggregate);
             m.materialize_time.add_duration(times.materialize);
