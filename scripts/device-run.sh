@@ -5,7 +5,9 @@
 #   usage: TESTS=<filter|skip> JOIN_TESTS=<run|skip> BENCH="bench join ...; bench aggregate ..." \
 #          scripts/device-run.sh
 set -uo pipefail
-out=${OUT:-device-out}; mkdir -p "$out"
+# Logs and results collect in a work folder, packed into one $OUT/run.tar.gz at the end (the
+# device tool returns at most 8 files).
+final=${OUT:-device-out}; out=/tmp/dfg-run; rm -rf "$out"; mkdir -p "$out" "$final"
 source "$(dirname "$0")/device-env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/nvidia-smi.txt"
 export XDG_CACHE_HOME=/tmp/dfg-cache
@@ -37,3 +39,4 @@ done
 for j in $(seq 1 $i); do
     echo "== bench $j"; tail -3 "$out/bench$j.err"; cat "$out/bench$j.log"
 done
+tar czf "$final/run.tar.gz" -C "$out" .

@@ -20,6 +20,7 @@ pub mod join;
 pub mod primitives;
 pub mod rule;
 pub mod session;
+pub mod tpch;
 
 #[cfg(test)]
 mod sqltests;

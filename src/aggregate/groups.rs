@@ -90,7 +90,13 @@ pub fn group_ids(
     if let Some(bits) = test.hash_bits {
         // gb_mask_k64(u64* keys, u64 n, u64 mask)
         let mask = (1u64 << bits.min(63)) - 1;
-        gpu.launch_n(stream, "groupby", "gb_mask_k64", rows, &[ptr(&side.keys, stream), KArg::U64(rows), KArg::U64(mask)])?;
+        gpu.launch_n(
+            stream,
+            "groupby",
+            "gb_mask_k64",
+            rows,
+            &[ptr(&side.keys, stream), KArg::U64(rows), KArg::U64(mask)],
+        )?;
     }
     match method {
         GroupIdMethod::Hash => hash_group_ids(gpu, stream, &plan, &side, rows),
@@ -127,7 +133,8 @@ fn hash_group_ids(gpu: &Gpu, stream: &Arc<CudaStream>, plan: &KeyPlan, side: &Ke
         let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
         let (slot_keys, slot_row) = loop {
             let mask = slots - 1;
-            let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
+            let slot_keys =
+                gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
             let slot_row = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
             let counters = gpu.alloc_filled(stream, 8, 0, "the group-by hash table")?;
             let max_fill = if slots < full { (slots / 2) as u32 } else { u32::MAX };

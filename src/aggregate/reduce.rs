@@ -148,7 +148,8 @@ pub fn reduce(
     } else {
         None
     };
-    let counts = if counted { Some(gpu.alloc_filled(stream, groups as usize * 8, 0, "aggregate counts")?) } else { None };
+    let counts =
+        if counted { Some(gpu.alloc_filled(stream, groups as usize * 8, 0, "aggregate counts")?) } else { None };
     let smem = groups as usize * 8 * (if has_acc { words } else { 0 } + usize::from(counted));
     let use_smem = shared_memory && gid.is_some() && smem <= SMEM_LIMIT;
     let mut cfg: LaunchConfig = grid_for(rows, 256, gpu.info().sm_count);
@@ -202,7 +203,13 @@ pub fn reduce(
 }
 
 /// The accumulators as values of the result type (MIN/MAX of narrow columns back to their width).
-fn narrow(gpu: &Gpu, stream: &Arc<CudaStream>, red: &Reduction, acc: DeviceBuffer, groups: u64) -> Result<DeviceBuffer> {
+fn narrow(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    red: &Reduction,
+    acc: DeviceBuffer,
+    groups: u64,
+) -> Result<DeviceBuffer> {
     let width = red
         .out_type
         .primitive_width()
@@ -226,7 +233,12 @@ fn narrow(gpu: &Gpu, stream: &Arc<CudaStream>, red: &Reduction, acc: DeviceBuffe
 }
 
 /// Validity bitmap (set where `counts` > 0) and the number of NULLs.
-fn validity_of(gpu: &Gpu, stream: &Arc<CudaStream>, counts: &DeviceBuffer, groups: u64) -> Result<(DeviceBuffer, usize)> {
+fn validity_of(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    counts: &DeviceBuffer,
+    groups: u64,
+) -> Result<(DeviceBuffer, usize)> {
     let bits = gpu.alloc(stream, bitmap_bytes(groups), "aggregate validity")?;
     let nulls = gpu.alloc_filled(stream, 8, 0, "aggregate null count")?;
     // agg_validity(const u64* counts, u64 n, u32* bits, u64* nulls)

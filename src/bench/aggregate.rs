@@ -20,8 +20,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use crate::aggregate::{AccOp, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
 use super::{host_partitions, median};
+use crate::aggregate::{AccOp, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
 use crate::columns::DeviceBatch;
 use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
@@ -82,7 +82,8 @@ fn table(c: Config, rows: u64, seed: u64) -> Result<(RecordBatch, u64)> {
     let keys: Vec<i64> = (0..rows.div_ceil(chunk))
         .into_par_iter()
         .flat_map_iter(|ci| {
-            let mut rng = StdRng::seed_from_u64(seed ^ (ci + 1).wrapping_mul(0x9e37_79b9) ^ (c.log_groups as u64) << 40);
+            let mut rng =
+                StdRng::seed_from_u64(seed ^ (ci + 1).wrapping_mul(0x9e37_79b9) ^ (c.log_groups as u64) << 40);
             let n = chunk.min(rows - ci * chunk);
             (0..n).map(|_| rng.random_range(0..domain as i64)).collect::<Vec<_>>()
         })
@@ -112,12 +113,23 @@ fn table(c: Config, rows: u64, seed: u64) -> Result<(RecordBatch, u64)> {
 
 fn reductions(aggs: usize) -> Vec<Reduction> {
     (0..aggs)
-        .map(|a| Reduction { op: AccOp::SumI64, input: Some(a + 1), filter: None, out_type: DataType::Int64, nullable: false })
+        .map(|a| Reduction {
+            op: AccOp::SumI64,
+            input: Some(a + 1),
+            filter: None,
+            out_type: DataType::Int64,
+            nullable: false,
+        })
         .collect()
 }
 
 /// One GPU group-by of the device batch: seconds, phases, groups.
-fn gpu_group_by(gpu: &Arc<Gpu>, batch: &DeviceBatch, aggs: usize, opts: &GroupByOptions) -> Result<(f64, GroupByTimes, u64)> {
+fn gpu_group_by(
+    gpu: &Arc<Gpu>,
+    batch: &DeviceBatch,
+    aggs: usize,
+    opts: &GroupByOptions,
+) -> Result<(f64, GroupByTimes, u64)> {
     let stream = batch.stream();
     let cols = batch.columns();
     let mut times = GroupByTimes::default();
@@ -153,7 +165,10 @@ pub async fn run(gpu: &Arc<Gpu>, o: &AggregateBenchOptions) -> Result<AggregateR
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let algorithms: [(&str, GroupByOptions); 3] = [
         ("hash", GroupByOptions { method: GroupIdMethod::Hash, ..GroupByOptions::default() }),
-        ("hash-global", GroupByOptions { method: GroupIdMethod::Hash, shared_memory: false, ..GroupByOptions::default() }),
+        (
+            "hash-global",
+            GroupByOptions { method: GroupIdMethod::Hash, shared_memory: false, ..GroupByOptions::default() },
+        ),
         ("sort", GroupByOptions { method: GroupIdMethod::Sort, ..GroupByOptions::default() }),
     ];
     let mut timings = Vec::new();
@@ -163,7 +178,8 @@ pub async fn run(gpu: &Arc<Gpu>, o: &AggregateBenchOptions) -> Result<AggregateR
                 let c = Config { key_bytes, aggs, log_groups };
                 eprintln!("bench aggregate: generating 2^{} rows, {c:?}", o.log_rows);
                 let (host, groups) = table(c, rows, o.runs.seed)?;
-                let floor_bytes = rows * (key_bytes as u64 + 4 * aggs as u64) + groups * (key_bytes as u64 + 8 * aggs as u64);
+                let floor_bytes =
+                    rows * (key_bytes as u64 + 4 * aggs as u64) + groups * (key_bytes as u64 + 8 * aggs as u64);
                 let stream = gpu.stream();
                 let dev = DeviceBatch::upload(gpu, &stream, &host)?;
                 stream.synchronize().gpu("synchronising")?;
@@ -179,7 +195,14 @@ pub async fn run(gpu: &Arc<Gpu>, o: &AggregateBenchOptions) -> Result<AggregateR
                     }
                     let (seconds, phases) = median(runs);
                     eprintln!("bench aggregate: {c:?} {name}: {:.2} ms", seconds * 1e3);
-                    timings.push(AggTiming { config: c, name: name.to_string(), seconds, phases: Some(phases), groups, floor_bytes });
+                    timings.push(AggTiming {
+                        config: c,
+                        name: name.to_string(),
+                        seconds,
+                        phases: Some(phases),
+                        groups,
+                        floor_bytes,
+                    });
                 }
                 drop(dev);
                 if o.runs.cpu_runs > 0 && (o.runs.cpu_all || (ki == 0 && ai == 0)) {
@@ -193,7 +216,14 @@ pub async fn run(gpu: &Arc<Gpu>, o: &AggregateBenchOptions) -> Result<AggregateR
                     }
                     let (seconds, _) = median(runs);
                     eprintln!("bench aggregate: {c:?} cpu: {:.2} ms", seconds * 1e3);
-                    timings.push(AggTiming { config: c, name: "cpu".into(), seconds, phases: None, groups, floor_bytes });
+                    timings.push(AggTiming {
+                        config: c,
+                        name: "cpu".into(),
+                        seconds,
+                        phases: None,
+                        groups,
+                        floor_bytes,
+                    });
                 }
             }
         }
@@ -226,7 +256,18 @@ impl fmt::Display for AggregateReport {
         writeln!(
             f,
             "{:>3} {:>4} {:>6} {:<11} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}",
-            "key", "aggs", "groups", "algorithm", "ms", "Grows/s", "group ids", "aggregate", "keys out", "floor ms", "x floor", "vs cpu"
+            "key",
+            "aggs",
+            "groups",
+            "algorithm",
+            "ms",
+            "Grows/s",
+            "group ids",
+            "aggregate",
+            "keys out",
+            "floor ms",
+            "x floor",
+            "vs cpu"
         )?;
         for t in &self.timings {
             let c = t.config;
@@ -237,7 +278,8 @@ impl fmt::Display for AggregateReport {
                 .find(|x| x.name == "cpu" && x.config == c)
                 .map(|x| format!("{:.1}x", x.seconds / t.seconds))
                 .unwrap_or_else(|| "-".into());
-            let phase = |d: Option<std::time::Duration>| d.map_or("-".to_string(), |d| format!("{:.2}", d.as_secs_f64() * 1e3));
+            let phase =
+                |d: Option<std::time::Duration>| d.map_or("-".to_string(), |d| format!("{:.2}", d.as_secs_f64() * 1e3));
             writeln!(
                 f,
                 "{:>3} {:>4} {:>6} {:<11} {:>9.2} {:>8.2} {:>9} {:>9} {:>9} {:>8.2} {:>7.1} {:>8}",

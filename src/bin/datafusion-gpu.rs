@@ -27,6 +27,8 @@ use datafusion_gpu::config::ByteSize;
 use datafusion_gpu::demo::{self, DemoOptions};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
+use datafusion_gpu::tpch::runner::{self, SuiteBenchOptions};
+use datafusion_gpu::tpch::{Suite, data};
 use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
 use mimalloc::MiMalloc;
 
@@ -69,6 +71,18 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Generate TPC-H or SSB data to Parquet: `OUT/<suite>-sf<SF>/<table>.parquet`.
+    Gen {
+        #[arg(value_enum)]
+        suite: SuiteArg,
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        #[arg(long, default_value = "data")]
+        out: std::path::PathBuf,
+        /// Seed of the SSB generator (TPC-H data is dbgen's, fixed).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Benchmarks (results belong in benches/results/).
     Bench {
         #[command(subcommand)]
@@ -100,6 +114,11 @@ enum BenchCommand {
     /// with its phases over a sweep of group counts, the bandwidth floor, and DataFusion's CPU
     /// aggregate on the same data.
     Aggregate(AggregateBenchOptions),
+    /// The 22 TPC-H queries on the CPU and with the GPU rule, side by side: results checked,
+    /// medians timed, a table printed and JSON + PNG written to benches/results/.
+    Tpch(SuiteBenchOptions),
+    /// The 13 SSB queries, as `bench tpch` runs TPC-H.
+    Ssb(SuiteBenchOptions),
     /// Scan, radix sort/partition and gather on device-resident data, against the bandwidth floor.
     Primitives {
         /// log2 of the number of rows.
@@ -110,6 +129,21 @@ enum BenchCommand {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SuiteArg {
+    Tpch,
+    Ssb,
+}
+
+impl From<SuiteArg> for Suite {
+    fn from(s: SuiteArg) -> Suite {
+        match s {
+            SuiteArg::Tpch => Suite::Tpch,
+            SuiteArg::Ssb => Suite::Ssb,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -292,6 +326,22 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             println!("{report}");
             Ok(())
         }
+        Some(Command::Gen { suite, sf, out, seed }) => {
+            let suite = Suite::from(suite);
+            let partitions = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let bars = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let dir = data::data_dir(&out, suite, sf);
+            let tables =
+                data::generate(suite, sf, seed, partitions, &data::Progresses::new(bars)).map_err(|e| e.to_string())?;
+            data::write_parquet(&dir, &tables).map_err(|e| e.to_string())?;
+            for t in &tables {
+                println!("{:<10} {:>12} rows", t.name, t.num_rows());
+            }
+            println!("wrote {}", dir.display());
+            Ok(())
+        }
+        Some(Command::Bench { which: BenchCommand::Tpch(opts) }) => suite_bench(Suite::Tpch, &opts).await,
+        Some(Command::Bench { which: BenchCommand::Ssb(opts) }) => suite_bench(Suite::Ssb, &opts).await,
         Some(Command::Bench { which: BenchCommand::Primitives { log2_rows, runs, seed } }) => {
             let gpu = gpu_for(0, GpuConfig::default())?;
             let report = primitives::run(&gpu, log2_rows, runs, seed).map_err(|e| e.to_string())?;
@@ -299,6 +349,21 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             Ok(())
         }
     }
+}
+
+async fn suite_bench(suite: Suite, opts: &SuiteBenchOptions) -> Result<(), String> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = runner::run(suite, opts, &command).await.map_err(|e| e.to_string())?;
+    if opts.explain {
+        for q in &report.queries {
+            println!("{} with the GPU rule:\n{}", q.query, q.plan);
+            for p in &q.operators {
+                println!("  {p}");
+            }
+        }
+    }
+    println!("{report}");
+    if report.all_ok { Ok(()) } else { Err("some queries failed or differ from the CPU (see above)".into()) }
 }
 
 #[tokio::main]

@@ -8,6 +8,7 @@
 pub mod aggregate;
 pub mod fallback;
 pub mod join;
+pub mod placement;
 pub mod upload;
 
 use std::pin::Pin;
@@ -22,6 +23,7 @@ use futures::{Stream, StreamExt};
 pub use aggregate::GpuAggregateExec;
 pub use fallback::CpuFallbackExec;
 pub use join::GpuHashJoinExec;
+pub use placement::{Placement, placements};
 pub use upload::GpuUploadExec;
 
 use crate::columns::DeviceBatch;

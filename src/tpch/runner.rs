@@ -1,0 +1,515 @@
+//! `datafusion-gpu bench tpch|ssb`: every query of a suite on the CPU (DataFusion alone) and with
+//! the GPU rule, in one process on the same in-memory tables; results compared, medians timed,
+//! and a table, a JSON record and a PNG chart written.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_plan::{collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::Suite;
+use super::chart::{self, Bars};
+use super::compare::compare;
+use super::data::{self, Progresses, Table};
+use super::queries::{self, Query};
+use crate::config::GpuConfig;
+use crate::device::{Gpu, probe};
+use crate::exec::placement::{Placement, placements, summary};
+use crate::session::gpu_session_context;
+
+/// Options of `bench tpch` and `bench ssb`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SuiteBenchOptions {
+    /// Scale factor (TPC-H: SF 1 is about 1 GB of text data; SSB: about 6 million lineorder rows).
+    #[arg(long, default_value_t = 1.0)]
+    pub sf: f64,
+    /// Queries to run, e.g. `1,3,18` (TPC-H) or `1.1,4.3` (SSB); all when omitted.
+    #[arg(long, value_delimiter = ',')]
+    pub queries: Vec<String>,
+    /// Timed runs of each query on each side, after one untimed run that also checks the results
+    /// (0: check only).
+    #[arg(long, default_value_t = 3)]
+    pub iterations: usize,
+    /// Folder of Parquet data: `DIR/<suite>-sf<SF>/<table>.parquet` is read into memory when present,
+    /// otherwise generated and written there first. Without it, data is generated in memory.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Partitions of each in-memory table and DataFusion's target partitions (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub partitions: usize,
+    /// `gpu.min_rows` of the GPU session (default: the option's default); 0 puts every eligible
+    /// operator on the GPU whatever its size.
+    #[arg(long)]
+    pub gpu_min_rows: Option<usize>,
+    /// Seed of the SSB generator (TPC-H data is dbgen's, fixed).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Where the JSON record and the PNG chart are written.
+    #[arg(long, default_value = "benches/results")]
+    pub out: PathBuf,
+    /// Write no files.
+    #[arg(long)]
+    pub no_save: bool,
+    /// Print each query's physical plan with the GPU rule (EXPLAIN), with where each operator ran.
+    #[arg(long)]
+    pub explain: bool,
+}
+
+impl SuiteBenchOptions {
+    /// Options for a quick check of every query: no timing, no files.
+    pub fn check_only(sf: f64) -> SuiteBenchOptions {
+        SuiteBenchOptions {
+            sf,
+            queries: Vec::new(),
+            iterations: 0,
+            data: None,
+            partitions: 0,
+            gpu_min_rows: None,
+            seed: 1,
+            out: PathBuf::from("benches/results"),
+            no_save: true,
+            explain: false,
+        }
+    }
+}
+
+/// One query's outcome.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueryReport {
+    pub query: String,
+    /// Median over the timed runs; absent when not timed (or when the query failed).
+    pub cpu_ms: Option<f64>,
+    pub gpu_ms: Option<f64>,
+    pub cpu_runs_ms: Vec<f64>,
+    pub gpu_runs_ms: Vec<f64>,
+    pub speedup: Option<f64>,
+    pub rows: usize,
+    /// Every join and aggregate of the GPU session's plan and where it ran.
+    pub operators: Vec<Placement>,
+    pub placement: String,
+    /// True when the GPU session's rows equal the CPU's.
+    pub ok: bool,
+    /// `ok`, or what differed, or the error.
+    pub check: String,
+    #[serde(skip)]
+    pub plan: String,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SuiteReport {
+    pub suite: Suite,
+    pub sf: f64,
+    pub date: String,
+    pub command: String,
+    /// The GPU, or `None` with the reason in `no_gpu`.
+    pub device: Option<String>,
+    pub no_gpu: Option<String>,
+    pub host_cores: usize,
+    pub partitions: usize,
+    pub iterations: usize,
+    pub gpu_min_rows: usize,
+    pub data: String,
+    pub load_seconds: f64,
+    pub tables: Vec<(String, usize, usize)>,
+    pub queries: Vec<QueryReport>,
+    /// Geometric mean of the speedups of the queries timed on both sides.
+    pub geomean_speedup: Option<f64>,
+    pub slower_than_0_9: Vec<String>,
+    pub all_ok: bool,
+    #[serde(skip)]
+    pub files: Vec<PathBuf>,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    Some(s[s.len() / 2])
+}
+
+/// Today's date (UTC) as `yyyy-mm-dd`.
+fn today() -> String {
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0)
+            as i32;
+    datafusion::arrow::temporal_conversions::date32_to_datetime(days)
+        .map(|d| d.date().to_string())
+        .unwrap_or_else(|| "unknown-date".into())
+}
+
+/// A short name for file names: `h100`, `h200`, ... from the GPU's name, or `cpu`.
+fn device_slug(device: Option<&str>) -> String {
+    let Some(name) = device else { return "cpu".into() };
+    name.split_whitespace()
+        .find(|w| w.chars().any(|c| c.is_ascii_digit()) && w.chars().next().is_some_and(|c| c.is_ascii_alphabetic()))
+        .map(|w| w.to_ascii_lowercase())
+        .unwrap_or_else(|| "gpu".into())
+}
+
+async fn run_once(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, f64)> {
+    let t = Instant::now();
+    let batches = ctx.sql(sql).await?.collect().await?;
+    Ok((batches, t.elapsed().as_secs_f64() * 1e3))
+}
+
+async fn timed(ctx: &SessionContext, sql: &str, iterations: usize) -> Result<Vec<f64>> {
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        times.push(run_once(ctx, sql).await?.1);
+    }
+    Ok(times)
+}
+
+/// The tables of the run, from Parquet under `--data` or generated in memory.
+async fn load(suite: Suite, o: &SuiteBenchOptions, partitions: usize, bars: bool) -> Result<(Vec<Table>, String)> {
+    let progress = Progresses::new(bars);
+    match &o.data {
+        Some(root) => {
+            let dir = data::data_dir(root, suite, o.sf);
+            if let Some(tables) = data::read_parquet(&dir, suite, partitions).await? {
+                return Ok((tables, format!("Parquet in {}, read into memory", dir.display())));
+            }
+            eprintln!("generating {} SF {} into {}", suite.title(), o.sf, dir.display());
+            let tables = data::generate(suite, o.sf, o.seed, partitions, &progress)?;
+            data::write_parquet(&dir, &tables)?;
+            Ok((tables, format!("generated, written to {} and kept in memory", dir.display())))
+        }
+        None => {
+            eprintln!("generating {} SF {} in memory", suite.title(), o.sf);
+            Ok((data::generate(suite, o.sf, o.seed, partitions, &progress)?, "generated in memory".into()))
+        }
+    }
+}
+
+/// Runs `suite` as `o` says. Per-query failures are recorded in the report, not returned.
+pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<SuiteReport> {
+    let selected: Vec<Query> = queries::select(suite, &o.queries)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let partitions = if o.partitions == 0 { cores } else { o.partitions };
+    let bars = std::io::IsTerminal::is_terminal(&std::io::stderr());
+
+    let t = Instant::now();
+    let (tables, data_source) = load(suite, o, partitions, bars).await?;
+    let load_seconds = t.elapsed().as_secs_f64();
+
+    let device = probe::device_count()
+        .map_err(|e| e.reason)
+        .and_then(|_| Gpu::get(0).map(|g| g.info().name.clone()).map_err(|e| e.to_string()));
+    let (device, no_gpu) = match device {
+        Ok(d) => (Some(d), None),
+        Err(reason) => (None, Some(reason)),
+    };
+
+    let config = SessionConfig::new().with_target_partitions(partitions);
+    let mut gpu_cfg = GpuConfig::default();
+    if let Some(m) = o.gpu_min_rows {
+        gpu_cfg.min_rows = m;
+    }
+    let gpu_min_rows = gpu_cfg.min_rows;
+    let cpu_ctx = SessionContext::new_with_config(config.clone());
+    let gpu_ctx = gpu_session_context(config.with_option_extension(gpu_cfg));
+    data::register(&cpu_ctx, &tables)?;
+    data::register(&gpu_ctx, &tables)?;
+
+    let bar = if bars { ProgressBar::new(selected.len() as u64) } else { ProgressBar::hidden() };
+    if bars {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} queries {elapsed:>4} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(suite.title());
+    }
+    let mut reports = Vec::new();
+    for q in &selected {
+        bar.set_message(format!("{} on the CPU", q.name));
+        let report = run_query(q, &cpu_ctx, &gpu_ctx, o.iterations, device.is_some(), &bar).await;
+        bar.inc(1);
+        reports.push(report);
+    }
+    bar.finish_and_clear();
+
+    let speedups: Vec<f64> = reports.iter().filter_map(|r| r.speedup).collect();
+    let geomean_speedup =
+        (!speedups.is_empty()).then(|| (speedups.iter().map(|s| s.ln()).sum::<f64>() / speedups.len() as f64).exp());
+    let slower_than_0_9 =
+        reports.iter().filter(|r| r.speedup.is_some_and(|s| s < 0.9)).map(|r| r.query.clone()).collect();
+    let mut report = SuiteReport {
+        suite,
+        sf: o.sf,
+        date: today(),
+        command: command.to_string(),
+        device,
+        no_gpu,
+        host_cores: cores,
+        partitions,
+        iterations: o.iterations,
+        gpu_min_rows,
+        data: data_source,
+        load_seconds,
+        tables: tables.iter().map(|t| (t.name.to_string(), t.num_rows(), t.memory_size())).collect(),
+        all_ok: reports.iter().all(|r| r.ok),
+        queries: reports,
+        geomean_speedup,
+        slower_than_0_9,
+        files: Vec::new(),
+    };
+    if !o.no_save {
+        report.files = save(&report, &o.out)?;
+    }
+    Ok(report)
+}
+
+async fn run_query(
+    q: &Query,
+    cpu: &SessionContext,
+    gpu: &SessionContext,
+    iterations: usize,
+    have_gpu: bool,
+    bar: &ProgressBar,
+) -> QueryReport {
+    let mut r = QueryReport {
+        query: q.name.to_string(),
+        cpu_ms: None,
+        gpu_ms: None,
+        cpu_runs_ms: Vec::new(),
+        gpu_runs_ms: Vec::new(),
+        speedup: None,
+        rows: 0,
+        operators: Vec::new(),
+        placement: String::new(),
+        ok: false,
+        check: String::new(),
+        plan: String::new(),
+    };
+    // CPU: one run for the expected rows, then the timed runs.
+    let expected = match run_once(cpu, q.sql).await {
+        Ok((b, _)) => b,
+        Err(e) => {
+            r.check = format!("error on the CPU: {e}");
+            return r;
+        }
+    };
+    r.rows = expected.iter().map(|b| b.num_rows()).sum();
+    match timed(cpu, q.sql, iterations).await {
+        Ok(t) => r.cpu_runs_ms = t,
+        Err(e) => {
+            r.check = format!("error on the CPU: {e}");
+            return r;
+        }
+    }
+    r.cpu_ms = median(&r.cpu_runs_ms);
+
+    // With the GPU rule: plan (for the placements), run and check, then the timed runs.
+    bar.set_message(format!("{} with the GPU rule", q.name));
+    let checked: Result<Vec<RecordBatch>> = async {
+        let df = gpu.sql(q.sql).await?;
+        let plan = df.create_physical_plan().await?;
+        r.operators = placements(&plan);
+        r.placement = summary(&r.operators);
+        r.plan = displayable(plan.as_ref()).indent(false).to_string();
+        collect(plan, gpu.task_ctx()).await
+    }
+    .await;
+    match checked {
+        Err(e) => {
+            r.check = format!("error with the GPU rule: {e}");
+            return r;
+        }
+        Ok(actual) => match compare(&expected, &actual) {
+            Ok(()) => {
+                r.ok = true;
+                r.check = "ok".into();
+            }
+            Err(diff) => {
+                r.check = format!("MISMATCH: {diff}");
+                return r;
+            }
+        },
+    }
+    if have_gpu {
+        match timed(gpu, q.sql, iterations).await {
+            Ok(t) => r.gpu_runs_ms = t,
+            Err(e) => {
+                r.ok = false;
+                r.check = format!("error with the GPU rule (timed run): {e}");
+                return r;
+            }
+        }
+        r.gpu_ms = median(&r.gpu_runs_ms);
+        if let (Some(c), Some(g)) = (r.cpu_ms, r.gpu_ms)
+            && g > 0.0
+        {
+            r.speedup = Some(c / g);
+        }
+    }
+    r
+}
+
+fn file_stem(report: &SuiteReport) -> String {
+    format!("{}-{}-{}-sf{}", report.date, device_slug(report.device.as_deref()), report.suite.name(), report.sf)
+}
+
+/// Writes `<date>-<device>-<suite>-sf<SF>.json` and `.png` under `out`.
+fn save(report: &SuiteReport, out: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out)
+        .map_err(|e| DataFusionError::Execution(format!("cannot create {}: {e}", out.display())))?;
+    let stem = file_stem(report);
+    let json = out.join(format!("{stem}.json"));
+    let text = serde_json::to_string_pretty(report)
+        .map_err(|e| DataFusionError::Execution(format!("cannot encode the report: {e}")))?;
+    std::fs::write(&json, text + "\n")
+        .map_err(|e| DataFusionError::Execution(format!("cannot write {}: {e}", json.display())))?;
+    let mut files = vec![json];
+    let png = out.join(format!("{stem}.png"));
+    let bars: Vec<Bars> =
+        report.queries.iter().map(|q| Bars { name: &q.query, cpu_ms: q.cpu_ms, gpu_ms: q.gpu_ms }).collect();
+    let title = format!(
+        "{} SF {}: DataFusion on {} cores vs with the GPU rule ({}), median of {}",
+        report.suite.title(),
+        report.sf,
+        report.host_cores,
+        report.device.as_deref().unwrap_or("no GPU"),
+        report.iterations
+    );
+    if bars.iter().any(|b| b.cpu_ms.is_some() || b.gpu_ms.is_some()) {
+        chart::draw(&png, &title, &bars).map_err(DataFusionError::Execution)?;
+        files.push(png);
+    }
+    Ok(files)
+}
+
+impl std::fmt::Display for SuiteReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{} SF {} ({}; loaded in {:.1} s)", self.suite.title(), self.sf, self.data, self.load_seconds)?;
+        for (name, rows, bytes) in &self.tables {
+            writeln!(f, "  {name:<10} {rows:>12} rows {:>10.1} MiB", *bytes as f64 / (1 << 20) as f64)?;
+        }
+        match (&self.device, &self.no_gpu) {
+            (Some(d), _) => writeln!(f, "GPU: {d}; gpu.min_rows = {}", self.gpu_min_rows)?,
+            (None, Some(why)) => writeln!(
+                f,
+                "GPU: none, so the GPU column is empty ({why}); every query still runs with the GPU rule once and is checked"
+            )?,
+            _ => {}
+        }
+        writeln!(
+            f,
+            "CPU: DataFusion, {} partitions on {} cores; medians of {} timed runs after one checked run\n",
+            self.partitions, self.host_cores, self.iterations
+        )?;
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        writeln!(
+            f,
+            "{:<6} {:>10} {:>10} {:>8}  {:<6} where the joins and aggregates ran",
+            "query", "CPU ms", "GPU ms", "speedup", "check"
+        )?;
+        for q in &self.queries {
+            let check = if q.ok { "ok" } else { "FAIL" };
+            writeln!(
+                f,
+                "{:<6} {:>10} {:>10} {:>8}  {:<6} {}",
+                q.query,
+                ms(q.cpu_ms),
+                ms(q.gpu_ms),
+                q.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
+                check,
+                q.placement
+            )?;
+        }
+        for q in self.queries.iter().filter(|q| !q.ok) {
+            writeln!(f, "{}: {}", q.query, q.check)?;
+        }
+        let total = |side: fn(&QueryReport) -> Option<f64>| -> Option<f64> { self.queries.iter().map(side).sum() };
+        writeln!(f)?;
+        if let (Some(c), Some(g)) = (total(|q| q.cpu_ms), total(|q| q.gpu_ms)) {
+            writeln!(f, "total: CPU {c:.1} ms, GPU {g:.1} ms ({:.2}x)", c / g)?;
+        }
+        if let Some(g) = self.geomean_speedup {
+            writeln!(f, "geometric-mean speedup: {g:.2}x")?;
+            if self.slower_than_0_9.is_empty() {
+                writeln!(f, "no query slower than 0.9x of the CPU")?;
+            } else {
+                writeln!(f, "slower than 0.9x of the CPU: {}", self.slower_than_0_9.join(", "))?;
+            }
+        }
+        let failed = self.queries.iter().filter(|q| !q.ok).count();
+        writeln!(f, "results: {} of {} queries match the CPU", self.queries.len() - failed, self.queries.len())?;
+        for p in &self.files {
+            writeln!(f, "wrote {}", p.display())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_shorten_for_file_names() {
+        assert_eq!(device_slug(Some("NVIDIA H100 80GB HBM3")), "h100");
+        assert_eq!(device_slug(Some("NVIDIA H200")), "h200");
+        assert_eq!(device_slug(None), "cpu");
+        assert_eq!(today().len(), 10);
+    }
+
+    /// Every query of both suites at a small scale: the GPU session (every eligible operator on
+    /// the GPU when there is one; all on the CPU otherwise) must return the CPU's rows.
+    async fn suite_matches(suite: Suite, sf: f64) {
+        let mut o = SuiteBenchOptions::check_only(sf);
+        o.partitions = 4;
+        o.gpu_min_rows = Some(0);
+        let report = run(suite, &o, "test").await.unwrap();
+        println!("{report}");
+        assert_eq!(report.queries.len(), suite_len(suite));
+        for q in &report.queries {
+            assert!(q.ok, "{} {}: {}\n{}", suite.title(), q.query, q.check, q.plan);
+        }
+        let (gpu, all) =
+            report.queries.iter().flat_map(|q| &q.operators).fold((0, 0), |(g, a), p| (g + p.on_gpu as usize, a + 1));
+        if report.device.is_some() {
+            println!("{gpu} of {all} joins and aggregates ran on the GPU");
+            assert!(
+                report
+                    .queries
+                    .iter()
+                    .flat_map(|q| &q.operators)
+                    .any(|p| p.on_gpu && p.kind == crate::exec::placement::OperatorKind::Join),
+                "no join ran on the GPU"
+            );
+        } else {
+            assert_eq!(gpu, 0);
+            eprintln!(
+                "SKIPPED the GPU half of {}: no usable GPU: {}",
+                suite.title(),
+                report.no_gpu.unwrap_or_default()
+            );
+        }
+    }
+
+    fn suite_len(suite: Suite) -> usize {
+        match suite {
+            Suite::Tpch => queries::TPCH.len(),
+            Suite::Ssb => queries::SSB.len(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tpch_queries_match_the_cpu() {
+        suite_matches(Suite::Tpch, 0.01).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ssb_queries_match_the_cpu() {
+        suite_matches(Suite::Ssb, 0.01).await;
+    }
+}
