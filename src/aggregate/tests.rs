@@ -317,7 +317,7 @@ const EXPRESSION_QUERIES: &[&str] = &[
      sum(v_i64) FILTER (WHERE v_str LIKE 'a%') f2 FROM t GROUP BY k_i32 % 7 ORDER BY g NULLS FIRST",
     "SELECT upper(k_str) u, extract(year from k_date) y, sum(CAST(v_u32 AS BIGINT) + 1) s, count(v_str) c FROM t \
      GROUP BY upper(k_str), extract(year from k_date) ORDER BY u NULLS FIRST, y NULLS FIRST",
-    "SELECT sum(v_i64 * CAST(v_i8 AS BIGINT)) s, avg(v_dec * 2) a, sum(CASE WHEN flag THEN 1 ELSE 0 END) c FROM t",
+    "SELECT sum(v_i64 * CAST(v_i8 AS BIGINT)) s, avg(v_dec + v_dec) a, sum(CASE WHEN flag THEN 1 ELSE 0 END) c FROM t",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -199,8 +199,8 @@ mod tests {
         let plan = physical_plan(&ctx, "SELECT count(*) FROM a JOIN b ON a.f = b.f").await;
         assert!(plan.contains("has unsupported type Float64"), "{plan}");
         assert_eq!(plan.matches("has unsupported type Float64").count(), 1, "each reason once: {plan}");
-        let plan = physical_plan(&ctx, "SELECT k % 3, count(*) FROM a GROUP BY k % 3").await;
-        assert!(plan.contains("group key `"), "{plan}");
+        let plan = physical_plan(&ctx, "SELECT f, count(*) FROM a GROUP BY f").await;
+        assert!(plan.contains("group key `f"), "{plan}");
         let plan = physical_plan(&ctx, "SELECT k, stddev(f) FROM a GROUP BY k").await;
         assert!(plan.contains("aggregate function `stddev"), "{plan}");
     }

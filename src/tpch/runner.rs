@@ -3,11 +3,13 @@
 //! and a table, a JSON record and a PNG chart written.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::physical_plan::{collect, displayable};
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -54,7 +56,8 @@ pub struct SuiteBenchOptions {
     /// Write no files.
     #[arg(long)]
     pub no_save: bool,
-    /// Print each query's physical plan with the GPU rule (EXPLAIN), with where each operator ran.
+    /// Print each query's physical plan with the GPU rule and the metrics of its last run
+    /// (EXPLAIN ANALYZE), with where each operator ran.
     #[arg(long)]
     pub explain: bool,
 }
@@ -159,12 +162,27 @@ async fn run_once(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, 
     Ok((batches, t.elapsed().as_secs_f64() * 1e3))
 }
 
-async fn timed(ctx: &SessionContext, sql: &str, iterations: usize) -> Result<Vec<f64>> {
+/// `iterations` timed runs (planning included), and the physical plan of the last, whose
+/// metrics are those of that run.
+async fn timed(
+    ctx: &SessionContext,
+    sql: &str,
+    iterations: usize,
+) -> Result<(Vec<f64>, Option<Arc<dyn ExecutionPlan>>)> {
     let mut times = Vec::with_capacity(iterations);
+    let mut last = None;
     for _ in 0..iterations {
-        times.push(run_once(ctx, sql).await?.1);
+        let t = Instant::now();
+        let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+        collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        last = Some(plan);
     }
-    Ok(times)
+    Ok((times, last))
+}
+
+fn analyzed(plan: &Arc<dyn ExecutionPlan>) -> String {
+    DisplayableExecutionPlan::with_metrics(plan.as_ref()).indent(false).to_string()
 }
 
 /// The tables of the run, from Parquet under `--data` or generated in memory.
@@ -300,7 +318,7 @@ async fn run_query(
     };
     r.rows = expected.iter().map(|b| b.num_rows()).sum();
     match timed(cpu, q.sql, iterations).await {
-        Ok(t) => r.cpu_runs_ms = t,
+        Ok((t, _)) => r.cpu_runs_ms = t,
         Err(e) => {
             r.check = format!("error on the CPU: {e}");
             return r;
@@ -315,8 +333,9 @@ async fn run_query(
         let plan = df.create_physical_plan().await?;
         r.operators = placements(&plan);
         r.placement = summary(&r.operators);
-        r.plan = displayable(plan.as_ref()).indent(false).to_string();
-        collect(plan, gpu.task_ctx()).await
+        let batches = collect(Arc::clone(&plan), gpu.task_ctx()).await?;
+        r.plan = analyzed(&plan);
+        Ok(batches)
     }
     .await;
     match checked {
@@ -337,7 +356,12 @@ async fn run_query(
     }
     if have_gpu {
         match timed(gpu, q.sql, iterations).await {
-            Ok(t) => r.gpu_runs_ms = t,
+            Ok((t, plan)) => {
+                r.gpu_runs_ms = t;
+                if let Some(p) = plan {
+                    r.plan = analyzed(&p);
+                }
+            }
             Err(e) => {
                 r.ok = false;
                 r.check = format!("error with the GPU rule (timed run): {e}");

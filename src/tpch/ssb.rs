@@ -605,6 +605,35 @@ mod tests {
         assert_eq!(days.last().unwrap().weekday, 4);
     }
 
+    fn rows(tables: &[Table]) -> Vec<(String, Vec<RecordBatch>)> {
+        tables.iter().map(|t| (t.name.to_string(), t.partitions.iter().flatten().cloned().collect())).collect()
+    }
+
+    #[test]
+    fn data_depends_on_the_seed_not_the_partitioning() {
+        let quiet = super::super::data::Progresses::new(false);
+        let a = generate(0.02, 7, 1, &quiet).unwrap();
+        let b = generate(0.02, 7, 3, &quiet).unwrap();
+        let c = generate(0.02, 8, 1, &quiet).unwrap();
+        // Partitions take whole chunks in turn: with 1 or 3 partitions the chunks are the same.
+        let sorted = |t: &[Table]| {
+            let mut v: Vec<RecordBatch> = Vec::new();
+            for table in t {
+                let mut chunks: Vec<&RecordBatch> = table.partitions.iter().flatten().collect();
+                chunks.sort_by_key(|b| format!("{:?}", b.column(0).slice(0, 1)));
+                v.extend(chunks.into_iter().cloned());
+            }
+            v
+        };
+        assert_eq!(sorted(&a), sorted(&b));
+        assert_ne!(rows(&a), rows(&c));
+        let lineorder = a.iter().find(|t| t.name == "lineorder").unwrap();
+        let n = lineorder.num_rows();
+        // 1 to 7 lines per order, 4 on average.
+        let orders = SsbSizes::new(0.02).orders;
+        assert!(n > orders * 3 && n < orders * 5, "{n} lines for {orders} orders");
+    }
+
     #[test]
     fn sizes_follow_the_specification() {
         let s = SsbSizes::new(10.0);
