@@ -47,6 +47,10 @@ pub struct SuiteBenchOptions {
     /// operator on the GPU whatever its size.
     #[arg(long)]
     pub gpu_min_rows: Option<usize>,
+    /// A setting of the GPU session only, as `KEY=VALUE` (repeatable), e.g.
+    /// `gpu.join_algorithm=phj` or `datafusion.optimizer.hash_join_single_partition_threshold_rows=1000000`.
+    #[arg(long = "gpu-set", value_name = "KEY=VALUE")]
+    pub gpu_set: Vec<String>,
     /// Seed of the SSB generator (TPC-H data is dbgen's, fixed).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -72,6 +76,7 @@ impl SuiteBenchOptions {
             data: None,
             partitions: 0,
             gpu_min_rows: None,
+            gpu_set: Vec::new(),
             seed: 1,
             out: PathBuf::from("benches/results"),
             no_save: true,
@@ -116,6 +121,8 @@ pub struct SuiteReport {
     pub partitions: usize,
     pub iterations: usize,
     pub gpu_min_rows: usize,
+    /// Settings of the GPU session only (`--gpu-set`).
+    pub gpu_settings: Vec<String>,
     pub data: String,
     pub load_seconds: f64,
     pub tables: Vec<(String, usize, usize)>,
@@ -232,7 +239,14 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     }
     let gpu_min_rows = gpu_cfg.min_rows;
     let cpu_ctx = SessionContext::new_with_config(config.clone());
-    let gpu_ctx = gpu_session_context(config.with_option_extension(gpu_cfg));
+    let mut gpu_config = config.with_option_extension(gpu_cfg);
+    for setting in &o.gpu_set {
+        let (key, value) = setting
+            .split_once('=')
+            .ok_or_else(|| DataFusionError::Configuration(format!("--gpu-set takes KEY=VALUE, not '{setting}'")))?;
+        gpu_config.options_mut().set(key.trim(), value.trim())?;
+    }
+    let gpu_ctx = gpu_session_context(gpu_config);
     data::register(&cpu_ctx, &tables)?;
     data::register(&gpu_ctx, &tables)?;
 
@@ -271,6 +285,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         partitions,
         iterations: o.iterations,
         gpu_min_rows,
+        gpu_settings: o.gpu_set.clone(),
         data: data_source,
         load_seconds,
         tables: tables.iter().map(|t| (t.name.to_string(), t.num_rows(), t.memory_size())).collect(),
@@ -418,7 +433,12 @@ impl std::fmt::Display for SuiteReport {
             writeln!(f, "  {name:<10} {rows:>12} rows {:>10.1} MiB", *bytes as f64 / (1 << 20) as f64)?;
         }
         match (&self.device, &self.no_gpu) {
-            (Some(d), _) => writeln!(f, "GPU: {d}; gpu.min_rows = {}", self.gpu_min_rows)?,
+            (Some(d), _) => {
+                writeln!(f, "GPU: {d}; gpu.min_rows = {}", self.gpu_min_rows)?;
+                if !self.gpu_settings.is_empty() {
+                    writeln!(f, "GPU session settings: {}", self.gpu_settings.join(", "))?;
+                }
+            }
             (None, Some(why)) => writeln!(
                 f,
                 "GPU: none, so the GPU column is empty ({why}); every query still runs with the GPU rule once and is checked"
