@@ -37,7 +37,7 @@ use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
 use tokio::sync::OnceCell;
 
-use super::{DeviceBatchStream, GpuExec, blocking, download_stream};
+use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream};
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::device::Gpu;
@@ -415,6 +415,12 @@ async fn build_side(
     .await
 }
 
+/// The probe input: device batches from a GPU child, or host batches from any other.
+enum Probe {
+    Device(DeviceBatchStream),
+    Host(SendableRecordBatchStream),
+}
+
 /// Passes output batches to the stream, counting them.
 async fn send(tx: &mut mpsc::Sender<Result<DeviceBatch>>, metrics: &Metrics, outputs: Vec<DeviceBatch>) -> Result<()> {
     for o in outputs {
@@ -460,7 +466,12 @@ impl GpuExec for GpuHashJoinExec {
         let layout = Arc::clone(&self.layout);
         let shared = Arc::clone(&self.shared);
         let chunk_rows = cfg.batch_rows.max(1);
-        let probe = right.execute(partition, Arc::clone(&context))?;
+        // A GPU child hands over its device batches directly (no download and upload between
+        // two GPU operators); any other child is read as host batches and uploaded in chunks.
+        let probe = match as_gpu_exec(&right) {
+            Some(gpu_child) => Probe::Device(gpu_child.execute_device(partition, Arc::clone(&context))?),
+            None => Probe::Host(right.execute(partition, Arc::clone(&context))?),
+        };
         let (mut tx, rx) = mpsc::channel::<Result<DeviceBatch>>(2);
         let task = SpawnedTask::spawn(async move {
             let result = async {
@@ -481,7 +492,38 @@ impl GpuExec for GpuHashJoinExec {
                 } else {
                     build_fut.await?
                 };
-                let mut probe = probe;
+                let mut probe = match probe {
+                    Probe::Host(stream) => stream,
+                    Probe::Device(mut stream) => {
+                        while let Some(dev) = stream.next().await.transpose()? {
+                            if dev.num_rows() == 0 {
+                                continue;
+                            }
+                            let columns = layout.probe_cols.iter().map(|&c| Arc::clone(&dev.columns()[c])).collect();
+                            let chunk = DeviceBatch::try_new(
+                                Arc::clone(&layout.probe_schema),
+                                columns,
+                                dev.num_rows(),
+                                Arc::clone(&gpu),
+                                Arc::clone(dev.stream()),
+                            )?;
+                            let (build, m) = (Arc::clone(&build), metrics.clone());
+                            let outputs = blocking(move || {
+                                m.probe_rows.add(chunk.num_rows());
+                                let mut times = PhaseTimes::default();
+                                // On the stream that produced the batch, so the probe follows it.
+                                let out = build.probe(chunk.stream(), &chunk, &mut times)?;
+                                m.add_phases(&times);
+                                Ok(out)
+                            })
+                            .await?;
+                            send(&mut tx, &metrics, outputs).await?;
+                        }
+                        Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(Arc::clone(
+                            &layout.probe_schema,
+                        ))) as SendableRecordBatchStream
+                    }
+                };
                 let mut pending: Vec<RecordBatch> = Vec::new();
                 let mut pending_rows = 0usize;
                 loop {
