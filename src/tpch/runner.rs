@@ -60,6 +60,10 @@ pub struct SuiteBenchOptions {
     /// Write no files.
     #[arg(long)]
     pub no_save: bool,
+    /// Appended to the names of the files written (`...-sf10-<LABEL>.json`), to keep runs with
+    /// different settings apart.
+    #[arg(long)]
+    pub label: Option<String>,
     /// Print each query's physical plan with the GPU rule and the metrics of its last run
     /// (EXPLAIN ANALYZE), with where each operator ran.
     #[arg(long)]
@@ -80,6 +84,7 @@ impl SuiteBenchOptions {
             seed: 1,
             out: PathBuf::from("benches/results"),
             no_save: true,
+            label: None,
             explain: false,
         }
     }
@@ -131,6 +136,7 @@ pub struct SuiteReport {
     pub geomean_speedup: Option<f64>,
     pub slower_than_0_9: Vec<String>,
     pub all_ok: bool,
+    pub label: Option<String>,
     #[serde(skip)]
     pub files: Vec<PathBuf>,
 }
@@ -293,6 +299,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         queries: reports,
         geomean_speedup,
         slower_than_0_9,
+        label: o.label.clone(),
         files: Vec::new(),
     };
     if !o.no_save {
@@ -394,7 +401,18 @@ async fn run_query(
 }
 
 fn file_stem(report: &SuiteReport) -> String {
-    format!("{}-{}-{}-sf{}", report.date, device_slug(report.device.as_deref()), report.suite.name(), report.sf)
+    let stem =
+        format!("{}-{}-{}-sf{}", report.date, device_slug(report.device.as_deref()), report.suite.name(), report.sf);
+    match &report.label {
+        Some(label) => {
+            let label: String = label
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+                .collect();
+            format!("{stem}-{label}")
+        }
+        None => stem,
+    }
 }
 
 /// Writes `<date>-<device>-<suite>-sf<SF>.json` and `.png` under `out`.
@@ -504,6 +522,30 @@ mod tests {
         assert_eq!(device_slug(Some("NVIDIA H200")), "h200");
         assert_eq!(device_slug(None), "cpu");
         assert_eq!(today().len(), 10);
+    }
+
+    #[tokio::test]
+    async fn files_carry_the_label_and_a_cpu_run_writes_json_and_png() {
+        let dir = std::env::temp_dir().join(format!("dfg-runner-{}", std::process::id()));
+        let mut o = SuiteBenchOptions::check_only(0.01);
+        o.queries = vec!["1.1".into(), "2.1".into()];
+        o.iterations = 1;
+        o.partitions = 2;
+        o.no_save = false;
+        o.out = dir.clone();
+        o.label = Some("min rows/1M".into());
+        let report = run(Suite::Ssb, &o, "test").await.unwrap();
+        assert!(report.all_ok, "{report}");
+        assert_eq!(report.files.len(), 2, "{report}");
+        for f in &report.files {
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            assert!(name.contains("-ssb-sf0.01-min-rows-1M."), "{name}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report.files[0]).unwrap()).unwrap();
+        assert_eq!(json["queries"].as_array().unwrap().len(), 2);
+        assert_eq!(json["label"], "min rows/1M");
+        std::fs::remove_dir_all(dir).ok();
     }
 
     /// Every query of both suites at a small scale: the GPU session (every eligible operator on
