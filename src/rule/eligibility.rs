@@ -30,6 +30,8 @@ pub enum FallbackReason {
     UnsupportedExpression { what: String, expr: String },
     /// A feature of the operator the GPU path does not handle, in words.
     Unsupported(String),
+    /// The join's build side, by the plan's statistics, would not fit under `gpu.memory_limit`.
+    OverMemoryLimit { build_bytes: u64, need_bytes: u64, limit: u64 },
 }
 
 impl fmt::Display for FallbackReason {
@@ -42,6 +44,17 @@ impl fmt::Display for FallbackReason {
             FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
             FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
             FallbackReason::Unsupported(what) => write!(f, "{what}"),
+            FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit } => {
+                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+                write!(
+                    f,
+                    "the build side holds about {:.2} GiB (estimated); building on the GPU needs about {:.2} GiB, \
+                     over gpu.memory_limit = {:.2} GiB (raise gpu.memory_limit, or use a GPU with more memory)",
+                    gib(*build_bytes),
+                    gib(*need_bytes),
+                    gib(*limit)
+                )
+            }
         }
     }
 }
@@ -145,6 +158,35 @@ pub fn join_reasons(join: &HashJoinExec, min_rows: usize) -> Vec<FallbackReason>
     };
     check_min_rows(rows, min_rows, &mut out);
     out
+}
+
+/// How much device memory a GPU build takes per byte of build input: the uploaded columns, their
+/// packed keys, the hash table or sorted copy, and the gathered build columns of an output chunk.
+/// A deliberately generous factor: erring high keeps a join on the CPU, erring low makes it fail
+/// at run time with an out-of-memory error.
+pub const BUILD_MEMORY_FACTOR: u64 = 3;
+
+/// The reason a join stays on the CPU because its build side would not fit under `limit` bytes of
+/// device memory, judged from the plan's statistics (no reason when they give no size).
+pub fn build_memory_reason(join: &HashJoinExec, limit: u64) -> Option<FallbackReason> {
+    let left = join.left();
+    let stats = StatisticsContext::new().compute(left.as_ref(), &StatisticsArgs::new()).ok()?;
+    let bytes = match stats.total_byte_size.get_value() {
+        Some(b) => *b as u64,
+        None => {
+            let rows = *stats.num_rows.get_value()? as u64;
+            let width: u64 =
+                left.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum();
+            rows * width
+        }
+    };
+    // A partitioned build holds one partition of the left side at a time.
+    let build_bytes = match join.partition_mode() {
+        PartitionMode::Partitioned => bytes / left.properties().output_partitioning().partition_count().max(1) as u64,
+        _ => bytes,
+    };
+    let need_bytes = build_bytes.saturating_mul(BUILD_MEMORY_FACTOR);
+    (need_bytes > limit).then_some(FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit })
 }
 
 /// Reasons an aggregate stays on the CPU besides the device and its own layout checks

@@ -16,7 +16,7 @@ use datafusion::physical_plan::joins::HashJoinExec;
 pub use eligibility::FallbackReason;
 
 use crate::config::GpuConfig;
-use crate::device::probe;
+use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
 
@@ -52,9 +52,18 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             return Ok(plan);
         }
         let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
+        // The device memory the GPU operators may hold, to keep joins whose build would not fit
+        // on the CPU (only with a device: without one every operator falls back anyway).
+        let memory_limit = match (&device, cfg.memory_limit.bytes()) {
+            (Some(_), _) => None,
+            (None, Some(limit)) => Some(limit),
+            (None, None) => Gpu::for_config(&cfg).ok().map(|g| g.memory().limit()),
+        };
         plan.transform_up(|node| {
             let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
-                eligibility::join_reasons(join, cfg.min_rows)
+                let mut r = eligibility::join_reasons(join, cfg.min_rows);
+                r.extend(memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit)));
+                r
             } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
                 eligibility::aggregate_reasons(agg, cfg.min_rows)
             } else {
@@ -191,6 +200,37 @@ mod tests {
         for expected in ["| gpu.min_rows ", "| 10 ", "| gpu.memory_limit ", "| 2GiB ", "| gpu.enable "] {
             assert!(text.contains(expected), "{expected} missing from\n{text}");
         }
+    }
+
+    /// A join whose build side would not fit under gpu.memory_limit stays on the CPU, says why,
+    /// and answers as the CPU does.
+    #[tokio::test]
+    async fn joins_over_the_memory_limit_stay_on_the_cpu() {
+        let _g = crate::testing::gpu_lock();
+        let Some(_gpu) = crate::testing::gpu_or_skip("joins_over_the_memory_limit_stay_on_the_cpu") else { return };
+        let config = SessionConfig::new().with_target_partitions(2);
+        let ctx = gpu_session_context(config.clone());
+        ctx.register_table("a", table(300_000)).unwrap();
+        ctx.register_table("b", table(300_000)).unwrap();
+        ctx.sql("SET gpu.min_rows = 0").await.unwrap().collect().await.unwrap();
+        // No aggregate: at 1 MiB the GPU aggregate would fail at run time (its memory follows
+        // gpu.batch_rows, not its input, so it has no plan-time check).
+        let sql = "SELECT a.k, b.f FROM a JOIN b ON a.k = b.k ORDER BY a.k DESC LIMIT 5";
+        let plan = physical_plan(&ctx, sql).await;
+        assert!(plan.contains("GpuHashJoinExec"), "{plan}");
+        ctx.sql("SET gpu.memory_limit = '1M'").await.unwrap().collect().await.unwrap();
+        let plan = physical_plan(&ctx, sql).await;
+        assert!(plan.contains("over gpu.memory_limit"), "{plan}");
+        assert!(!plan.contains("GpuHashJoinExec"), "{plan}");
+        let got = pretty_format_batches(&ctx.sql(sql).await.unwrap().collect().await.unwrap()).unwrap().to_string();
+        let cpu = SessionContext::new_with_config(config);
+        cpu.register_table("a", table(300_000)).unwrap();
+        cpu.register_table("b", table(300_000)).unwrap();
+        let want = pretty_format_batches(&cpu.sql(sql).await.unwrap().collect().await.unwrap()).unwrap().to_string();
+        assert_eq!(got, want);
+        // Leave the shared device's budget as the default configuration sets it.
+        ctx.sql("SET gpu.memory_limit = 'auto'").await.unwrap().collect().await.unwrap();
+        let _ = physical_plan(&ctx, sql).await;
     }
 
     #[tokio::test]
