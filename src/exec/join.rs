@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
+use cudarc::driver::CudaStream;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -421,6 +422,20 @@ enum Probe {
     Host(SendableRecordBatchStream),
 }
 
+/// Probes one device chunk of probe rows on `stream`, recording its rows and phase times.
+fn probe_chunk(
+    build: &JoinBuild,
+    metrics: &Metrics,
+    stream: &Arc<CudaStream>,
+    chunk: &DeviceBatch,
+) -> Result<Vec<DeviceBatch>> {
+    metrics.probe_rows.add(chunk.num_rows());
+    let mut times = PhaseTimes::default();
+    let out = build.probe(stream, chunk, &mut times)?;
+    metrics.add_phases(&times);
+    Ok(out)
+}
+
 /// Passes output batches to the stream, counting them.
 async fn send(tx: &mut mpsc::Sender<Result<DeviceBatch>>, metrics: &Metrics, outputs: Vec<DeviceBatch>) -> Result<()> {
     for o in outputs {
@@ -508,15 +523,8 @@ impl GpuExec for GpuHashJoinExec {
                                 Arc::clone(dev.stream()),
                             )?;
                             let (build, m) = (Arc::clone(&build), metrics.clone());
-                            let outputs = blocking(move || {
-                                m.probe_rows.add(chunk.num_rows());
-                                let mut times = PhaseTimes::default();
-                                // On the stream that produced the batch, so the probe follows it.
-                                let out = build.probe(chunk.stream(), &chunk, &mut times)?;
-                                m.add_phases(&times);
-                                Ok(out)
-                            })
-                            .await?;
+                            // On the stream that produced the batch, so the probe follows it.
+                            let outputs = blocking(move || probe_chunk(&build, &m, chunk.stream(), &chunk)).await?;
                             send(&mut tx, &metrics, outputs).await?;
                         }
                         Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(Arc::clone(
@@ -545,11 +553,7 @@ impl GpuExec for GpuHashJoinExec {
                                 let _u = m.upload_time.timer();
                                 DeviceBatch::upload(&gpu, &stream, &host)?
                             };
-                            m.probe_rows.add(dev.num_rows());
-                            let mut times = PhaseTimes::default();
-                            let out = build.probe(&stream, &dev, &mut times)?;
-                            m.add_phases(&times);
-                            Ok(out)
+                            probe_chunk(&build, &m, &stream, &dev)
                         })
                         .await?;
                         send(&mut tx, &metrics, outputs).await?;
