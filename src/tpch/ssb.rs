@@ -277,20 +277,37 @@ fn chunked(
     progress: &Progress,
     make: impl Fn(usize) -> Result<RecordBatch> + Sync,
 ) -> Result<Vec<Vec<RecordBatch>>> {
-    let batches: Vec<RecordBatch> = (0..chunks)
+    let batches: Vec<Vec<RecordBatch>> = (0..chunks)
         .into_par_iter()
         .map(|c| {
             let b = make(c)?;
             progress.inc(b.num_rows() as u64);
-            Ok(b)
+            Ok(vec![b])
         })
         .collect::<Result<_>>()?;
-    let mut out = vec![Vec::new(); partitions.max(1)];
-    let n = out.len();
-    for (i, b) in batches.into_iter().enumerate() {
-        out[i % n].push(b);
-    }
-    Ok(out)
+    Ok(super::data::deal(batches, partitions))
+}
+
+/// The keys of chunk `c` of a table of `n` rows: `c * CHUNK + 1 ..= min((c + 1) * CHUNK, n)`.
+fn chunk_keys(c: usize, n: usize) -> Vec<i32> {
+    ((c * CHUNK + 1)..=((c + 1) * CHUNK).min(n)).map(|k| k as i32).collect()
+}
+
+/// The columns `customer` and `supplier` share, for one chunk: key, name (`<label>#<key>`),
+/// address, city, nation, region and phone, drawn in that order from `rng`.
+fn party_columns(rng: &mut StdRng, keys: Vec<i32>, label: &str) -> Vec<ArrayRef> {
+    let nations: Vec<usize> = keys.iter().map(|_| rng.random_range(0..25)).collect();
+    let names = strings(keys.iter().map(|k| format!("{label}#{k:09}")).collect());
+    let addresses = strings(keys.iter().map(|_| alnum(rng, 10, 25)).collect());
+    vec![
+        Arc::new(Int32Array::from(keys)),
+        names,
+        addresses,
+        strings(nations.iter().map(|&n| city(rng, n)).collect()),
+        strings(nations.iter().map(|&n| NATIONS[n].0.to_string()).collect()),
+        strings(nations.iter().map(|&n| NATIONS[n].1.to_string()).collect()),
+        strings(nations.iter().map(|&n| phone(rng, n)).collect()),
+    ]
 }
 
 fn customer(sizes: &SsbSizes, seed: u64, partitions: usize, progress: &Progress) -> Result<Table> {
@@ -308,18 +325,10 @@ fn customer(sizes: &SsbSizes, seed: u64, partitions: usize, progress: &Progress)
     let s = Arc::clone(&schema);
     let parts = chunked(n.div_ceil(CHUNK), partitions, progress, |c| {
         let mut rng = rng_for(seed, 1, c);
-        let keys: Vec<i32> = ((c * CHUNK + 1)..=(((c + 1) * CHUNK).min(n))).map(|k| k as i32).collect();
-        let nations: Vec<usize> = keys.iter().map(|_| rng.random_range(0..25)).collect();
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(Int32Array::from(keys.clone())),
-            strings(keys.iter().map(|k| format!("Customer#{k:09}")).collect()),
-            strings(keys.iter().map(|_| alnum(&mut rng, 10, 25)).collect()),
-            strings(nations.iter().map(|&n| city(&mut rng, n)).collect()),
-            strings(nations.iter().map(|&n| NATIONS[n].0.to_string()).collect()),
-            strings(nations.iter().map(|&n| NATIONS[n].1.to_string()).collect()),
-            strings(nations.iter().map(|&n| phone(&mut rng, n)).collect()),
-            strings(keys.iter().map(|_| SEGMENTS[rng.random_range(0..5)].to_string()).collect()),
-        ];
+        let keys = chunk_keys(c, n);
+        let len = keys.len();
+        let mut cols = party_columns(&mut rng, keys, "Customer");
+        cols.push(strings((0..len).map(|_| SEGMENTS[rng.random_range(0..5)].to_string()).collect()));
         Ok(RecordBatch::try_new(Arc::clone(&s), cols)?)
     })?;
     Ok(Table { name: "customer", schema, partitions: parts })
@@ -339,17 +348,7 @@ fn supplier(sizes: &SsbSizes, seed: u64, partitions: usize, progress: &Progress)
     let s = Arc::clone(&schema);
     let parts = chunked(n.div_ceil(CHUNK), partitions, progress, |c| {
         let mut rng = rng_for(seed, 2, c);
-        let keys: Vec<i32> = ((c * CHUNK + 1)..=(((c + 1) * CHUNK).min(n))).map(|k| k as i32).collect();
-        let nations: Vec<usize> = keys.iter().map(|_| rng.random_range(0..25)).collect();
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(Int32Array::from(keys.clone())),
-            strings(keys.iter().map(|k| format!("Supplier#{k:09}")).collect()),
-            strings(keys.iter().map(|_| alnum(&mut rng, 10, 25)).collect()),
-            strings(nations.iter().map(|&n| city(&mut rng, n)).collect()),
-            strings(nations.iter().map(|&n| NATIONS[n].0.to_string()).collect()),
-            strings(nations.iter().map(|&n| NATIONS[n].1.to_string()).collect()),
-            strings(nations.iter().map(|&n| phone(&mut rng, n)).collect()),
-        ];
+        let cols = party_columns(&mut rng, chunk_keys(c, n), "Supplier");
         Ok(RecordBatch::try_new(Arc::clone(&s), cols)?)
     })?;
     Ok(Table { name: "supplier", schema, partitions: parts })
@@ -371,7 +370,7 @@ fn part(sizes: &SsbSizes, seed: u64, partitions: usize, progress: &Progress) -> 
     let s = Arc::clone(&schema);
     let parts = chunked(n.div_ceil(CHUNK), partitions, progress, |c| {
         let mut rng = rng_for(seed, 3, c);
-        let keys: Vec<i32> = ((c * CHUNK + 1)..=(((c + 1) * CHUNK).min(n))).map(|k| k as i32).collect();
+        let keys = chunk_keys(c, n);
         let len = keys.len();
         let (mut name, mut mfgr, mut category, mut brand, mut color, mut ty, mut size, mut container) = (
             Vec::with_capacity(len),
