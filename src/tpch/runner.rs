@@ -141,13 +141,9 @@ pub struct SuiteReport {
     pub files: Vec<PathBuf>,
 }
 
+/// The median of `v` ([`crate::bench::median`]), or `None` when nothing was timed.
 fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    Some(s[s.len() / 2])
+    (!v.is_empty()).then(|| crate::bench::median(v.iter().map(|&t| (t, ())).collect()).0)
 }
 
 /// Today's date (UTC) as `yyyy-mm-dd`.
@@ -556,7 +552,7 @@ mod tests {
         o.gpu_min_rows = Some(0);
         let report = run(suite, &o, "test").await.unwrap();
         println!("{report}");
-        assert_eq!(report.queries.len(), suite_len(suite));
+        assert_eq!(report.queries.len(), queries::select(suite, &[]).unwrap().len());
         for q in &report.queries {
             assert!(q.ok, "{} {}: {}\n{}", suite.title(), q.query, q.check, q.plan);
         }
@@ -579,13 +575,6 @@ mod tests {
                 suite.title(),
                 report.no_gpu.unwrap_or_default()
             );
-        }
-    }
-
-    fn suite_len(suite: Suite) -> usize {
-        match suite {
-            Suite::Tpch => queries::TPCH.len(),
-            Suite::Ssb => queries::SSB.len(),
         }
     }
 
