@@ -9,6 +9,7 @@ use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigField, Exte
 use datafusion::error::{DataFusionError, Result};
 
 use crate::aggregate::AggregateAlgorithmSetting;
+use crate::cost::PlacementSetting;
 use crate::join::JoinAlgorithmSetting;
 
 /// A byte count written like `512M`, `8GiB`, `1073741824` or `auto`.
@@ -95,7 +96,7 @@ macro_rules! config_field_from_str {
     )*};
 }
 
-config_field_from_str!(ByteSize, JoinAlgorithmSetting, AggregateAlgorithmSetting);
+config_field_from_str!(ByteSize, JoinAlgorithmSetting, AggregateAlgorithmSetting, PlacementSetting);
 
 /// Formats a byte count with a binary unit, exactly when it divides evenly (`8GiB`, `1.50GiB`).
 pub fn human_bytes(b: u64) -> String {
@@ -200,12 +201,16 @@ gpu_options! {
         pub transfer_threads: usize, default = 0
         /// Folder of the compiled-kernel cache ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/kernels).
         pub kernel_cache_dir: String, default = String::new()
-        /// GPU join algorithm: auto, npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur, smj_gftr.
+        /// GPU join algorithm: auto (the cost model chooses, at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur, smj_gftr.
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.
         pub batch_rows: usize, default = 1 << 22
-        /// GPU group-by algorithm: auto (hash until the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators) or sort (a radix sort of the keys gives group ids).
+        /// GPU group-by algorithm: auto (the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators) or sort (a radix sort of the keys gives group ids).
         pub aggregate_algorithm: AggregateAlgorithmSetting, default = AggregateAlgorithmSetting::Auto
+        /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers included, beats the CPU's; EXPLAIN shows both) or always (every eligible operator over gpu.min_rows on the GPU).
+        pub placement: PlacementSetting, default = PlacementSetting::Cost
+        /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
+        pub profile_dir: String, default = String::new()
     }
 }
 

@@ -12,6 +12,7 @@ pub mod aggregate;
 pub mod bench;
 pub mod columns;
 pub mod config;
+pub mod cost;
 pub mod demo;
 pub mod device;
 pub mod error;

@@ -13,6 +13,7 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 
+use crate::cost::PlacementSetting;
 use crate::config::GpuConfig;
 use crate::session::gpu_session_context;
 
@@ -30,6 +31,7 @@ fn session(mode: Mode) -> SessionContext {
         Mode::Gpu => {
             let mut gpu = GpuConfig::default();
             gpu.min_rows = 0; // small test tables must not stay on the CPU for their size
+            gpu.placement = PlacementSetting::Always; // nor for the cost model's estimate
             gpu_session_context(config.with_option_extension(gpu))
         }
     }

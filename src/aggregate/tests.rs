@@ -25,6 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use crate::cost::PlacementSetting;
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::exec::GpuAggregateExec;
@@ -169,6 +170,7 @@ fn register(ctx: &SessionContext, batch: &RecordBatch, parts: usize) {
 fn gpu_ctx(algorithm: AggregateAlgorithmSetting, partitions: usize, batch_rows: usize) -> SessionContext {
     let mut cfg = GpuConfig::default();
     cfg.min_rows = 0;
+    cfg.placement = PlacementSetting::Always;
     cfg.aggregate_algorithm = algorithm;
     cfg.batch_rows = batch_rows;
     gpu_session_context(SessionConfig::new().with_target_partitions(partitions).with_option_extension(cfg))

@@ -76,7 +76,7 @@ pub struct AggregateReport {
 }
 
 /// The table of a configuration, and its number of distinct keys.
-fn table(c: Config, rows: u64, seed: u64) -> Result<(RecordBatch, u64)> {
+pub(crate) fn table(c: Config, rows: u64, seed: u64) -> Result<(RecordBatch, u64)> {
     let domain = 1u64 << c.log_groups;
     let chunk = 1u64 << 20;
     let keys: Vec<i64> = (0..rows.div_ceil(chunk))
@@ -111,7 +111,7 @@ fn table(c: Config, rows: u64, seed: u64) -> Result<(RecordBatch, u64)> {
     Ok((RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?, groups))
 }
 
-fn reductions(aggs: usize) -> Vec<Reduction> {
+pub(crate) fn reductions(aggs: usize) -> Vec<Reduction> {
     (0..aggs)
         .map(|a| Reduction {
             op: AccOp::SumI64,
@@ -124,7 +124,7 @@ fn reductions(aggs: usize) -> Vec<Reduction> {
 }
 
 /// One GPU group-by of the device batch: seconds, phases, groups.
-fn gpu_group_by(
+pub(crate) fn gpu_group_by(
     gpu: &Arc<Gpu>,
     batch: &DeviceBatch,
     aggs: usize,
@@ -144,7 +144,7 @@ fn gpu_group_by(
 }
 
 /// DataFusion's aggregate of the host table on every core: seconds and groups.
-async fn cpu_group_by(batch: &RecordBatch, aggs: usize, threads: usize) -> Result<(f64, u64)> {
+pub(crate) async fn cpu_group_by(batch: &RecordBatch, aggs: usize, threads: usize) -> Result<(f64, u64)> {
     let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
     let parts = host_partitions(batch, threads);
     ctx.register_table("t", Arc::new(MemTable::try_new(batch.schema(), parts)?))?;

@@ -63,6 +63,8 @@ pub struct Config {
     pub key_bytes: usize,
     pub payloads: usize,
     pub match_ratio: f64,
+    /// Zipf exponent of the foreign keys over R (0: uniform).
+    pub skew: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -89,8 +91,16 @@ pub struct JoinReport {
     pub rows: Vec<JoinTiming>,
 }
 
-/// The two relations of a configuration, and the number of S rows that match.
-fn relations(c: Config, r_rows: u64, s_rows: u64, seed: u64) -> Result<(RecordBatch, RecordBatch, u64)> {
+/// A rank in `0..n` drawn with probability about `1 / (rank + 1)` (Zipf 1.0, by the inverse of
+/// the continuous approximation of its CDF), from a uniform `u` in [0, 1).
+fn zipf1_rank(u: f64, n: u64) -> u64 {
+    (((n as f64 + 1.0).powf(u) - 1.0).floor() as u64).min(n - 1)
+}
+
+/// The two relations of a configuration, and the number of S rows that match. `r_rows` must be
+/// a power of two when the configuration is skewed (hot ranks are scattered over R's keys by an
+/// odd multiplier).
+pub(crate) fn relations(c: Config, r_rows: u64, s_rows: u64, seed: u64) -> Result<(RecordBatch, RecordBatch, u64)> {
     let key_type = if c.key_bytes == 8 { DataType::Int64 } else { DataType::Int32 };
     let r_keys: Vec<i64> = {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -110,7 +120,12 @@ fn relations(c: Config, r_rows: u64, s_rows: u64, seed: u64) -> Result<(RecordBa
             (0..n)
                 .map(|_| {
                     if rng.random::<f64>() < c.match_ratio {
-                        rng.random_range(0..r_rows as i64)
+                        if c.skew > 0.0 {
+                            let rank = zipf1_rank(rng.random::<f64>(), r_rows);
+                            (rank.wrapping_mul(0x9e37_79b1) & (r_rows - 1)) as i64
+                        } else {
+                            rng.random_range(0..r_rows as i64)
+                        }
                     } else {
                         r_rows as i64 + rng.random_range(0..r_rows as i64)
                     }
@@ -145,7 +160,7 @@ fn relations(c: Config, r_rows: u64, s_rows: u64, seed: u64) -> Result<(RecordBa
     Ok((side("r", &r_keys, r_rows, 1)?, side("s", &s_keys, s_rows, 101)?, matches))
 }
 
-fn spec(c: Config, r: &RecordBatch, s: &RecordBatch, algorithm: JoinAlgorithm) -> Result<JoinSpec> {
+pub(crate) fn spec(c: Config, r: &RecordBatch, s: &RecordBatch, algorithm: JoinAlgorithm) -> Result<JoinSpec> {
     let key_type = r.schema().field(0).data_type().clone();
     let keys = KeyPlan::new(&[key_type], false).map_err(gpu_error)?;
     let mut output = vec![OutputColumn::Build(0)];
@@ -174,7 +189,7 @@ fn spec(c: Config, r: &RecordBatch, s: &RecordBatch, algorithm: JoinAlgorithm) -
 }
 
 /// One GPU join of device-resident R and S: seconds, phases, output rows.
-fn gpu_join(gpu: &Arc<Gpu>, spec: &Arc<JoinSpec>, r: &DeviceBatch, s: &DeviceBatch) -> Result<(f64, PhaseTimes, u64)> {
+pub(crate) fn gpu_join(gpu: &Arc<Gpu>, spec: &Arc<JoinSpec>, r: &DeviceBatch, s: &DeviceBatch) -> Result<(f64, PhaseTimes, u64)> {
     let stream = gpu.stream();
     let t = Instant::now();
     let build = JoinBuild::new(Arc::clone(gpu), &stream, Arc::clone(spec), r.clone())?;
@@ -190,7 +205,7 @@ fn gpu_join(gpu: &Arc<Gpu>, spec: &Arc<JoinSpec>, r: &DeviceBatch, s: &DeviceBat
 }
 
 /// DataFusion's hash join of host R and S on every core: seconds and output rows.
-async fn cpu_join(r: &RecordBatch, s: &RecordBatch, threads: usize) -> Result<(f64, u64)> {
+pub(crate) async fn cpu_join(r: &RecordBatch, s: &RecordBatch, threads: usize) -> Result<(f64, u64)> {
     let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
     let left = MemorySourceConfig::try_new_exec(&host_partitions(r, 1), r.schema(), None)?;
     let right = MemorySourceConfig::try_new_exec(&host_partitions(s, threads), s.schema(), None)?;
@@ -231,12 +246,13 @@ pub async fn run(gpu: &Arc<Gpu>, o: &JoinBenchOptions) -> Result<JoinReport> {
                 key_bytes: k,
                 payloads: p,
                 match_ratio: o.match_ratios.first().copied().unwrap_or(1.0),
+                skew: 0.0,
             });
         }
     }
     if let (Some(&k), Some(&p)) = (o.key_bytes.first(), o.payloads.first()) {
         for &m in o.match_ratios.iter().skip(1) {
-            configs.push(Config { key_bytes: k, payloads: p, match_ratio: m });
+            configs.push(Config { key_bytes: k, payloads: p, match_ratio: m, skew: 0.0 });
         }
     }
     let mut rows = Vec::new();

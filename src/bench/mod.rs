@@ -3,6 +3,7 @@
 pub mod aggregate;
 pub mod join;
 pub mod primitives;
+pub mod sweep;
 pub mod transfer;
 
 use datafusion::arrow::record_batch::RecordBatch;

@@ -37,7 +37,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median seconds of `op` after one warm-up, synchronising the stream around each run.
-fn time(gpu: &Gpu, runs: usize, mut op: impl FnMut() -> Result<()>) -> Result<f64> {
+pub(crate) fn time(gpu: &Gpu, runs: usize, mut op: impl FnMut() -> Result<()>) -> Result<f64> {
     let stream = gpu.stream();
     op()?;
     gpu.context().synchronize().gpu("synchronising")?;
@@ -103,6 +103,26 @@ pub fn run(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<Pri
         push(&format!("gather {}-byte values, random", width), s, n * (4 + 2 * width as u64));
     }
     Ok(PrimitivesReport { device: gpu.info().name.clone(), copy_bandwidth: doc.device_copy, runs, rows })
+}
+
+/// `B_G / B_R` on this device, by seed 002's Table 1 experiment: a gather of `2^log2_rows` 4-byte
+/// values at random positions against one at consecutive positions (same instructions).
+pub fn random_penalty(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<f64> {
+    let n = 1u64 << log2_rows;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let stream = gpu.stream();
+    let values: Vec<u32> = (0..n).map(|_| rng.random()).collect();
+    let mut perm: Vec<u32> = (0..n as u32).collect();
+    let d_seq = upload_slice(gpu, &stream, &perm, "gather positions")?;
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, rng.random_range(0..=i));
+    }
+    let d_values = upload_slice(gpu, &stream, &values, "gather values")?;
+    let d_perm = upload_slice(gpu, &stream, &perm, "gather positions")?;
+    stream.synchronize().gpu("synchronising")?;
+    let clustered = time(gpu, runs, || gather(gpu, &stream, &d_values, &d_seq, n, 4).map(drop))?;
+    let unclustered = time(gpu, runs, || gather(gpu, &stream, &d_values, &d_perm, n, 4).map(drop))?;
+    Ok(crate::cost::paper::random_penalty_from_gathers(unclustered / clustered))
 }
 
 impl fmt::Display for PrimitivesReport {

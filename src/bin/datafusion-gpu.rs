@@ -22,6 +22,7 @@ use datafusion_cli::print_options::{MaxRows, PrintOptions};
 use datafusion_gpu::bench::aggregate::{self, AggregateBenchOptions};
 use datafusion_gpu::bench::join::{self, JoinBenchOptions};
 use datafusion_gpu::bench::primitives;
+use datafusion_gpu::bench::sweep::{self, SweepOptions};
 use datafusion_gpu::bench::transfer::{self, TransferBenchOptions};
 use datafusion_gpu::config::ByteSize;
 use datafusion_gpu::demo::{self, DemoOptions};
@@ -114,6 +115,10 @@ enum BenchCommand {
     /// with its phases over a sweep of group counts, the bandwidth floor, and DataFusion's CPU
     /// aggregate on the same data.
     Aggregate(AggregateBenchOptions),
+    /// The cost model's sweep: joins and group-bys over sizes, match ratios, payloads, skew and
+    /// group counts; every GPU algorithm, the CPU and the model's `auto` choice at each point
+    /// (`--calibrate` first fits the model to the sweep and saves the device profile).
+    Sweep(SweepOptions),
     /// The 22 TPC-H queries on the CPU and with the GPU rule, side by side: results checked,
     /// medians timed, a table printed and JSON + PNG written to benches/results/.
     Tpch(SuiteBenchOptions),
@@ -317,6 +322,17 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
         Some(Command::Bench { which: BenchCommand::Join(opts) }) => {
             let gpu = gpu_for(0, GpuConfig::default())?;
             let report = join::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+        Some(Command::Bench { which: BenchCommand::Sweep(opts) }) => {
+            let report = match &opts.from_json {
+                Some(path) => sweep::rerun(&opts, path).map_err(|e| e.to_string())?,
+                None => {
+                    let gpu = gpu_for(0, GpuConfig::default())?;
+                    sweep::run(&gpu, &opts).await.map_err(|e| e.to_string())?
+                }
+            };
             println!("{report}");
             Ok(())
         }

@@ -34,7 +34,8 @@ use futures::StreamExt;
 
 use super::blocking;
 use crate::aggregate::layout::{AggregateLayout, Finalize};
-use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, Reduction, group_by};
+use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
+use crate::cost::aggregate::AggregateEstimate;
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::device::Gpu;
@@ -45,6 +46,9 @@ pub struct GpuAggregateExec {
     agg: Arc<dyn ExecutionPlan>,
     layout: Arc<AggregateLayout>,
     setting: AggregateAlgorithmSetting,
+    /// The group-by method it runs, and the cost model's estimates when it chose.
+    method: GroupIdMethod,
+    estimate: Option<Arc<AggregateEstimate>>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -71,7 +75,29 @@ impl GpuAggregateExec {
             }
             Arc::new(layout)
         };
-        Ok(GpuAggregateExec { agg, layout, setting: cfg.aggregate_algorithm, metrics: ExecutionPlanMetricsSet::new() })
+        Ok(GpuAggregateExec {
+            agg,
+            layout,
+            setting: cfg.aggregate_algorithm,
+            method: cfg.aggregate_algorithm.method(),
+            estimate: None,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// This exec with the cost model's estimate; under `gpu.aggregate_algorithm = auto` it runs
+    /// the method the model chose.
+    pub fn with_estimate(mut self, estimate: AggregateEstimate) -> Self {
+        if self.setting == AggregateAlgorithmSetting::Auto {
+            self.method = estimate.choice.method;
+        }
+        self.estimate = Some(Arc::new(estimate));
+        self
+    }
+
+    /// The cost model's estimate, when it was consulted.
+    pub fn estimate(&self) -> Option<&AggregateEstimate> {
+        self.estimate.as_deref()
     }
 
     /// The `AggregateExec` this replaces.
@@ -81,7 +107,7 @@ impl GpuAggregateExec {
 
     /// The group-by method this aggregate runs (its `gpu.aggregate_algorithm` setting resolved).
     pub fn method_name(&self) -> &'static str {
-        self.setting.method().name()
+        self.method.name()
     }
 
     pub fn layout(&self) -> &AggregateLayout {
@@ -95,12 +121,24 @@ impl DisplayAs for GpuAggregateExec {
         match t {
             DisplayFormatType::TreeRender => {
                 a.fmt_as(t, f)?;
-                write!(f, "\nalgorithm={}", self.setting.method().name())
+                write!(f, "\nalgorithm={}", self.method.name())
             }
             _ => {
                 write!(f, "Gpu")?;
                 a.fmt_as(t, f)?;
-                write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.setting.method().name(), self.setting)?;
+                match &self.estimate {
+                    Some(e) if self.setting == AggregateAlgorithmSetting::Auto => {
+                        write!(f, ", algorithm={} (cost model: {}; {})", self.method.name(), e.choice.describe(), e.verdict.describe())?
+                    }
+                    Some(e) => write!(
+                        f,
+                        ", algorithm={} (gpu.aggregate_algorithm={}; {})",
+                        self.method.name(),
+                        self.setting,
+                        e.verdict.describe()
+                    )?,
+                    None => write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.method.name(), self.setting)?,
+                }
                 if !self.layout.host_evaluated.is_empty() {
                     write!(f, ", evaluated on the host before upload=[{}]", self.layout.host_evaluated.join(", "))?;
                 }
@@ -145,6 +183,8 @@ impl ExecutionPlan for GpuAggregateExec {
             agg,
             layout: Arc::clone(&self.layout),
             setting: self.setting,
+            method: self.method,
+            estimate: self.estimate.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
@@ -154,6 +194,8 @@ impl ExecutionPlan for GpuAggregateExec {
             agg: Arc::clone(&self.agg),
             layout: Arc::clone(&self.layout),
             setting: self.setting,
+            method: self.method,
+            estimate: self.estimate.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
@@ -167,7 +209,7 @@ impl ExecutionPlan for GpuAggregateExec {
             gpu,
             layout: Arc::clone(&self.layout),
             agg: Arc::clone(&self.agg),
-            opts: GroupByOptions { method: self.setting.method(), ..GroupByOptions::default() },
+            opts: GroupByOptions { method: self.method, ..GroupByOptions::default() },
             chunk_rows: cfg.batch_rows.max(1),
             batch_size: context.session_config().batch_size().max(1),
             metrics: Metrics::new(&self.metrics, partition),

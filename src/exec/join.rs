@@ -44,10 +44,11 @@ use crate::config::GpuConfig;
 use crate::device::Gpu;
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
+use crate::cost::join::JoinEstimate;
 use crate::join::{FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
 
 /// The join's device-side description, fixed when the rule places the exec.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Layout {
     /// Left input columns uploaded for the build (keys and outputs), and their schema.
     build_cols: Vec<usize>,
@@ -58,6 +59,8 @@ struct Layout {
     spec: Arc<JoinSpec>,
     /// Why this algorithm.
     choice: String,
+    /// The algorithms the setting allows the cost model to choose among.
+    candidates: Vec<JoinAlgorithm>,
 }
 
 /// The build side shared by the probe partitions of a `CollectLeft` join.
@@ -73,6 +76,8 @@ pub struct GpuHashJoinExec {
     /// The `HashJoinExec` this replaces.
     join: Arc<dyn ExecutionPlan>,
     layout: Arc<Layout>,
+    /// The cost model's plan-time estimate, when it was consulted.
+    estimate: Option<Arc<JoinEstimate>>,
     shared: Arc<Shared>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -103,9 +108,50 @@ impl GpuHashJoinExec {
         Ok(GpuHashJoinExec {
             join,
             layout,
+            estimate: None,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// This exec with the cost model's estimate. When the setting leaves a choice, the plan
+    /// shows (and a build with no better size runs) the model's choice; each build chooses
+    /// again on its real row count.
+    pub fn with_estimate(mut self, estimate: JoinEstimate) -> Self {
+        if self.layout.candidates.len() > 1 {
+            let mut layout = (*self.layout).clone();
+            let mut spec = (*layout.spec).clone();
+            spec.algorithm = estimate.choice.algorithm;
+            layout.spec = Arc::new(spec);
+            layout.choice = format!("cost model: {}", estimate.choice.describe());
+            self.layout = Arc::new(layout);
+        }
+        self.estimate = Some(Arc::new(estimate));
+        self
+    }
+
+    /// The cost model's estimate, when it was consulted.
+    pub fn estimate(&self) -> Option<&JoinEstimate> {
+        self.estimate.as_deref()
+    }
+
+    /// The algorithms the model may choose among (one when the setting or the plan fixes it).
+    pub fn candidates(&self) -> &[JoinAlgorithm] {
+        &self.layout.candidates
+    }
+
+    /// Schemas of the build and probe columns the GPU uploads.
+    pub fn build_schema(&self) -> &SchemaRef {
+        &self.layout.build_schema
+    }
+
+    pub fn probe_schema(&self) -> &SchemaRef {
+        &self.layout.probe_schema
+    }
+
+    /// The device-side join description.
+    pub fn spec(&self) -> &Arc<JoinSpec> {
+        &self.layout.spec
     }
 
     fn layout(hj: &HashJoinExec, cfg: &GpuConfig) -> std::result::Result<Layout, String> {
@@ -192,7 +238,9 @@ impl GpuHashJoinExec {
         };
         let ordered = hj.properties().output_ordering().is_some();
         let (algorithm, choice) = choose_algorithm(cfg.join_algorithm, ordered);
+        let candidates = candidates(cfg.join_algorithm, ordered);
         Ok(Layout {
+            candidates,
             build_cols,
             build_schema,
             probe_cols,
@@ -243,6 +291,19 @@ fn choose_algorithm(setting: JoinAlgorithmSetting, ordered: bool) -> (JoinAlgori
     }
 }
 
+/// The algorithms a setting leaves to the cost model.
+fn candidates(setting: JoinAlgorithmSetting, ordered: bool) -> Vec<JoinAlgorithm> {
+    if ordered {
+        return vec![JoinAlgorithm::Npj];
+    }
+    match setting {
+        JoinAlgorithmSetting::Auto => JoinAlgorithm::ALL.to_vec(),
+        JoinAlgorithmSetting::Phj => vec![JoinAlgorithm::PhjGfur, JoinAlgorithm::PhjGftr],
+        JoinAlgorithmSetting::Smj => vec![JoinAlgorithm::SmjGfur, JoinAlgorithm::SmjGftr],
+        JoinAlgorithmSetting::Fixed(a) => vec![a],
+    }
+}
+
 impl DisplayAs for GpuHashJoinExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let Ok(hj) = self.hash_join() else { return write!(f, "GpuHashJoinExec") };
@@ -259,7 +320,11 @@ impl DisplayAs for GpuHashJoinExec {
                 if let Some(filter) = hj.filter() {
                     write!(f, ", filter={}", filter.expression())?;
                 }
-                write!(f, ", algorithm={} ({}), key={:?}", spec.algorithm, self.layout.choice, spec.keys.encoding)
+                write!(f, ", algorithm={} ({}), key={:?}", spec.algorithm, self.layout.choice, spec.keys.encoding)?;
+                if let Some(e) = &self.estimate {
+                    write!(f, ", {}", e.verdict.describe())?;
+                }
+                Ok(())
             }
         }
     }
@@ -301,6 +366,7 @@ impl ExecutionPlan for GpuHashJoinExec {
         Ok(Arc::new(GpuHashJoinExec {
             join,
             layout,
+            estimate: self.estimate.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -310,6 +376,7 @@ impl ExecutionPlan for GpuHashJoinExec {
         Ok(Arc::new(GpuHashJoinExec {
             join: Arc::clone(&self.join),
             layout: Arc::clone(&self.layout),
+            estimate: self.estimate.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -348,6 +415,8 @@ struct Metrics {
     output_rows: datafusion::physical_plan::metrics::Count,
     output_batches: datafusion::physical_plan::metrics::Count,
     probe_rows: datafusion::physical_plan::metrics::Count,
+    /// Builds run by each algorithm (EXPLAIN ANALYZE shows the one actually run).
+    ran: Vec<(JoinAlgorithm, datafusion::physical_plan::metrics::Count)>,
 }
 
 impl Metrics {
@@ -363,6 +432,13 @@ impl Metrics {
             output_rows: b().output_rows(partition),
             output_batches: b().counter("output_batches", partition),
             probe_rows: b().counter("probe_rows", partition),
+            ran: JoinAlgorithm::ALL.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
+        }
+    }
+
+    fn ran(&self, algorithm: JoinAlgorithm) {
+        if let Some((_, c)) = self.ran.iter().find(|(a, _)| *a == algorithm) {
+            c.add(1);
         }
     }
 
@@ -392,16 +468,36 @@ async fn collect(
     Ok(concat_batches(schema, &batches)?)
 }
 
+/// The algorithm a build runs: the model's choice on the real build rows when the setting and
+/// plan leave a choice and the model was consulted, else the plan's.
+fn runtime_spec(layout: &Layout, estimate: Option<&JoinEstimate>, build_rows: usize, cfg: &GpuConfig) -> Arc<JoinSpec> {
+    let Some(e) = estimate.filter(|_| layout.candidates.len() > 1) else { return Arc::clone(&layout.spec) };
+    let Ok(gpu) = Gpu::for_config(cfg) else { return Arc::clone(&layout.spec) };
+    let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
+    let shape = e.shape.with_build_rows(build_rows as f64);
+    let choice = crate::cost::join::choose(&shape, &layout.candidates, &profile);
+    if choice.algorithm == layout.spec.algorithm {
+        return Arc::clone(&layout.spec);
+    }
+    let mut spec = (*layout.spec).clone();
+    spec.algorithm = choice.algorithm;
+    Arc::new(spec)
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn build_side(
     gpu: Arc<Gpu>,
     layout: Arc<Layout>,
+    estimate: Option<Arc<JoinEstimate>>,
+    cfg: GpuConfig,
     left: Arc<dyn ExecutionPlan>,
     partitions: std::ops::Range<usize>,
     context: Arc<TaskContext>,
     metrics: Metrics,
 ) -> Result<Arc<JoinBuild>> {
     let host = collect(&left, partitions, &layout.build_cols, &layout.build_schema, &context).await?;
-    let spec = Arc::clone(&layout.spec);
+    let spec = runtime_spec(&layout, estimate.as_deref(), host.num_rows(), &cfg);
+    metrics.ran(spec.algorithm);
     blocking(move || {
         let _t = metrics.build_time.timer();
         let stream = gpu.stream();
@@ -479,6 +575,7 @@ impl GpuExec for GpuHashJoinExec {
         };
         let metrics = Metrics::new(&self.metrics, partition);
         let layout = Arc::clone(&self.layout);
+        let estimate = self.estimate.clone();
         let shared = Arc::clone(&self.shared);
         let chunk_rows = cfg.batch_rows.max(1);
         // A GPU child hands over its device batches directly (no download and upload between
@@ -493,6 +590,8 @@ impl GpuExec for GpuHashJoinExec {
                 let build_fut = build_side(
                     Arc::clone(&gpu),
                     Arc::clone(&layout),
+                    estimate,
+                    cfg,
                     left,
                     build_partitions,
                     Arc::clone(&context),

@@ -29,6 +29,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::cost::PlacementSetting;
 use crate::config::GpuConfig;
 use crate::exec::GpuHashJoinExec;
 use crate::join::{JoinAlgorithm, JoinAlgorithmSetting};
@@ -317,6 +318,7 @@ fn only_in(a: &[Vec<u8>], b: &[Vec<u8>], batches: &[RecordBatch], schema: &Schem
 fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize) -> SessionContext {
     let mut cfg = GpuConfig::default();
     cfg.min_rows = 0;
+    cfg.placement = PlacementSetting::Always;
     cfg.join_algorithm = JoinAlgorithmSetting::Fixed(algorithm);
     cfg.batch_rows = batch_rows;
     gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg))

@@ -32,6 +32,8 @@ pub enum FallbackReason {
     Unsupported(String),
     /// The join's build side, by the plan's statistics, would not fit under `gpu.memory_limit`.
     OverMemoryLimit { build_bytes: u64, need_bytes: u64, limit: u64 },
+    /// The cost model estimates the CPU faster (its estimates, in words).
+    Cost(String),
 }
 
 impl fmt::Display for FallbackReason {
@@ -44,6 +46,9 @@ impl fmt::Display for FallbackReason {
             FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
             FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
             FallbackReason::Unsupported(what) => write!(f, "{what}"),
+            FallbackReason::Cost(estimates) => {
+                write!(f, "the cost model expects the CPU to be faster: {estimates} (gpu.placement = always overrides)")
+            }
             FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit } => {
                 let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
                 write!(

@@ -1,6 +1,7 @@
 //! `GpuOptimizerRule`: the physical optimizer rule that moves joins and aggregates to the GPU,
 //! and annotates every one it leaves on the CPU with the reason.
 
+pub mod costing;
 pub mod eligibility;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use datafusion::physical_plan::joins::HashJoinExec;
 pub use eligibility::FallbackReason;
 
 use crate::config::GpuConfig;
+use crate::cost::{PlacementSetting, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
@@ -54,10 +56,16 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
         // The device memory the GPU operators may hold, to keep joins whose build would not fit
         // on the CPU (only with a device: without one every operator falls back anyway).
+        let gpu = if device.is_none() { Gpu::for_config(&cfg).ok() } else { None };
         let memory_limit = match (&device, cfg.memory_limit.bytes()) {
             (Some(_), _) => None,
             (None, Some(limit)) => Some(limit),
-            (None, None) => Gpu::for_config(&cfg).ok().map(|g| g.memory().limit()),
+            (None, None) => gpu.as_ref().map(|g| g.memory().limit()),
+        };
+        // The cost model's profile of this device (only with a device and gpu.placement = cost).
+        let profile = match (&gpu, cfg.placement) {
+            (Some(g), PlacementSetting::Cost) => Some(profile::load(g.info(), &cfg.profile_dir)),
+            _ => None,
         };
         plan.transform_up(|node| {
             let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
@@ -77,10 +85,33 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                     if !reasons.is_empty() {
                         return Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as _));
                     }
-                    GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).map(|g| Arc::new(g) as _)
+                    GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).map(|g| {
+                        let estimate = profile.as_ref().and_then(|p| costing::join_estimate(&g, &node, &cfg, p));
+                        match estimate {
+                            Some(e) if !e.verdict.gpu_wins() => {
+                                reasons.push(FallbackReason::Cost(e.verdict.describe()));
+                                Arc::new(g) as _
+                            }
+                            Some(e) => Arc::new(g.with_estimate(e)) as _,
+                            None => Arc::new(g) as _,
+                        }
+                    })
                 } else {
                     // The aggregate's own checks run with or without a device, so EXPLAIN names them.
-                    GpuAggregateExec::try_new(Arc::clone(&node), &cfg).map(|g| Arc::new(g) as _)
+                    GpuAggregateExec::try_new(Arc::clone(&node), &cfg).map(|g| {
+                        let estimate = match (&profile, reasons.is_empty()) {
+                            (Some(p), true) => costing::aggregate_estimate(&g, &cfg, p),
+                            _ => None,
+                        };
+                        match estimate {
+                            Some(e) if !e.verdict.gpu_wins() => {
+                                reasons.push(FallbackReason::Cost(e.verdict.describe()));
+                                Arc::new(g) as _
+                            }
+                            Some(e) => Arc::new(g.with_estimate(e)) as _,
+                            None => Arc::new(g) as _,
+                        }
+                    })
                 };
             match replaced {
                 Ok(gpu) if reasons.is_empty() => return Ok(Transformed::yes(gpu)),
@@ -213,6 +244,7 @@ mod tests {
         ctx.register_table("a", table(300_000)).unwrap();
         ctx.register_table("b", table(300_000)).unwrap();
         ctx.sql("SET gpu.min_rows = 0").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.placement = 'always'").await.unwrap().collect().await.unwrap();
         // No aggregate: at 1 MiB the GPU aggregate would fail at run time (its memory follows
         // gpu.batch_rows, not its input, so it has no plan-time check).
         let sql = "SELECT a.k, b.f FROM a JOIN b ON a.k = b.k ORDER BY a.k DESC LIMIT 5";

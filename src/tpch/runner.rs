@@ -550,6 +550,7 @@ mod tests {
         let mut o = SuiteBenchOptions::check_only(sf);
         o.partitions = 4;
         o.gpu_min_rows = Some(0);
+        o.gpu_set.push("gpu.placement=always".into());
         let report = run(suite, &o, "test").await.unwrap();
         println!("{report}");
         assert_eq!(report.queries.len(), queries::select(suite, &[]).unwrap().len());

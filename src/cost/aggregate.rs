@@ -1,0 +1,149 @@
+//! Group-by costs: hash and sort group-by priced with seed 002's terms, DataFusion's CPU
+//! `AggregateExec`, and the choice among them.
+//!
+//! GPU features, in seconds at the profile's bandwidths: launch groups (one per input chunk),
+//! group ids, and the aggregation. Hash group ids are seed 002's dictionary encoding `D(N, g)`
+//! (build a table of the `g` keys, probe it with all `N`); sort group ids are an LSD radix sort
+//! of (key word, row id) over every bit of the word. The aggregation reads the values once and
+//! updates accumulators in shared memory when a block's groups fit (48 KiB), else at random in
+//! the level that holds `g` accumulators.
+
+use super::join::dot;
+use super::paper::{dictionary_encoding_cost, memory_level_bandwidth, radix_passes};
+use super::profile::Profile;
+use crate::aggregate::GroupIdMethod;
+
+/// Shared memory the hash group-by gives a block's accumulators.
+const SHARED_ACCUMULATORS: f64 = 48.0 * 1024.0;
+
+/// The sizes a group-by's cost depends on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AggregateShape {
+    pub rows: f64,
+    /// Distinct groups (1 for a global aggregate).
+    pub groups: f64,
+    /// Bytes of the key word (4 or 8; 8 for hashed wide keys).
+    pub key_bytes: f64,
+    /// Bytes per row of the aggregated values, and accumulators per group.
+    pub value_bytes: f64,
+    pub accumulators: f64,
+    /// Input chunks the GPU processes.
+    pub chunks: f64,
+}
+
+impl AggregateShape {
+    pub fn gpu_features(&self, method: GroupIdMethod, profile: &Profile) -> [f64; 3] {
+        let b_g = profile.b_g;
+        let levels = profile.memory_levels();
+        let (n, g, k) = (self.rows, self.groups.max(1.0), self.key_bytes);
+        let ids = match method {
+            GroupIdMethod::Hash => dictionary_encoding_cost(n, g, k, b_g, &levels),
+            GroupIdMethod::Sort => {
+                let passes = radix_passes(2f64.powf(8.0 * k));
+                (n * (k + 4.0) * (2.0 * passes + 1.0) + n * 4.0) / b_g
+            }
+        };
+        let acc_bytes = g * self.accumulators * 8.0;
+        let reads = (n * self.value_bytes + g * (k + self.accumulators * 8.0)) / b_g;
+        let updates = if acc_bytes <= SHARED_ACCUMULATORS {
+            0.0
+        } else {
+            n * self.accumulators * 8.0 * profile.random_penalty / memory_level_bandwidth(acc_bytes, b_g, &levels)
+        };
+        [self.chunks, ids, reads + updates]
+    }
+
+    /// The CPU aggregate's features: calls, rows, rows whose group misses the cache (in
+    /// proportion to how much of the groups' table exceeds a 32 MiB cache), and groups.
+    pub fn cpu_features(&self) -> [f64; 4] {
+        let table = self.groups * (self.key_bytes + 16.0 + 8.0 * self.accumulators);
+        let miss = (table / (32.0 * 1024.0 * 1024.0)).min(1.0);
+        [1.0, self.rows, self.rows * miss, self.groups]
+    }
+}
+
+pub fn model_name(method: GroupIdMethod) -> &'static str {
+    match method {
+        GroupIdMethod::Hash => "aggregate.hash",
+        GroupIdMethod::Sort => "aggregate.sort",
+    }
+}
+
+pub fn gpu_seconds(shape: &AggregateShape, method: GroupIdMethod, profile: &Profile) -> f64 {
+    dot(&shape.gpu_features(method, profile), &profile.coefficients(model_name(method)))
+}
+
+pub fn cpu_seconds(shape: &AggregateShape, profile: &Profile) -> f64 {
+    dot(&shape.cpu_features(), &profile.coefficients("aggregate.cpu"))
+}
+
+/// The estimates of hash and sort group-by and the cheaper.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregateChoice {
+    pub method: GroupIdMethod,
+    pub estimates: Vec<(GroupIdMethod, f64)>,
+}
+
+impl AggregateChoice {
+    pub fn seconds(&self) -> f64 {
+        self.estimates.iter().find(|(m, _)| *m == self.method).map(|e| e.1).unwrap_or(f64::INFINITY)
+    }
+
+    pub fn describe(&self) -> String {
+        self.estimates
+            .iter()
+            .map(|(m, s)| format!("{} {}", m.name(), super::fmt_seconds(*s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// What the model said of one aggregate at plan time: its shape, the methods' estimates, and
+/// the GPU-against-CPU verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregateEstimate {
+    pub shape: AggregateShape,
+    pub choice: AggregateChoice,
+    pub verdict: super::Verdict,
+}
+
+pub fn choose(shape: &AggregateShape, profile: &Profile) -> AggregateChoice {
+    let estimates: Vec<(GroupIdMethod, f64)> =
+        [GroupIdMethod::Hash, GroupIdMethod::Sort].iter().map(|&m| (m, gpu_seconds(shape, m, profile))).collect();
+    let method = estimates.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|e| e.0).unwrap_or(GroupIdMethod::Hash);
+    AggregateChoice { method, estimates }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(rows: f64, groups: f64) -> AggregateShape {
+        AggregateShape { rows, groups, key_bytes: 4.0, value_bytes: 4.0, accumulators: 1.0, chunks: 1.0 }
+    }
+
+    /// Few groups aggregate in shared memory (no update term); many groups pay random updates,
+    /// and group ids cost more once the table leaves the L1 share and then the L2.
+    #[test]
+    fn hash_terms_grow_with_the_groups() {
+        let p = Profile::h100();
+        let f = |g: f64| shape(1e8, g).gpu_features(GroupIdMethod::Hash, &p);
+        let (few, mid, many) = (f(16.0), f(1e5), f(1e8));
+        assert!((few[2] - (4e8 + 16.0 * 12.0) / p.b_g).abs() < 1e-12, "{few:?}");
+        assert!(mid[2] > few[2] && many[2] > mid[2]);
+        assert!(few[1] < mid[1] && mid[1] < many[1], "{few:?} {mid:?} {many:?}");
+        // Sort ids do not depend on the groups.
+        let s = |g: f64| shape(1e8, g).gpu_features(GroupIdMethod::Sort, &p)[1];
+        assert_eq!(s(16.0), s(1e8));
+    }
+
+    #[test]
+    fn the_cheaper_method_is_chosen() {
+        let mut p = Profile::h100();
+        p.coefficients.insert("aggregate.hash".into(), vec![0.0, 1.0, 1.0]);
+        p.coefficients.insert("aggregate.sort".into(), vec![0.0, 1.0, 1.0]);
+        let c = choose(&shape(1e8, 16.0), &p);
+        assert_eq!(c.method, GroupIdMethod::Hash);
+        assert!(c.describe().contains("sort"), "{}", c.describe());
+    }
+}

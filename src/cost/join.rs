@@ -1,0 +1,216 @@
+//! Join costs: each GPU algorithm's phases priced with seed 002's byte counts, the CPU's
+//! `HashJoinExec`, and the choice among them.
+//!
+//! Every GPU model has four features, in seconds at the profile's bandwidths: the number of
+//! launch groups (one per build and per probe chunk), the transformation, the match and the
+//! materialisation. Its time is the dot product with the calibrated coefficients: a coefficient
+//! of 1 on a bandwidth term means that phase runs at its floor.
+
+use super::paper::{memory_level_bandwidth, radix_passes};
+use super::profile::Profile;
+use crate::join::JoinAlgorithm;
+
+/// The sizes a join's cost depends on. Byte widths per row are of the uploaded columns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JoinShape {
+    /// Build (left) rows per GPU build, and probe rows in all.
+    pub build_rows: f64,
+    pub probe_rows: f64,
+    /// Output rows (matched pairs for inner joins).
+    pub output_rows: f64,
+    /// Bytes of the key word the GPU hashes, partitions or sorts (4 or 8).
+    pub key_bytes: f64,
+    /// Bytes per row of the build and probe columns the output takes.
+    pub build_payload_bytes: f64,
+    pub probe_payload_bytes: f64,
+    /// Output columns in all (for the CPU's materialisation).
+    pub output_columns: f64,
+    /// Builds (one per partition of a partitioned join) and probe chunks.
+    pub builds: f64,
+    pub probe_chunks: f64,
+}
+
+impl JoinShape {
+    /// The same join with `rows` build rows per build (what a build knows when it starts).
+    pub fn with_build_rows(&self, rows: f64) -> JoinShape {
+        JoinShape { build_rows: rows.max(1.0), ..*self }
+    }
+}
+
+/// What the model said of one join at plan time: its shape, the algorithms' estimates, and the
+/// GPU-against-CPU verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinEstimate {
+    pub shape: JoinShape,
+    pub choice: JoinChoice,
+    pub verdict: super::Verdict,
+}
+
+impl JoinShape {
+    /// The features of `algorithm` on this shape, on `profile`'s device.
+    pub fn gpu_features(&self, algorithm: JoinAlgorithm, profile: &Profile) -> [f64; 4] {
+        let b_g = profile.b_g;
+        let levels = profile.memory_levels();
+        let random = |bytes: f64, footprint: f64| {
+            bytes * profile.random_penalty / memory_level_bandwidth(footprint, b_g, &levels)
+        };
+        let seq = |bytes: f64| bytes / b_g;
+        let (nr, ns, m, k) = (self.build_rows, self.probe_rows, self.output_rows, self.key_bytes);
+        let (wr, ws) = (self.build_payload_bytes, self.probe_payload_bytes);
+        let launches = self.builds + self.probe_chunks;
+        // Payload gathers at row ids: random on the build side; the probe side, sequential for
+        // the order-keeping NPJ, random after partitioning or sorting.
+        let gather_random = |w: f64, rows: f64| if w > 0.0 { random(m * w.max(4.0), rows * w) } else { 0.0 };
+        let writes = seq(m * (wr + ws));
+        match algorithm {
+            JoinAlgorithm::Npj => {
+                // A table of 2 slots per build row, (key, row id, count) entries.
+                let entry = k + 8.0;
+                let table = 2.0 * nr * entry;
+                let build = seq(nr * k) + random(nr * entry, table);
+                let probe = seq(ns * k) + random(ns * entry, table) + seq(m * 8.0);
+                let mat = gather_random(wr, nr) + seq(m * ws) + writes;
+                [launches, build, probe, mat]
+            }
+            JoinAlgorithm::PhjGfur | JoinAlgorithm::PhjGftr => {
+                // Two 8-bit partitioning passes (one when the build side is small), each reading
+                // and writing the tuples, after a histogram read.
+                let passes = if nr < 65_536.0 { 1.0 } else { 2.0 };
+                let tuple = k + 4.0;
+                let (tr, ts) = if algorithm == JoinAlgorithm::PhjGftr { (tuple + wr, tuple + ws) } else { (tuple, tuple) };
+                let transform = seq((nr * tr + ns * ts) * (2.0 * passes + 1.0));
+                let matching = seq((nr + ns) * tuple) + seq(m * 8.0);
+                let mat = if algorithm == JoinAlgorithm::PhjGftr {
+                    seq(3.0 * m * (wr + ws))
+                } else {
+                    gather_random(wr, nr) + gather_random(ws, ns) + writes
+                };
+                [launches, transform, matching, mat]
+            }
+            JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
+                // An LSD radix sort over every bit of the key word, then a merge path.
+                let passes = radix_passes(2f64.powf(8.0 * k));
+                let tuple = k + 4.0;
+                let (tr, ts) = if algorithm == JoinAlgorithm::SmjGftr { (tuple + wr, tuple + ws) } else { (tuple, tuple) };
+                let transform = seq((nr * tr + ns * ts) * (2.0 * passes + 1.0));
+                let matching = seq(2.0 * (nr + ns) * tuple) + seq(m * 8.0);
+                let mat = if algorithm == JoinAlgorithm::SmjGftr {
+                    seq(3.0 * m * (wr + ws))
+                } else {
+                    gather_random(wr, nr) + gather_random(ws, ns) + writes
+                };
+                [launches, transform, matching, mat]
+            }
+        }
+    }
+
+    /// The CPU join's features: calls, build rows, probe rows, probe rows that miss the cache
+    /// (in proportion to how much of the build's table exceeds a 32 MiB last-level cache), and
+    /// output values.
+    pub fn cpu_features(&self) -> [f64; 5] {
+        let table = self.build_rows * self.builds * (self.key_bytes + 16.0);
+        let miss = (table / (32.0 * 1024.0 * 1024.0)).min(1.0);
+        [1.0, self.build_rows * self.builds, self.probe_rows, self.probe_rows * miss, self.output_rows * self.output_columns]
+    }
+}
+
+/// Dot product of features and coefficients (missing coefficients count as zero).
+pub fn dot(features: &[f64], coefficients: &[f64]) -> f64 {
+    features.iter().zip(coefficients).map(|(f, c)| f * c).sum()
+}
+
+/// The model's name of a GPU join algorithm's coefficients.
+pub fn model_name(a: JoinAlgorithm) -> String {
+    format!("join.{}", a.name())
+}
+
+/// Estimated seconds of `algorithm` on device-resident data.
+pub fn gpu_seconds(shape: &JoinShape, algorithm: JoinAlgorithm, profile: &Profile) -> f64 {
+    dot(&shape.gpu_features(algorithm, profile), &profile.coefficients(&model_name(algorithm)))
+}
+
+/// Estimated seconds of DataFusion's hash join on this host's cores.
+pub fn cpu_seconds(shape: &JoinShape, profile: &Profile) -> f64 {
+    dot(&shape.cpu_features(), &profile.coefficients("join.cpu"))
+}
+
+/// The estimates of every candidate and the cheapest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinChoice {
+    pub algorithm: JoinAlgorithm,
+    /// (algorithm, estimated seconds), in `JoinAlgorithm::ALL` order.
+    pub estimates: Vec<(JoinAlgorithm, f64)>,
+}
+
+impl JoinChoice {
+    pub fn seconds(&self) -> f64 {
+        self.estimates.iter().find(|(a, _)| *a == self.algorithm).map(|e| e.1).unwrap_or(f64::INFINITY)
+    }
+
+    /// `npj 1.20 ms, phj_gfur 0.90 ms, ...` for EXPLAIN.
+    pub fn describe(&self) -> String {
+        self.estimates.iter().map(|(a, s)| format!("{a} {}", super::fmt_seconds(*s))).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The cheapest of `candidates` by the model.
+pub fn choose(shape: &JoinShape, candidates: &[JoinAlgorithm], profile: &Profile) -> JoinChoice {
+    let estimates: Vec<(JoinAlgorithm, f64)> = candidates.iter().map(|&a| (a, gpu_seconds(shape, a, profile))).collect();
+    let algorithm = estimates
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|e| e.0)
+        .unwrap_or(JoinAlgorithm::Npj);
+    JoinChoice { algorithm, estimates }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(nr: f64, ns: f64, mr: f64, payload_bytes: f64) -> JoinShape {
+        JoinShape {
+            build_rows: nr,
+            probe_rows: ns,
+            output_rows: mr * ns,
+            key_bytes: 4.0,
+            build_payload_bytes: payload_bytes,
+            probe_payload_bytes: payload_bytes,
+            output_columns: 1.0 + 2.0 * payload_bytes / 4.0,
+            builds: 1.0,
+            probe_chunks: 1.0,
+        }
+    }
+
+    /// With every coefficient at 1 (each phase at its floor), the features reproduce seed 002's
+    /// byte counts: GFTR's transformation moves the payloads with the keys, GFUR's
+    /// materialisation gathers them at random.
+    #[test]
+    fn features_follow_the_byte_counts() {
+        let p = Profile::h100();
+        let s = shape(1e8, 2e8, 1.0, 16.0);
+        let ur = s.gpu_features(JoinAlgorithm::PhjGfur, &p);
+        let tr = s.gpu_features(JoinAlgorithm::PhjGftr, &p);
+        // Transformation: (n_r + n_s) (k + 4) 5 bytes against (n_r + n_s)(k + 4 + 16) 5 bytes.
+        assert!((ur[1] * p.b_g - 3e8 * 8.0 * 5.0).abs() < 1.0);
+        assert!((tr[1] * p.b_g - 3e8 * 24.0 * 5.0).abs() < 1.0);
+        assert!(tr[3] < ur[3] / 5.0, "clustered gathers are far cheaper: {tr:?} {ur:?}");
+        assert_eq!(ur[0], 2.0);
+    }
+
+    /// With equal coefficients the model takes GFTR for many payload bytes at a high match ratio
+    /// and GFUR at a low one, as seed 002's §4.1.4 does.
+    #[test]
+    fn gftr_or_gfur_by_match_ratio() {
+        let mut p = Profile::h100();
+        for a in JoinAlgorithm::ALL {
+            p.coefficients.insert(model_name(a), vec![0.0, 1.0, 1.0, 1.0]);
+        }
+        let both = [JoinAlgorithm::PhjGfur, JoinAlgorithm::PhjGftr];
+        assert_eq!(choose(&shape(1e8, 1e8, 1.0, 16.0), &both, &p).algorithm, JoinAlgorithm::PhjGftr);
+        assert_eq!(choose(&shape(1e8, 1e8, 0.02, 16.0), &both, &p).algorithm, JoinAlgorithm::PhjGfur);
+        let c = choose(&shape(1e8, 1e8, 1.0, 16.0), &JoinAlgorithm::ALL, &p);
+        assert_eq!(c.estimates.len(), 5);
+        assert!(c.describe().starts_with("npj "), "{}", c.describe());
+    }
+}

@@ -1,0 +1,149 @@
+//! The cost model: whether an operator runs on the CPU or the GPU, and which GPU algorithm.
+//!
+//! - [`paper`]: the formulas of seeds 002 and 000, with the papers' names, unit-tested against
+//!   the papers' worked numbers.
+//! - [`profile`]: the device and host the model prices work on: measured by
+//!   `datafusion-gpu bench sweep --calibrate` and cached, or built-in defaults.
+//! - [`join`] and [`aggregate`]: each algorithm's cost as calibrated coefficients times the
+//!   papers' byte counts, and DataFusion's CPU operators' costs.
+//! - [`fit`]: the calibration's least-squares fit.
+//!
+//! Placement compares the GPU's cost, including the transfers its position in the plan needs
+//! (inputs from CPU operators are uploaded; the output is downloaded for a CPU parent), with the
+//! CPU's. Everything here is a pure function of sizes and a profile: no GPU is needed.
+
+pub mod aggregate;
+pub mod fit;
+pub mod join;
+pub mod paper;
+pub mod profile;
+
+use datafusion::arrow::datatypes::{DataType, Schema};
+
+pub use profile::Profile;
+
+/// `1.23 ms`, `45.6 us`, `2.10 s`.
+pub fn fmt_seconds(s: f64) -> String {
+    if !s.is_finite() {
+        "inf".into()
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} us", s * 1e6)
+    }
+}
+
+/// Bytes per row of a column of type `dt` in Arrow (strings: offsets plus an assumed 16 bytes
+/// of text), for transfer and materialisation estimates.
+pub fn value_bytes(dt: &DataType) -> f64 {
+    match dt {
+        DataType::Boolean => 0.125,
+        DataType::Utf8 | DataType::Binary => 4.0 + 16.0,
+        DataType::LargeUtf8 | DataType::LargeBinary => 8.0 + 16.0,
+        DataType::Utf8View | DataType::BinaryView => 16.0,
+        DataType::Dictionary(k, _) => value_bytes(k),
+        other => other.primitive_width().map(|w| w as f64).unwrap_or(16.0),
+    }
+}
+
+/// Bytes per row of all columns of `schema`.
+pub fn row_bytes(schema: &Schema) -> f64 {
+    schema.fields().iter().map(|f| value_bytes(f.data_type())).sum()
+}
+
+/// Seconds to upload `bytes` in `batches` host batches, and to download `bytes`.
+pub fn upload_seconds(bytes: f64, batches: f64, profile: &Profile) -> f64 {
+    let c = profile.coefficients("transfer");
+    c.first().copied().unwrap_or(0.0) * bytes + c.get(1).copied().unwrap_or(0.0) * batches
+}
+
+pub fn download_seconds(bytes: f64, profile: &Profile) -> f64 {
+    profile.coefficients("transfer").get(2).copied().unwrap_or(0.0) * bytes
+}
+
+/// The `gpu.placement` option: whether the cost model decides where an eligible operator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlacementSetting {
+    /// The GPU when its estimate (transfers included) beats the CPU's, or when no estimate exists.
+    #[default]
+    Cost,
+    /// Every eligible operator over `gpu.min_rows` on the GPU (for testing the GPU path).
+    Always,
+}
+
+impl std::str::FromStr for PlacementSetting {
+    type Err = datafusion::error::DataFusionError;
+
+    fn from_str(s: &str) -> datafusion::error::Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cost" | "" => Ok(PlacementSetting::Cost),
+            "always" => Ok(PlacementSetting::Always),
+            _ => Err(datafusion::error::DataFusionError::Configuration(format!(
+                "unknown gpu.placement '{s}'; choose cost (the cost model decides) or always (every eligible operator on the GPU)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for PlacementSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PlacementSetting::Cost => "cost",
+            PlacementSetting::Always => "always",
+        })
+    }
+}
+
+/// What the model says of one operator: the GPU's estimate (algorithm, transfers) and the CPU's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The GPU algorithm's device time, the uploads and the download.
+    pub gpu_compute: f64,
+    pub upload: f64,
+    pub download: f64,
+    pub cpu: f64,
+    /// The candidates' estimates, for EXPLAIN.
+    pub candidates: String,
+}
+
+impl Verdict {
+    pub fn gpu_total(&self) -> f64 {
+        self.gpu_compute + self.upload + self.download
+    }
+
+    pub fn gpu_wins(&self) -> bool {
+        self.gpu_total() < self.cpu
+    }
+
+    /// `gpu 1.20 ms (compute 0.30 ms + upload 0.80 ms + download 0.10 ms) vs cpu 2.00 ms`.
+    pub fn describe(&self) -> String {
+        format!(
+            "estimated gpu {} (compute {} + upload {} + download {}) vs cpu {}",
+            fmt_seconds(self.gpu_total()),
+            fmt_seconds(self.gpu_compute),
+            fmt_seconds(self.upload),
+            fmt_seconds(self.download),
+            fmt_seconds(self.cpu)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_widths() {
+        assert_eq!(fmt_seconds(2.1), "2.10 s");
+        assert_eq!(fmt_seconds(0.00123), "1.23 ms");
+        assert_eq!(fmt_seconds(45.6e-6), "45.6 us");
+        assert_eq!(value_bytes(&DataType::Int32), 4.0);
+        assert_eq!(value_bytes(&DataType::Decimal128(15, 2)), 16.0);
+        assert_eq!(value_bytes(&DataType::Utf8), 20.0);
+        let v = Verdict { gpu_compute: 1e-3, upload: 2e-3, download: 0.0, cpu: 2.5e-3, candidates: String::new() };
+        assert!(!v.gpu_wins());
+        assert!(v.describe().contains("vs cpu 2.50 ms"), "{}", v.describe());
+    }
+}

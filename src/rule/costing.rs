@@ -1,0 +1,183 @@
+//! The cost model's view of a placed GPU exec: its shape from the plan's statistics, the
+//! transfers its position needs, and the estimates against the CPU's.
+
+use std::sync::Arc;
+
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+
+use super::eligibility::estimated_rows;
+use crate::config::GpuConfig;
+use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
+use crate::cost::join::{self as join_cost, JoinEstimate, JoinShape};
+use crate::cost::{Profile, Verdict, download_seconds, row_bytes, upload_seconds, value_bytes};
+use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
+use crate::join::OutputColumn;
+use crate::join::keys::KeyEncoding;
+
+fn key_bytes(encoding: KeyEncoding) -> f64 {
+    match encoding {
+        KeyEncoding::Narrow32 => 4.0,
+        KeyEncoding::Narrow64 | KeyEncoding::Wide => 8.0,
+    }
+}
+
+/// The estimate of a GPU join, or `None` when the statistics give no input sizes.
+pub fn join_estimate(
+    exec: &GpuHashJoinExec,
+    node: &Arc<dyn ExecutionPlan>,
+    cfg: &GpuConfig,
+    profile: &Profile,
+) -> Option<JoinEstimate> {
+    let hj = node.downcast_ref::<HashJoinExec>()?;
+    let (left, right) = (hj.left(), hj.right());
+    let left_rows = estimated_rows(left)? as f64;
+    let right_rows = estimated_rows(right)? as f64;
+    // Without an estimate of the output, a foreign-key join's: one row per probe row.
+    let output_rows = estimated_rows(node).map(|r| r as f64).unwrap_or(right_rows);
+    let spec = exec.spec();
+    let (bs, ps) = (exec.build_schema(), exec.probe_schema());
+    let mut build_payload = 0.0;
+    let mut probe_payload = 0.0;
+    for o in &spec.output {
+        match o {
+            OutputColumn::Build(i) => build_payload += value_bytes(bs.field(*i).data_type()),
+            OutputColumn::Probe(i) => probe_payload += value_bytes(ps.field(*i).data_type()),
+            OutputColumn::Mark => {}
+        }
+    }
+    let builds = match hj.partition_mode() {
+        PartitionMode::Partitioned => left.output_partitioning().partition_count().max(1) as f64,
+        _ => 1.0,
+    };
+    let probe_partitions = right.output_partitioning().partition_count().max(1) as f64;
+    let probe_chunks = probe_partitions.max((right_rows / cfg.batch_rows.max(1) as f64).ceil());
+    let shape = JoinShape {
+        build_rows: (left_rows / builds).max(1.0),
+        probe_rows: right_rows,
+        output_rows,
+        key_bytes: key_bytes(spec.keys.encoding),
+        build_payload_bytes: build_payload,
+        probe_payload_bytes: probe_payload,
+        output_columns: spec.output.len() as f64,
+        builds,
+        probe_chunks,
+    };
+    let choice = join_cost::choose(&shape, exec.candidates(), profile);
+    let mut up_bytes = 0.0;
+    if as_gpu_exec(left).is_none() {
+        up_bytes += left_rows * row_bytes(bs);
+    }
+    if as_gpu_exec(right).is_none() {
+        up_bytes += right_rows * row_bytes(ps);
+    }
+    let verdict = Verdict {
+        gpu_compute: choice.seconds(),
+        upload: upload_seconds(up_bytes, builds + probe_chunks, profile),
+        // Most parents are CPU operators: count the download (a GPU parent would save it).
+        download: download_seconds(output_rows * row_bytes(&hj.schema()), profile),
+        cpu: join_cost::cpu_seconds(&shape, profile),
+        candidates: choice.describe(),
+    };
+    Some(JoinEstimate { shape, choice, verdict })
+}
+
+/// The estimate of a GPU aggregate, or `None` when the statistics give no input size.
+pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Profile) -> Option<AggregateEstimate> {
+    let agg = exec.original();
+    let input = agg.children().first().map(|c| Arc::clone(*c))?;
+    let rows = estimated_rows(&input)? as f64;
+    let layout = exec.layout();
+    let upload = &layout.upload_schema;
+    let groups = if layout.groups == 0 {
+        1.0
+    } else {
+        // DataFusion's estimate of the output rows, else (no distinct counts) the input's.
+        estimated_rows(agg).map(|g| g as f64).unwrap_or(rows).clamp(1.0, rows.max(1.0))
+    };
+    let key_width: f64 = upload.fields()[..layout.groups].iter().map(|f| value_bytes(f.data_type())).sum();
+    let key_bytes = if layout.groups == 1 && key_width <= 4.0 { 4.0 } else { 8.0 };
+    let value_bytes_per_row = (row_bytes(upload) - key_width).max(0.0);
+    let partitions = input.output_partitioning().partition_count().max(1) as f64;
+    let shape = AggregateShape {
+        rows,
+        groups,
+        key_bytes,
+        value_bytes: value_bytes_per_row,
+        accumulators: layout.first.len().max(1) as f64,
+        chunks: partitions.max((rows / cfg.batch_rows.max(1) as f64).ceil()),
+    };
+    let choice = agg_cost::choose(&shape, profile);
+    let verdict = Verdict {
+        gpu_compute: choice.seconds(),
+        upload: upload_seconds(rows * row_bytes(upload), shape.chunks, profile),
+        // Each input partition returns the states of its groups.
+        download: download_seconds((groups * partitions).min(rows) * row_bytes(&layout.state_schema), profile),
+        cpu: agg_cost::cpu_seconds(&shape, profile),
+        candidates: choice.describe(),
+    };
+    Some(AggregateEstimate { shape, choice, verdict })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::{JoinType, NullEquality};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_plan::PhysicalExpr;
+
+    use super::*;
+
+    fn source(rows: i64) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows)), Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+    }
+
+    /// A small join is priced from the plan's statistics, with its transfers, and the CPU wins;
+    /// every candidate algorithm has an estimate.
+    #[test]
+    fn small_joins_are_priced_and_stay_on_the_cpu() {
+        let (l, r) = (source(1000), source(5000));
+        let on = vec![(
+            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
+            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
+        )];
+        let node: Arc<dyn ExecutionPlan> = Arc::new(
+            HashJoinExec::try_new(
+                l,
+                r,
+                on,
+                None,
+                &JoinType::Inner,
+                None,
+                PartitionMode::CollectLeft,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        );
+        let cfg = GpuConfig::default();
+        let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
+        let e = join_estimate(&exec, &node, &cfg, &Profile::h100()).expect("memory sources have row counts");
+        assert_eq!(e.shape.build_rows, 1000.0);
+        assert_eq!(e.shape.probe_rows, 5000.0);
+        assert_eq!(e.shape.key_bytes, 8.0);
+        assert_eq!(e.choice.estimates.len(), 5);
+        assert!(e.verdict.upload > 0.0 && e.verdict.download > 0.0 && e.verdict.cpu > 0.0, "{e:?}");
+        assert!(!e.verdict.gpu_wins(), "{}", e.verdict.describe());
+        let exec = exec.with_estimate(e);
+        assert!(exec.estimate().is_some());
+    }
+}
