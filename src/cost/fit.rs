@@ -36,7 +36,7 @@ fn least_squares(a: &[Vec<f64>], free: &[usize]) -> Option<Vec<f64>> {
     let n = free.len();
     // Columns are scaled to unit norm first: features differ by many orders of magnitude.
     let norms: Vec<f64> = free.iter().map(|&j| a.iter().map(|r| r[j] * r[j]).sum::<f64>().sqrt()).collect();
-    if norms.iter().any(|v| *v == 0.0) {
+    if norms.contains(&0.0) {
         return None;
     }
     let mut m = vec![vec![0.0; n + 1]; n];
@@ -55,11 +55,12 @@ fn least_squares(a: &[Vec<f64>], free: &[usize]) -> Option<Vec<f64>> {
             return None;
         }
         m.swap(c, piv);
-        for r in 0..n {
+        let pivot = m[c].clone();
+        for (r, row) in m.iter_mut().enumerate() {
             if r != c {
-                let f = m[r][c] / m[c][c];
-                for k in c..=n {
-                    m[r][k] -= f * m[c][k];
+                let f = row[c] / pivot[c];
+                for (x, p) in row.iter_mut().zip(&pivot).skip(c) {
+                    *x -= f * p;
                 }
             }
         }
