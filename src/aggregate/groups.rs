@@ -41,6 +41,12 @@ impl GroupIdMethod {
     }
 }
 
+impl std::fmt::Display for GroupIdMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Group ids of the rows of a batch.
 #[derive(Debug)]
 pub struct GroupIds {

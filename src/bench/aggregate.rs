@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 use super::{host_partitions, median};
-use crate::aggregate::{AccOp, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
+use crate::aggregate::{AccOp, GroupByOptions, GroupByOutput, GroupByTimes, GroupIdMethod, Reduction, group_by};
 use crate::columns::DeviceBatch;
 use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
@@ -123,13 +123,15 @@ pub(crate) fn reductions(aggs: usize) -> Vec<Reduction> {
         .collect()
 }
 
-/// One GPU group-by of the device batch: seconds, phases, groups.
+/// One GPU group-by of the device batch: seconds, phases, groups, and the output when `keep`
+/// (else it is freed after the timing).
 pub(crate) fn gpu_group_by(
     gpu: &Arc<Gpu>,
     batch: &DeviceBatch,
     aggs: usize,
     opts: &GroupByOptions,
-) -> Result<(f64, GroupByTimes, u64)> {
+    keep: bool,
+) -> Result<(f64, GroupByTimes, u64, Option<GroupByOutput>)> {
     let stream = batch.stream();
     let cols = batch.columns();
     let mut times = GroupByTimes::default();
@@ -138,9 +140,12 @@ pub(crate) fn gpu_group_by(
     stream.synchronize().gpu("synchronising")?;
     let seconds = t.elapsed().as_secs_f64();
     let groups = out.groups;
+    if keep {
+        return Ok((seconds, times, groups, Some(out)));
+    }
     drop(out);
     stream.synchronize().gpu("synchronising")?;
-    Ok((seconds, times, groups))
+    Ok((seconds, times, groups, None))
 }
 
 /// DataFusion's aggregate of the host table on every core: seconds and groups.
@@ -184,13 +189,13 @@ pub async fn run(gpu: &Arc<Gpu>, o: &AggregateBenchOptions) -> Result<AggregateR
                 let dev = DeviceBatch::upload(gpu, &stream, &host)?;
                 stream.synchronize().gpu("synchronising")?;
                 for (name, opts) in &algorithms {
-                    let (_, _, got) = gpu_group_by(gpu, &dev, aggs, opts)?;
+                    let (_, _, got, _) = gpu_group_by(gpu, &dev, aggs, opts, false)?;
                     if got != groups {
                         return Err(gpu_error(format!("{name} found {got} groups; the data has {groups}")));
                     }
                     let mut runs = Vec::new();
                     for _ in 0..o.runs.runs.max(1) {
-                        let (secs, phases, _) = gpu_group_by(gpu, &dev, aggs, opts)?;
+                        let (secs, phases, _, _) = gpu_group_by(gpu, &dev, aggs, opts, false)?;
                         runs.push((secs, phases));
                     }
                     let (seconds, phases) = median(runs);

@@ -188,20 +188,32 @@ pub(crate) fn spec(c: Config, r: &RecordBatch, s: &RecordBatch, algorithm: JoinA
     })
 }
 
-/// One GPU join of device-resident R and S: seconds, phases, output rows.
-pub(crate) fn gpu_join(gpu: &Arc<Gpu>, spec: &Arc<JoinSpec>, r: &DeviceBatch, s: &DeviceBatch) -> Result<(f64, PhaseTimes, u64)> {
+/// One GPU join of device-resident R and the probe chunks of S: seconds, phases, output rows,
+/// and the output batches when `keep` (else they are freed after the timing).
+pub(crate) fn gpu_join(
+    gpu: &Arc<Gpu>,
+    spec: &Arc<JoinSpec>,
+    r: &DeviceBatch,
+    s: &[DeviceBatch],
+    keep: bool,
+) -> Result<(f64, PhaseTimes, u64, Vec<DeviceBatch>)> {
     let stream = gpu.stream();
     let t = Instant::now();
     let build = JoinBuild::new(Arc::clone(gpu), &stream, Arc::clone(spec), r.clone())?;
     let mut times = build.times;
-    let out = build.probe(&stream, s, &mut times)?;
+    let mut out = Vec::new();
+    for chunk in s {
+        out.extend(build.probe(&stream, chunk, &mut times)?);
+    }
     stream.synchronize().gpu("synchronising")?;
     let seconds = t.elapsed().as_secs_f64();
     let rows = out.iter().map(|b| b.num_rows() as u64).sum();
-    drop(out);
+    if !keep {
+        out.clear();
+    }
     drop(build);
     stream.synchronize().gpu("synchronising")?;
-    Ok((seconds, times, rows))
+    Ok((seconds, times, rows, out))
 }
 
 /// DataFusion's hash join of host R and S on every core: seconds and output rows.
@@ -266,13 +278,13 @@ pub async fn run(gpu: &Arc<Gpu>, o: &JoinBenchOptions) -> Result<JoinReport> {
         stream.synchronize().gpu("synchronising")?;
         for &a in &o.algorithms {
             let spec = Arc::new(spec(c, &r, &s, a)?);
-            let (_, _, out_rows) = gpu_join(gpu, &spec, &dr, &ds)?;
+            let (_, _, out_rows, _) = gpu_join(gpu, &spec, &dr, std::slice::from_ref(&ds), false)?;
             if out_rows != matches {
                 return Err(gpu_error(format!("{a} joined {out_rows} rows; the data has {matches} matches")));
             }
             let mut runs = Vec::new();
             for _ in 0..o.runs.runs.max(1) {
-                let (secs, phases, _) = gpu_join(gpu, &spec, &dr, &ds)?;
+                let (secs, phases, _, _) = gpu_join(gpu, &spec, &dr, std::slice::from_ref(&ds), false)?;
                 runs.push((secs, phases));
             }
             let (seconds, phases) = median(runs);

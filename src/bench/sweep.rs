@@ -34,7 +34,7 @@ use crate::cost::{Profile, download_seconds, profile, upload_seconds};
 use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
 use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::join::{JoinAlgorithm, JoinBuild, PhaseTimes};
+use crate::join::JoinAlgorithm;
 
 /// The sweep's options, also its command-line arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -150,33 +150,6 @@ fn batch_bytes(b: &RecordBatch) -> f64 {
     b.columns().iter().map(|c| c.get_buffer_memory_size() as f64).sum()
 }
 
-/// One GPU join of R's chunks (concatenated on the device by uploading R whole) and S's chunks:
-/// seconds, output batches kept for the download measurement when `keep`.
-fn gpu_join_chunks(
-    gpu: &Arc<Gpu>,
-    spec: &Arc<crate::join::JoinSpec>,
-    r: &DeviceBatch,
-    s: &[DeviceBatch],
-    keep: bool,
-) -> Result<(f64, u64, Vec<DeviceBatch>)> {
-    let stream = gpu.stream();
-    let t = Instant::now();
-    let build = JoinBuild::new(Arc::clone(gpu), &stream, Arc::clone(spec), r.clone())?;
-    let mut times: PhaseTimes = build.times;
-    let mut rows = 0u64;
-    let mut kept = Vec::new();
-    for chunk in s {
-        let out = build.probe(&stream, chunk, &mut times)?;
-        rows += out.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-        if keep {
-            kept.extend(out);
-        }
-    }
-    stream.synchronize().gpu("synchronising")?;
-    let seconds = t.elapsed().as_secs_f64();
-    Ok((seconds, rows, kept))
-}
-
 async fn join_point(
     gpu: &Arc<Gpu>,
     profile: &Profile,
@@ -217,7 +190,7 @@ async fn join_point(
     let mut download = None;
     for a in JoinAlgorithm::ALL {
         let spec = Arc::new(spec(c, &r, &s, a)?);
-        let (_, rows, kept) = gpu_join_chunks(gpu, &spec, &r_dev, &s_dev, download.is_none())?;
+        let (_, _, rows, kept) = join_bench::gpu_join(gpu, &spec, &r_dev, &s_dev, download.is_none())?;
         if rows != matches {
             return Err(gpu_error(format!("{a} joined {rows} rows; the data has {matches} matches")));
         }
@@ -237,7 +210,7 @@ async fn join_point(
         drop(kept);
         let mut runs = Vec::new();
         for _ in 0..o.runs.runs.max(1) {
-            runs.push((gpu_join_chunks(gpu, &spec, &r_dev, &s_dev, false)?.0, ()));
+            runs.push((join_bench::gpu_join(gpu, &spec, &r_dev, &s_dev, false)?.0, ()));
         }
         let compute = median(runs).0;
         options.push(OptionTiming {
@@ -318,25 +291,13 @@ async fn aggregate_point(
     let mut download = 0.0;
     for method in [GroupIdMethod::Hash, GroupIdMethod::Sort] {
         let opts = GroupByOptions { method, ..GroupByOptions::default() };
-        let (_, _, got) = gpu_group_by(gpu, &dev, c.aggs, &opts)?;
+        let keep = method == GroupIdMethod::Hash;
+        let (_, _, got, out) = gpu_group_by(gpu, &dev, c.aggs, &opts, keep)?;
         if got != groups {
             return Err(gpu_error(format!("{} found {got} groups; the data has {groups}", method.name())));
         }
-        if method == GroupIdMethod::Hash {
+        if let Some(out) = out {
             let stream = dev.stream();
-            let cols = dev.columns();
-            let mut times = Default::default();
-            let out = crate::aggregate::group_by(
-                gpu,
-                stream,
-                &cols[..1],
-                cols,
-                &agg_bench::reductions(c.aggs),
-                dev.num_rows() as u64,
-                &opts,
-                &mut times,
-            )?;
-            stream.synchronize().gpu("synchronising")?;
             let all: Vec<&crate::columns::DeviceColumn> = out.keys.iter().chain(&out.values).collect();
             let mut runs = Vec::new();
             for _ in 0..o.runs.runs.max(1) + 1 {
@@ -348,7 +309,7 @@ async fn aggregate_point(
         }
         let mut runs = Vec::new();
         for _ in 0..o.runs.runs.max(1) {
-            runs.push((gpu_group_by(gpu, &dev, c.aggs, &opts)?.0, ()));
+            runs.push((gpu_group_by(gpu, &dev, c.aggs, &opts, false)?.0, ()));
         }
         let compute = median(runs).0;
         options.push(OptionTiming {
@@ -427,7 +388,7 @@ pub fn choose(points: &mut [Point], profile: &Profile) {
             .options
             .iter()
             .map(|o| {
-                let compute = join_cost::dot(&o.features, &profile.coefficients(&o.model));
+                let compute = crate::cost::dot(&o.features, &profile.coefficients(&o.model));
                 let transfers = if o.name == "cpu" { 0.0 } else { up + down };
                 (o.name.clone(), compute + transfers)
             })

@@ -8,7 +8,7 @@
 //! updates accumulators in shared memory when a block's groups fit (48 KiB), else at random in
 //! the level that holds `g` accumulators.
 
-use super::join::dot;
+use super::dot;
 use super::paper::{dictionary_encoding_cost, memory_level_bandwidth, radix_passes};
 use super::profile::Profile;
 use crate::aggregate::GroupIdMethod;
@@ -77,41 +77,14 @@ pub fn cpu_seconds(shape: &AggregateShape, profile: &Profile) -> f64 {
     dot(&shape.cpu_features(), &profile.coefficients("aggregate.cpu"))
 }
 
-/// The estimates of hash and sort group-by and the cheaper.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AggregateChoice {
-    pub method: GroupIdMethod,
-    pub estimates: Vec<(GroupIdMethod, f64)>,
-}
-
-impl AggregateChoice {
-    pub fn seconds(&self) -> f64 {
-        self.estimates.iter().find(|(m, _)| *m == self.method).map(|e| e.1).unwrap_or(f64::INFINITY)
-    }
-
-    pub fn describe(&self) -> String {
-        self.estimates
-            .iter()
-            .map(|(m, s)| format!("{} {}", m.name(), super::fmt_seconds(*s)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// What the model said of one aggregate at plan time: its shape, the methods' estimates, and
-/// the GPU-against-CPU verdict.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AggregateEstimate {
-    pub shape: AggregateShape,
-    pub choice: AggregateChoice,
-    pub verdict: super::Verdict,
-}
+/// The group-by methods' estimates and the cheaper.
+pub type AggregateChoice = super::Choice<GroupIdMethod>;
+/// What the model said of one aggregate at plan time.
+pub type AggregateEstimate = super::Estimate<AggregateShape, GroupIdMethod>;
 
 pub fn choose(shape: &AggregateShape, profile: &Profile) -> AggregateChoice {
-    let estimates: Vec<(GroupIdMethod, f64)> =
-        [GroupIdMethod::Hash, GroupIdMethod::Sort].iter().map(|&m| (m, gpu_seconds(shape, m, profile))).collect();
-    let method = estimates.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|e| e.0).unwrap_or(GroupIdMethod::Hash);
-    AggregateChoice { method, estimates }
+    let estimates = [GroupIdMethod::Hash, GroupIdMethod::Sort].iter().map(|&m| (m, gpu_seconds(shape, m, profile))).collect();
+    AggregateChoice::cheapest(estimates, GroupIdMethod::Hash)
 }
 
 #[cfg(test)]
@@ -143,7 +116,7 @@ mod tests {
         p.coefficients.insert("aggregate.hash".into(), vec![0.0, 1.0, 1.0]);
         p.coefficients.insert("aggregate.sort".into(), vec![0.0, 1.0, 1.0]);
         let c = choose(&shape(1e8, 16.0), &p);
-        assert_eq!(c.method, GroupIdMethod::Hash);
+        assert_eq!(c.best, GroupIdMethod::Hash);
         assert!(c.describe().contains("sort"), "{}", c.describe());
     }
 }

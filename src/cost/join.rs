@@ -7,6 +7,7 @@
 //! of 1 on a bandwidth term means that phase runs at its floor.
 
 use super::paper::{memory_level_bandwidth, radix_passes};
+use super::dot;
 use super::profile::Profile;
 use crate::join::JoinAlgorithm;
 
@@ -37,14 +38,10 @@ impl JoinShape {
     }
 }
 
-/// What the model said of one join at plan time: its shape, the algorithms' estimates, and the
-/// GPU-against-CPU verdict.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JoinEstimate {
-    pub shape: JoinShape,
-    pub choice: JoinChoice,
-    pub verdict: super::Verdict,
-}
+/// What the model said of one join at plan time.
+pub type JoinEstimate = super::Estimate<JoinShape, JoinAlgorithm>;
+/// The join algorithms' estimates and the cheapest.
+pub type JoinChoice = super::Choice<JoinAlgorithm>;
 
 impl JoinShape {
     /// The features of `algorithm` on this shape, on `profile`'s device.
@@ -114,11 +111,6 @@ impl JoinShape {
     }
 }
 
-/// Dot product of features and coefficients (missing coefficients count as zero).
-pub fn dot(features: &[f64], coefficients: &[f64]) -> f64 {
-    features.iter().zip(coefficients).map(|(f, c)| f * c).sum()
-}
-
 /// The model's name of a GPU join algorithm's coefficients.
 pub fn model_name(a: JoinAlgorithm) -> String {
     format!("join.{}", a.name())
@@ -134,34 +126,10 @@ pub fn cpu_seconds(shape: &JoinShape, profile: &Profile) -> f64 {
     dot(&shape.cpu_features(), &profile.coefficients("join.cpu"))
 }
 
-/// The estimates of every candidate and the cheapest.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JoinChoice {
-    pub algorithm: JoinAlgorithm,
-    /// (algorithm, estimated seconds), in `JoinAlgorithm::ALL` order.
-    pub estimates: Vec<(JoinAlgorithm, f64)>,
-}
-
-impl JoinChoice {
-    pub fn seconds(&self) -> f64 {
-        self.estimates.iter().find(|(a, _)| *a == self.algorithm).map(|e| e.1).unwrap_or(f64::INFINITY)
-    }
-
-    /// `npj 1.20 ms, phj_gfur 0.90 ms, ...` for EXPLAIN.
-    pub fn describe(&self) -> String {
-        self.estimates.iter().map(|(a, s)| format!("{a} {}", super::fmt_seconds(*s))).collect::<Vec<_>>().join(", ")
-    }
-}
-
 /// The cheapest of `candidates` by the model.
 pub fn choose(shape: &JoinShape, candidates: &[JoinAlgorithm], profile: &Profile) -> JoinChoice {
-    let estimates: Vec<(JoinAlgorithm, f64)> = candidates.iter().map(|&a| (a, gpu_seconds(shape, a, profile))).collect();
-    let algorithm = estimates
-        .iter()
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|e| e.0)
-        .unwrap_or(JoinAlgorithm::Npj);
-    JoinChoice { algorithm, estimates }
+    let estimates = candidates.iter().map(|&a| (a, gpu_seconds(shape, a, profile))).collect();
+    JoinChoice::cheapest(estimates, JoinAlgorithm::Npj)
 }
 
 #[cfg(test)]
@@ -207,8 +175,8 @@ mod tests {
             p.coefficients.insert(model_name(a), vec![0.0, 1.0, 1.0, 1.0]);
         }
         let both = [JoinAlgorithm::PhjGfur, JoinAlgorithm::PhjGftr];
-        assert_eq!(choose(&shape(1e8, 1e8, 1.0, 16.0), &both, &p).algorithm, JoinAlgorithm::PhjGftr);
-        assert_eq!(choose(&shape(1e8, 1e8, 0.02, 16.0), &both, &p).algorithm, JoinAlgorithm::PhjGfur);
+        assert_eq!(choose(&shape(1e8, 1e8, 1.0, 16.0), &both, &p).best, JoinAlgorithm::PhjGftr);
+        assert_eq!(choose(&shape(1e8, 1e8, 0.02, 16.0), &both, &p).best, JoinAlgorithm::PhjGfur);
         let c = choose(&shape(1e8, 1e8, 1.0, 16.0), &JoinAlgorithm::ALL, &p);
         assert_eq!(c.estimates.len(), 5);
         assert!(c.describe().starts_with("npj "), "{}", c.describe());

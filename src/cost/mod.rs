@@ -35,6 +35,11 @@ pub fn fmt_seconds(s: f64) -> String {
     }
 }
 
+/// Dot product of a model's features and its coefficients (missing coefficients count as zero).
+pub fn dot(features: &[f64], coefficients: &[f64]) -> f64 {
+    features.iter().zip(coefficients).map(|(f, c)| f * c).sum()
+}
+
 /// Bytes per row of a column of type `dt` in Arrow (strings: offsets plus an assumed 16 bytes
 /// of text), for transfer and materialisation estimates.
 pub fn value_bytes(dt: &DataType) -> f64 {
@@ -104,8 +109,6 @@ pub struct Verdict {
     pub upload: f64,
     pub download: f64,
     pub cpu: f64,
-    /// The candidates' estimates, for EXPLAIN.
-    pub candidates: String,
 }
 
 impl Verdict {
@@ -130,6 +133,40 @@ impl Verdict {
     }
 }
 
+/// The model's estimate of every candidate algorithm (in the candidates' order) and the cheapest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice<A> {
+    pub best: A,
+    pub estimates: Vec<(A, f64)>,
+}
+
+impl<A: Copy + PartialEq + std::fmt::Display> Choice<A> {
+    /// The cheapest of `estimates`, or `fallback` when there are none.
+    pub fn cheapest(estimates: Vec<(A, f64)>, fallback: A) -> Choice<A> {
+        let best = estimates.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|e| e.0).unwrap_or(fallback);
+        Choice { best, estimates }
+    }
+
+    /// The estimated seconds of the chosen candidate.
+    pub fn seconds(&self) -> f64 {
+        self.estimates.iter().find(|(a, _)| *a == self.best).map(|e| e.1).unwrap_or(f64::INFINITY)
+    }
+
+    /// `npj 1.20 ms, phj_gfur 0.90 ms, ...` for EXPLAIN.
+    pub fn describe(&self) -> String {
+        self.estimates.iter().map(|(a, s)| format!("{a} {}", fmt_seconds(*s))).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// What the model said of one operator at plan time: the shape it priced, the candidate
+/// algorithms' estimates, and the GPU-against-CPU verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate<S, A> {
+    pub shape: S,
+    pub choice: Choice<A>,
+    pub verdict: Verdict,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,7 +179,7 @@ mod tests {
         assert_eq!(value_bytes(&DataType::Int32), 4.0);
         assert_eq!(value_bytes(&DataType::Decimal128(15, 2)), 16.0);
         assert_eq!(value_bytes(&DataType::Utf8), 20.0);
-        let v = Verdict { gpu_compute: 1e-3, upload: 2e-3, download: 0.0, cpu: 2.5e-3, candidates: String::new() };
+        let v = Verdict { gpu_compute: 1e-3, upload: 2e-3, download: 0.0, cpu: 2.5e-3 };
         assert!(!v.gpu_wins());
         assert!(v.describe().contains("vs cpu 2.50 ms"), "{}", v.describe());
     }

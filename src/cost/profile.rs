@@ -117,17 +117,6 @@ impl Profile {
             ..Profile::h100()
         }
     }
-
-    /// A profile for tests and for machines without a GPU: the H100's.
-    pub fn default_for_tests() -> Profile {
-        Profile::h100()
-    }
-}
-
-impl Default for Profile {
-    fn default() -> Self {
-        Profile::h100()
-    }
 }
 
 /// The coefficients fitted on the H100 (benches/results/2026-11-22-h100-cost-profile.json); the

@@ -89,7 +89,7 @@ impl GpuAggregateExec {
     /// the method the model chose.
     pub fn with_estimate(mut self, estimate: AggregateEstimate) -> Self {
         if self.setting == AggregateAlgorithmSetting::Auto {
-            self.method = estimate.choice.method;
+            self.method = estimate.choice.best;
         }
         self.estimate = Some(Arc::new(estimate));
         self

@@ -121,7 +121,7 @@ impl GpuHashJoinExec {
         if self.layout.candidates.len() > 1 {
             let mut layout = (*self.layout).clone();
             let mut spec = (*layout.spec).clone();
-            spec.algorithm = estimate.choice.algorithm;
+            spec.algorithm = estimate.choice.best;
             layout.spec = Arc::new(spec);
             layout.choice = format!("cost model: {}", estimate.choice.describe());
             self.layout = Arc::new(layout);
@@ -470,17 +470,22 @@ async fn collect(
 
 /// The algorithm a build runs: the model's choice on the real build rows when the setting and
 /// plan leave a choice and the model was consulted, else the plan's.
-fn runtime_spec(layout: &Layout, estimate: Option<&JoinEstimate>, build_rows: usize, cfg: &GpuConfig) -> Arc<JoinSpec> {
+fn runtime_spec(
+    layout: &Layout,
+    estimate: Option<&JoinEstimate>,
+    build_rows: usize,
+    gpu: &Gpu,
+    cfg: &GpuConfig,
+) -> Arc<JoinSpec> {
     let Some(e) = estimate.filter(|_| layout.candidates.len() > 1) else { return Arc::clone(&layout.spec) };
-    let Ok(gpu) = Gpu::for_config(cfg) else { return Arc::clone(&layout.spec) };
     let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
     let shape = e.shape.with_build_rows(build_rows as f64);
     let choice = crate::cost::join::choose(&shape, &layout.candidates, &profile);
-    if choice.algorithm == layout.spec.algorithm {
+    if choice.best == layout.spec.algorithm {
         return Arc::clone(&layout.spec);
     }
     let mut spec = (*layout.spec).clone();
-    spec.algorithm = choice.algorithm;
+    spec.algorithm = choice.best;
     Arc::new(spec)
 }
 
@@ -496,7 +501,7 @@ async fn build_side(
     metrics: Metrics,
 ) -> Result<Arc<JoinBuild>> {
     let host = collect(&left, partitions, &layout.build_cols, &layout.build_schema, &context).await?;
-    let spec = runtime_spec(&layout, estimate.as_deref(), host.num_rows(), &cfg);
+    let spec = runtime_spec(&layout, estimate.as_deref(), host.num_rows(), &gpu, &cfg);
     metrics.ran(spec.algorithm);
     blocking(move || {
         let _t = metrics.build_time.timer();

@@ -77,7 +77,6 @@ pub fn join_estimate(
         // Most parents are CPU operators: count the download (a GPU parent would save it).
         download: download_seconds(output_rows * row_bytes(&hj.schema()), profile),
         cpu: join_cost::cpu_seconds(&shape, profile),
-        candidates: choice.describe(),
     };
     Some(JoinEstimate { shape, choice, verdict })
 }
@@ -114,7 +113,6 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         // Each input partition returns the states of its groups.
         download: download_seconds((groups * partitions).min(rows) * row_bytes(&layout.state_schema), profile),
         cpu: agg_cost::cpu_seconds(&shape, profile),
-        candidates: choice.describe(),
     };
     Some(AggregateEstimate { shape, choice, verdict })
 }

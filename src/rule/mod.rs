@@ -17,7 +17,7 @@ use datafusion::physical_plan::joins::HashJoinExec;
 pub use eligibility::FallbackReason;
 
 use crate::config::GpuConfig;
-use crate::cost::{PlacementSetting, profile};
+use crate::cost::{Estimate, PlacementSetting, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
@@ -46,6 +46,24 @@ fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPl
     .map(|t| t.data)
 }
 
+/// A GPU exec with the cost model's estimate attached, or, when the model expects the CPU to be
+/// faster, unchanged with that reason added to `reasons` (so the rule keeps the CPU operator).
+fn priced<G, S, A>(
+    exec: G,
+    estimate: Option<Estimate<S, A>>,
+    attach: impl FnOnce(G, Estimate<S, A>) -> G,
+    reasons: &mut Vec<FallbackReason>,
+) -> G {
+    match estimate {
+        Some(e) if !e.verdict.gpu_wins() => {
+            reasons.push(FallbackReason::Cost(e.verdict.describe()));
+            exec
+        }
+        Some(e) => attach(exec, e),
+        None => exec,
+    }
+}
+
 impl PhysicalOptimizerRule for GpuOptimizerRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         let cfg = GpuConfig::from_options(config);
@@ -56,7 +74,9 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
         // The device memory the GPU operators may hold, to keep joins whose build would not fit
         // on the CPU (only with a device: without one every operator falls back anyway).
-        let gpu = if device.is_none() { Gpu::for_config(&cfg).ok() } else { None };
+        // Opened only for what needs it: the default memory limit, and the cost model's profile.
+        let needs_gpu = cfg.memory_limit.bytes().is_none() || cfg.placement == PlacementSetting::Cost;
+        let gpu = if device.is_none() && needs_gpu { Gpu::for_config(&cfg).ok() } else { None };
         let memory_limit = match (&device, cfg.memory_limit.bytes()) {
             (Some(_), _) => None,
             (None, Some(limit)) => Some(limit),
@@ -87,14 +107,7 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                     }
                     GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).map(|g| {
                         let estimate = profile.as_ref().and_then(|p| costing::join_estimate(&g, &node, &cfg, p));
-                        match estimate {
-                            Some(e) if !e.verdict.gpu_wins() => {
-                                reasons.push(FallbackReason::Cost(e.verdict.describe()));
-                                Arc::new(g) as _
-                            }
-                            Some(e) => Arc::new(g.with_estimate(e)) as _,
-                            None => Arc::new(g) as _,
-                        }
+                        Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
                     })
                 } else {
                     // The aggregate's own checks run with or without a device, so EXPLAIN names them.
@@ -103,14 +116,7 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                             (Some(p), true) => costing::aggregate_estimate(&g, &cfg, p),
                             _ => None,
                         };
-                        match estimate {
-                            Some(e) if !e.verdict.gpu_wins() => {
-                                reasons.push(FallbackReason::Cost(e.verdict.describe()));
-                                Arc::new(g) as _
-                            }
-                            Some(e) => Arc::new(g.with_estimate(e)) as _,
-                            None => Arc::new(g) as _,
-                        }
+                        Arc::new(priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons)) as _
                     })
                 };
             match replaced {
