@@ -25,9 +25,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::cost::PlacementSetting;
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
+use crate::cost::PlacementSetting;
 use crate::exec::GpuAggregateExec;
 use crate::session::gpu_session_context;
 use crate::testing::{Zipf, fresh_seed, gpu_lock, gpu_or_skip, random_array};

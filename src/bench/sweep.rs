@@ -428,12 +428,17 @@ pub async fn run(gpu: &Arc<Gpu>, o: &SweepOptions) -> Result<SweepReport> {
     let mut profile = profile::load(gpu.info(), &o.profile_dir);
     // The first upload of a process creates the pinned staging pool (tens of milliseconds, once
     // per process): pay it before the first point.
-    upload_chunks(gpu, &join_bench::relations(
-        join_bench::Config { key_bytes: 4, payloads: 1, match_ratio: 1.0, skew: 0.0 },
-        1 << 16,
-        1 << 16,
-        o.runs.seed,
-    )?.1, o.batch_rows)?;
+    upload_chunks(
+        gpu,
+        &join_bench::relations(
+            join_bench::Config { key_bytes: 4, payloads: 1, match_ratio: 1.0, skew: 0.0 },
+            1 << 16,
+            1 << 16,
+            o.runs.seed,
+        )?
+        .1,
+        o.batch_rows,
+    )?;
     if o.calibrate {
         // The device terms first: the features of every point are priced with them.
         let doc = doctor::run(gpu, DoctorOptions::default())?;

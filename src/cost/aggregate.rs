@@ -83,7 +83,8 @@ pub type AggregateChoice = super::Choice<GroupIdMethod>;
 pub type AggregateEstimate = super::Estimate<AggregateShape, GroupIdMethod>;
 
 pub fn choose(shape: &AggregateShape, profile: &Profile) -> AggregateChoice {
-    let estimates = [GroupIdMethod::Hash, GroupIdMethod::Sort].iter().map(|&m| (m, gpu_seconds(shape, m, profile))).collect();
+    let estimates =
+        [GroupIdMethod::Hash, GroupIdMethod::Sort].iter().map(|&m| (m, gpu_seconds(shape, m, profile))).collect();
     AggregateChoice::cheapest(estimates, GroupIdMethod::Hash)
 }
 

@@ -6,8 +6,8 @@
 //! materialisation. Its time is the dot product with the calibrated coefficients: a coefficient
 //! of 1 on a bandwidth term means that phase runs at its floor.
 
-use super::paper::{memory_level_bandwidth, radix_passes};
 use super::dot;
+use super::paper::{memory_level_bandwidth, radix_passes};
 use super::profile::Profile;
 use crate::join::JoinAlgorithm;
 
@@ -74,7 +74,8 @@ impl JoinShape {
                 // and writing the tuples, after a histogram read.
                 let passes = if nr < 65_536.0 { 1.0 } else { 2.0 };
                 let tuple = k + 4.0;
-                let (tr, ts) = if algorithm == JoinAlgorithm::PhjGftr { (tuple + wr, tuple + ws) } else { (tuple, tuple) };
+                let (tr, ts) =
+                    if algorithm == JoinAlgorithm::PhjGftr { (tuple + wr, tuple + ws) } else { (tuple, tuple) };
                 let transform = seq((nr * tr + ns * ts) * (2.0 * passes + 1.0));
                 let matching = seq((nr + ns) * tuple) + seq(m * 8.0);
                 let mat = if algorithm == JoinAlgorithm::PhjGftr {
@@ -88,7 +89,8 @@ impl JoinShape {
                 // An LSD radix sort over every bit of the key word, then a merge path.
                 let passes = radix_passes(2f64.powf(8.0 * k));
                 let tuple = k + 4.0;
-                let (tr, ts) = if algorithm == JoinAlgorithm::SmjGftr { (tuple + wr, tuple + ws) } else { (tuple, tuple) };
+                let (tr, ts) =
+                    if algorithm == JoinAlgorithm::SmjGftr { (tuple + wr, tuple + ws) } else { (tuple, tuple) };
                 let transform = seq((nr * tr + ns * ts) * (2.0 * passes + 1.0));
                 let matching = seq(2.0 * (nr + ns) * tuple) + seq(m * 8.0);
                 let mat = if algorithm == JoinAlgorithm::SmjGftr {
@@ -107,7 +109,13 @@ impl JoinShape {
     pub fn cpu_features(&self) -> [f64; 5] {
         let table = self.build_rows * self.builds * (self.key_bytes + 16.0);
         let miss = (table / (32.0 * 1024.0 * 1024.0)).min(1.0);
-        [1.0, self.build_rows * self.builds, self.probe_rows, self.probe_rows * miss, self.output_rows * self.output_columns]
+        [
+            1.0,
+            self.build_rows * self.builds,
+            self.probe_rows,
+            self.probe_rows * miss,
+            self.output_rows * self.output_columns,
+        ]
     }
 }
 

@@ -118,8 +118,12 @@ pub struct MemoryLevels {
 
 impl MemoryLevels {
     /// The A100 values seed 002 uses.
-    pub const A100: MemoryLevels =
-        MemoryLevels { l1_bytes: L1_BYTES_A100, l1_ratio: L1_RATIO_A100, l2_bytes: L2_BYTES_A100, l2_ratio: L2_RATIO_A100 };
+    pub const A100: MemoryLevels = MemoryLevels {
+        l1_bytes: L1_BYTES_A100,
+        l1_ratio: L1_RATIO_A100,
+        l2_bytes: L2_BYTES_A100,
+        l2_ratio: L2_RATIO_A100,
+    };
 }
 
 /// §4.4 `D(N, g)`: encoding `N` `k`-byte keys with a `g`-entry dictionary: build the table from
@@ -206,7 +210,9 @@ mod tests {
         assert!(sgb_gftr_pays(16.0));
         assert!(sgb_gftr_pays(1e6));
         let n = (1u64 << 28) as f64;
-        let diff = |g: f64| sgb_sort_cost(n, B_G_A100) + 2.0 * sgb_permute_cost(n, g, B_G_A100) - 2.0 * sgb_sort_cost(n, B_G_A100);
+        let diff = |g: f64| {
+            sgb_sort_cost(n, B_G_A100) + 2.0 * sgb_permute_cost(n, g, B_G_A100) - 2.0 * sgb_sort_cost(n, B_G_A100)
+        };
         assert!(close(diff(1e6) * 1e3, 24.17, 0.002), "{}", diff(1e6) * 1e3);
         assert!(diff(6.0) < 0.0 && diff(7.0) > 0.0, "turns positive at g = 7");
         assert!(close(sgb_sort_cost(n, B_G_A100) * 1e3, 11.74, 0.002));

@@ -56,11 +56,7 @@ impl Profile {
 
     /// The coefficients of `model`, or the built-in ones when the profile has none.
     pub fn coefficients(&self, model: &str) -> Vec<f64> {
-        self.coefficients
-            .get(model)
-            .cloned()
-            .or_else(|| builtin_coefficients().get(model).cloned())
-            .unwrap_or_default()
+        self.coefficients.get(model).cloned().or_else(|| builtin_coefficients().get(model).cloned()).unwrap_or_default()
     }
 
     /// Built-in defaults for a device: the H100's or H200's measured figures, or for another
@@ -199,7 +195,8 @@ fn read(path: &Path) -> Result<Profile> {
 
 /// Writes `profile` to the cache folder and makes it the one this process uses; returns the path.
 pub fn save(profile: &Profile, dir: &str) -> Result<PathBuf> {
-    let folder = profile_dir(dir).ok_or_else(|| gpu_error("no cache folder for the device profile: set gpu.profile_dir"))?;
+    let folder =
+        profile_dir(dir).ok_or_else(|| gpu_error("no cache folder for the device profile: set gpu.profile_dir"))?;
     std::fs::create_dir_all(&folder).map_err(|e| gpu_error(format!("creating {}: {e}", folder.display())))?;
     let path = folder.join(file_name(&profile.device));
     let text = serde_json::to_string_pretty(profile).map_err(|e| gpu_error(format!("encoding the profile: {e}")))?;

@@ -35,9 +35,9 @@ use futures::StreamExt;
 use super::blocking;
 use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
-use crate::cost::aggregate::AggregateEstimate;
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
+use crate::cost::aggregate::AggregateEstimate;
 use crate::device::Gpu;
 
 #[derive(Debug)]
@@ -127,9 +127,13 @@ impl DisplayAs for GpuAggregateExec {
                 write!(f, "Gpu")?;
                 a.fmt_as(t, f)?;
                 match &self.estimate {
-                    Some(e) if self.setting == AggregateAlgorithmSetting::Auto => {
-                        write!(f, ", algorithm={} (cost model: {}; {})", self.method.name(), e.choice.describe(), e.verdict.describe())?
-                    }
+                    Some(e) if self.setting == AggregateAlgorithmSetting::Auto => write!(
+                        f,
+                        ", algorithm={} (cost model: {}; {})",
+                        self.method.name(),
+                        e.choice.describe(),
+                        e.verdict.describe()
+                    )?,
                     Some(e) => write!(
                         f,
                         ", algorithm={} (gpu.aggregate_algorithm={}; {})",
