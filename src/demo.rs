@@ -204,6 +204,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn demo_runs_and_answers_match() {
+        let _g = crate::testing::gpu_lock();
         let o = DemoOptions { orders: 100_000, customers: 5_000, seed: 7, runs: 1 };
         let report = run(&o, SessionConfig::new().with_target_partitions(2)).await.unwrap();
         assert!(report.results_match, "{report}");

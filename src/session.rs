@@ -42,6 +42,7 @@ mod tests {
     /// The README's example (with `crate::` for `datafusion_gpu::`), plus assertions.
     #[tokio::test]
     async fn readme_example_registers_the_rule_and_options() {
+        let _g = crate::testing::gpu_lock();
         use crate::SessionStateBuilderGpuExt;
         use datafusion::execution::SessionStateBuilder;
         use datafusion::prelude::SessionContext;

@@ -13,8 +13,8 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 
-use crate::cost::PlacementSetting;
 use crate::config::GpuConfig;
+use crate::cost::PlacementSetting;
 use crate::session::gpu_session_context;
 
 /// The two sessions every file runs in.
@@ -114,6 +114,7 @@ async fn run_file(path: &Path, mode: Mode) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_tests_same_answers_with_and_without_the_gpu_rule() {
+    let _g = crate::testing::gpu_lock();
     let files = slt_files();
     assert!(!files.is_empty(), "no .slt files found in {}", slt_dir().display());
     if std::env::var_os("DFG_SLT_COMPLETE").is_some() {

@@ -216,18 +216,18 @@ pub(crate) fn gpu_join(
     Ok((seconds, times, rows, out))
 }
 
-/// DataFusion's hash join of host R and S on every core: seconds and output rows.
-pub(crate) async fn cpu_join(r: &RecordBatch, s: &RecordBatch, threads: usize) -> Result<(f64, u64)> {
-    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
+/// DataFusion's CollectLeft hash join of host R (one partition) and S (`partitions`) on their
+/// first columns, projected to R's columns and S's payloads.
+pub(crate) fn collect_left_plan(r: &RecordBatch, s: &RecordBatch, partitions: usize) -> Result<Arc<dyn ExecutionPlan>> {
     let left = MemorySourceConfig::try_new_exec(&host_partitions(r, 1), r.schema(), None)?;
-    let right = MemorySourceConfig::try_new_exec(&host_partitions(s, threads), s.schema(), None)?;
+    let right = MemorySourceConfig::try_new_exec(&host_partitions(s, partitions), s.schema(), None)?;
     let on = vec![(
         Arc::new(Column::new(r.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>,
         Arc::new(Column::new(s.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>,
     )];
     let ncols = r.num_columns();
     let projection: Vec<usize> = (0..ncols).chain(ncols + 1..ncols + s.num_columns()).collect();
-    let join: Arc<dyn ExecutionPlan> = Arc::new(HashJoinExec::try_new(
+    Ok(Arc::new(HashJoinExec::try_new(
         left,
         right,
         on,
@@ -237,7 +237,13 @@ pub(crate) async fn cpu_join(r: &RecordBatch, s: &RecordBatch, threads: usize) -
         PartitionMode::CollectLeft,
         NullEquality::NullEqualsNothing,
         false,
-    )?);
+    )?))
+}
+
+/// DataFusion's hash join of host R and S on every core: seconds and output rows.
+pub(crate) async fn cpu_join(r: &RecordBatch, s: &RecordBatch, threads: usize) -> Result<(f64, u64)> {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
+    let join = collect_left_plan(r, s, threads)?;
     let t = Instant::now();
     let mut stream = execute_stream(join, ctx.task_ctx())?;
     let mut rows = 0u64;

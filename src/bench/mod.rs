@@ -5,6 +5,7 @@ pub mod join;
 pub mod primitives;
 pub mod sweep;
 pub mod transfer;
+pub mod triton;
 
 use datafusion::arrow::record_batch::RecordBatch;
 

@@ -24,6 +24,7 @@ use datafusion_gpu::bench::join::{self, JoinBenchOptions};
 use datafusion_gpu::bench::primitives;
 use datafusion_gpu::bench::sweep::{self, SweepOptions};
 use datafusion_gpu::bench::transfer::{self, TransferBenchOptions};
+use datafusion_gpu::bench::triton::{self, TritonBenchOptions};
 use datafusion_gpu::config::ByteSize;
 use datafusion_gpu::demo::{self, DemoOptions};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
@@ -111,6 +112,10 @@ enum BenchCommand {
     /// The join workload of seed 002 on device-resident data: every GPU join algorithm with its
     /// phases, the bandwidth floor, and DataFusion's CPU hash join on the same data.
     Join(JoinBenchOptions),
+    /// Out-of-core joins (seed 000, Triton join): a join whose build state is 2x, 4x and 8x the
+    /// lowered memory limit, from host memory, against the PCIe bound, the in-memory GPU join
+    /// and DataFusion's CPU join.
+    Triton(TritonBenchOptions),
     /// The group-by workload of seed 002 on device-resident data: every GPU group-by algorithm
     /// with its phases over a sweep of group counts, the bandwidth floor, and DataFusion's CPU
     /// aggregate on the same data.
@@ -322,6 +327,12 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
         Some(Command::Bench { which: BenchCommand::Join(opts) }) => {
             let gpu = gpu_for(0, GpuConfig::default())?;
             let report = join::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+        Some(Command::Bench { which: BenchCommand::Triton(opts) }) => {
+            let gpu = gpu_for(0, GpuConfig::default())?;
+            let report = triton::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
             println!("{report}");
             Ok(())
         }

@@ -1,7 +1,9 @@
 //! Arrow arrays and record batches on the device: host-side packing into the device layout
-//! ([`host`]), and device columns and batches with their transfers ([`device`]).
+//! ([`host`]), device columns and batches with their transfers ([`device`]), and their
+//! concatenation on the device ([`concat`]).
 //! Pure data movement; no query semantics.
 
+pub mod concat;
 pub mod device;
 pub mod host;
 

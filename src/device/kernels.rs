@@ -32,6 +32,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("verify", include_str!("../../kernels/verify.cu")),
     ("join", include_str!("../../kernels/join.cu")),
     ("groupby", include_str!("../../kernels/groupby.cu")),
+    ("spill", include_str!("../../kernels/spill.cu")),
 ];
 
 /// NVRTC options besides the architecture.

@@ -47,9 +47,14 @@ impl MemoryBudget {
         self.used.load(Ordering::SeqCst)
     }
 
-    /// Most bytes ever reserved at once.
+    /// Most bytes ever reserved at once (since the last [`Self::reset_peak`]).
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Starts measuring the peak again from the bytes reserved now.
+    pub fn reset_peak(&self) {
+        self.peak.store(self.used(), Ordering::SeqCst);
     }
 
     /// Reserves `bytes` for `what`, or explains why it does not fit.

@@ -15,7 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg, sys};
 
 pub use launch::{KArg, opt_ptr, ptr};
 pub use memory::{DeviceBuffer, MemoryBudget};
@@ -34,6 +34,11 @@ const AUTO_LIMIT_SHARE: f64 = 0.9;
 pub const DEFAULT_REGISTER_LIMIT: u64 = 8 << 30;
 /// Most free pinned bytes the pool keeps for reuse.
 const PINNED_CACHE_LIMIT: u64 = 4 << 30;
+/// Pieces of out-of-core device work that run at once (each sized to an eighth of the memory
+/// limit, next to a build of up to a quarter; see [`crate::join::triton::SpillSizes`]). One for
+/// now: more need smaller pieces (an H100 run with two, and builds of up to half the limit,
+/// overran the limit).
+pub const SPILL_WORKERS: usize = 1;
 
 /// Transfer settings, from the session's `gpu.` options.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +72,9 @@ pub struct Gpu {
     copy_threads: RwLock<Arc<rayon::ThreadPool>>,
     registry: registered::HostRegistry,
     kernels: kernels::KernelCache,
+    /// Taken by an out-of-core join for each piece of device work, so that at most
+    /// [`SPILL_WORKERS`] pieces sized to the memory limit run at once.
+    spill_slots: Arc<tokio::sync::Semaphore>,
 }
 
 fn copy_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
@@ -124,6 +132,7 @@ impl Gpu {
         let default_limit = (info.free_memory_at_start as f64 * AUTO_LIMIT_SHARE) as u64;
         Ok(Gpu {
             kernels: kernels::KernelCache::new(Arc::clone(&ctx), &info, cache_dir),
+            spill_slots: Arc::new(tokio::sync::Semaphore::new(SPILL_WORKERS)),
             pinned: PinnedPool::new(Arc::clone(&ctx), PINNED_CACHE_LIMIT),
             registry: registered::HostRegistry::new(Arc::clone(&ctx), DEFAULT_REGISTER_LIMIT),
             memory: Arc::new(MemoryBudget::new(default_limit)),
@@ -153,6 +162,15 @@ impl Gpu {
             }
             *s = new;
         }
+    }
+
+    /// A slot for one piece of an out-of-core join's device work (see [`crate::join::triton`]),
+    /// held until the permit is dropped.
+    pub async fn spill_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.spill_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| gpu_error("the out-of-core work slots are closed"))
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -224,7 +242,7 @@ impl Gpu {
     /// Uploads host byte slices into device buffers on `stream`.
     pub fn upload(&self, stream: &Arc<CudaStream>, pieces: &[transfer::UploadPiece<'_>]) -> Result<()> {
         let mut ring = self.take_ring()?;
-        let result = transfer::upload(stream, &mut ring, &self.registry, pieces, &self.copy_threads());
+        let result = transfer::upload(stream, &mut ring, &self.registry, &self.pinned, pieces, &self.copy_threads());
         self.return_ring(ring);
         result
     }
@@ -246,6 +264,32 @@ impl Gpu {
         let mut out = self.alloc(stream, src.len(), what)?;
         self.copy_device(stream, src, &mut out, src.len())?;
         Ok(out)
+    }
+
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset` (stream-ordered DMA
+    /// copy; the buffers may differ in size).
+    pub fn copy_device_range(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &DeviceBuffer,
+        src_offset: usize,
+        dst: &DeviceBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        if src_offset + len > src.len() || dst_offset + len > dst.len() {
+            return Err(gpu_error(format!(
+                "device copy of {len} bytes from offset {src_offset} of {} to offset {dst_offset} of {} overruns",
+                src.len(),
+                dst.len()
+            )));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        self.context().bind_to_thread().gpu("binding the CUDA context")?;
+        let (s, d) = (src.raw_ptr(stream) + src_offset as u64, dst.raw_ptr(stream) + dst_offset as u64);
+        unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, len, stream.cu_stream()) }.result().gpu("device-to-device copy")
     }
 
     /// Copies `len` bytes between device buffers with the `copy` kernels (16-byte vectors, then a

@@ -52,6 +52,9 @@ impl Drop for Chunk {
             let _ = unsafe { result::free_host(self.addr as *mut std::ffi::c_void) };
         }
         self.pool.allocated.fetch_sub(self.size as u64, Ordering::SeqCst);
+        if let Ok(mut live) = self.pool.live.lock() {
+            live.remove(&self.addr);
+        }
     }
 }
 
@@ -67,6 +70,8 @@ struct PoolShared {
     ctx: Arc<CudaContext>,
     /// Bytes allocated from the driver and not yet released.
     allocated: AtomicU64,
+    /// Address and size of every chunk allocated and not yet released.
+    live: Mutex<BTreeMap<usize, usize>>,
 }
 
 /// A pool of pinned host blocks of one context.
@@ -85,7 +90,7 @@ pub struct PinnedPool {
 impl PinnedPool {
     pub fn new(ctx: Arc<CudaContext>, cache_limit: u64) -> Arc<Self> {
         Arc::new(PinnedPool {
-            shared: Arc::new(PoolShared { ctx, allocated: AtomicU64::new(0) }),
+            shared: Arc::new(PoolShared { ctx, allocated: AtomicU64::new(0), live: Mutex::new(BTreeMap::new()) }),
             free: Mutex::new(BTreeMap::new()),
             cached: AtomicU64::new(0),
             cache_limit,
@@ -93,6 +98,14 @@ impl PinnedPool {
     }
 
     /// Pinned bytes held by this process (in use and cached).
+    /// Whether `bytes` lie in pinned memory of this pool (for instance buffers a download
+    /// returned), so the DMA engine may read them directly.
+    pub fn contains(&self, bytes: &[u8]) -> bool {
+        let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
+        let Ok(live) = self.shared.live.lock() else { return false };
+        live.range(..=addr).next_back().is_some_and(|(&start, &size)| addr + len <= start + size)
+    }
+
     pub fn allocated_bytes(&self) -> u64 {
         self.shared.allocated.load(Ordering::SeqCst)
     }
@@ -129,6 +142,9 @@ impl PinnedPool {
             ))
         })?;
         self.shared.allocated.fetch_add(size as u64, Ordering::SeqCst);
+        if let Ok(mut live) = self.shared.live.lock() {
+            live.insert(ptr as usize, size);
+        }
         Ok(Arc::new(Chunk { addr: ptr as usize, size, pool: Arc::clone(&self.shared) }))
     }
 

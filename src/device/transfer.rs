@@ -89,14 +89,16 @@ pub struct UploadPiece<'a> {
     pub dst_offset: usize,
 }
 
-/// Copies every piece to the device on `stream`: straight from host memory for buffers the
-/// `registry` has page-locked, through `ring` otherwise, `threads` filling the staging slots. Returns when the host bytes are no longer needed (they are all in pinned
-/// memory or already on the device); the device copies may still be in flight on `stream`.
-/// `threads` fill the staging slots.
+/// Copies every piece to the device on `stream`: straight from host memory for buffers in
+/// `pool`'s pinned memory or that the `registry` has page-locked, through `ring` otherwise,
+/// `threads` filling the staging slots. Returns when the host bytes are no longer needed (they
+/// are all in pinned memory that stays allocated, or already on the device); the device copies
+/// may still be in flight on `stream`.
 pub fn upload(
     stream: &Arc<CudaStream>,
     ring: &mut StagingRing,
     registry: &HostRegistry,
+    pool: &PinnedPool,
     pieces: &[UploadPiece<'_>],
     threads: &rayon::ThreadPool,
 ) -> Result<()> {
@@ -107,6 +109,9 @@ pub fn upload(
     let mut batch: Vec<(&[u8], usize, sys::CUdeviceptr)> = Vec::new();
     let mut fill = 0usize;
     let mut slot = 0usize;
+    // Pool blocks go back to the pool when their buffer is dropped, which the caller may do as
+    // soon as this returns: copies straight from them are waited for.
+    let mut direct_from_pool = false;
     for piece in pieces {
         if piece.dst_offset + piece.src.len() > piece.dst.len() {
             return Err(gpu_error(format!(
@@ -117,7 +122,9 @@ pub fn upload(
             )));
         }
         let base = piece.dst.raw_ptr(stream) + piece.dst_offset as u64;
-        if registry.prepare(piece.src) {
+        let pinned = pool.contains(piece.src);
+        direct_from_pool |= pinned;
+        if pinned || registry.prepare(piece.src) {
             unsafe {
                 sys::cuMemcpyHtoDAsync_v2(base, piece.src.as_ptr() as *const _, piece.src.len(), stream.cu_stream())
             }
@@ -141,6 +148,9 @@ pub fn upload(
     }
     if !batch.is_empty() {
         flush(stream, ring, slot, &batch, threads)?;
+    }
+    if direct_from_pool {
+        stream.synchronize().gpu("waiting for copies from pinned host memory")?;
     }
     Ok(())
 }

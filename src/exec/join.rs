@@ -40,11 +40,13 @@ use tokio::sync::OnceCell;
 
 use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream};
 use crate::columns::DeviceBatch;
+use crate::columns::concat::can_concat;
 use crate::config::GpuConfig;
-use crate::device::Gpu;
+use crate::cost::join::JoinEstimate;
+use crate::device::{DeviceBuffer, Gpu};
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
-use crate::cost::join::JoinEstimate;
+use crate::join::triton::{Rounds, SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
 
 /// The join's device-side description, fixed when the rule places the exec.
@@ -61,12 +63,63 @@ struct Layout {
     choice: String,
     /// The algorithms the setting allows the cost model to choose among.
     candidates: Vec<JoinAlgorithm>,
+    /// Why this join cannot run out of core (`None`: it can, when its build side would not fit
+    /// under the memory limit).
+    no_spill: Option<String>,
+}
+
+/// A prepared build side: on the device, or partitioned in pinned host memory.
+#[derive(Debug, Clone)]
+enum Built {
+    Memory(Arc<JoinBuild>),
+    Spilled(Arc<OutOfCore>),
+}
+
+/// The build side of an out-of-core join ([`crate::join::triton`]).
+#[derive(Debug)]
+struct OutOfCore {
+    build: SpilledSide,
+    sizes: SpillSizes,
+    /// The rounds every probe stream goes through, in order.
+    steps: Vec<Step>,
+    rounds: Arc<Rounds>,
+}
+
+/// One round of an out-of-core join: a chunk of one partition's build pieces (a partition too
+/// large for one build state is built in several chunks, each probed by the whole partition).
+#[derive(Debug, Clone)]
+struct Step {
+    part: usize,
+    pieces: std::ops::Range<usize>,
+    first: bool,
+    last: bool,
+}
+
+impl OutOfCore {
+    fn new(build: SpilledSide, sizes: SpillSizes, consumers: usize) -> Self {
+        let mut steps = Vec::new();
+        for part in 0..build.partitions() {
+            let mut groups = build.groups(part, sizes.build_bytes);
+            if groups.is_empty() {
+                groups.push(0..0);
+            }
+            let n = groups.len();
+            steps.extend(groups.into_iter().enumerate().map(|(i, pieces)| Step {
+                part,
+                pieces,
+                first: i == 0,
+                last: i + 1 == n,
+            }));
+        }
+        let rounds = Rounds::new(consumers);
+        OutOfCore { build, sizes, steps, rounds }
+    }
 }
 
 /// The build side shared by the probe partitions of a `CollectLeft` join.
 #[derive(Debug, Default)]
 struct Shared {
-    build: OnceCell<Arc<JoinBuild>>,
+    build: OnceCell<Built>,
     /// Probe partitions still running; the last one emits the build rows decided at the end.
     remaining: AtomicUsize,
 }
@@ -78,6 +131,8 @@ pub struct GpuHashJoinExec {
     layout: Arc<Layout>,
     /// The cost model's plan-time estimate, when it was consulted.
     estimate: Option<Arc<JoinEstimate>>,
+    /// Why the plan expects this join to run out of core (its build over the memory limit).
+    out_of_core: Option<String>,
     shared: Arc<Shared>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -109,6 +164,7 @@ impl GpuHashJoinExec {
             join,
             layout,
             estimate: None,
+            out_of_core: None,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -130,6 +186,18 @@ impl GpuHashJoinExec {
         self
     }
 
+    /// This exec, expected to run out of core for `why` (the plan-time memory check's words).
+    /// The choice is made again at run time on the real build size.
+    pub fn with_out_of_core(mut self, why: String) -> Self {
+        self.out_of_core = Some(why);
+        self
+    }
+
+    /// Why the plan expects this join to run out of core, if it does.
+    pub fn out_of_core(&self) -> Option<&str> {
+        self.out_of_core.as_deref()
+    }
+
     /// The cost model's estimate, when it was consulted.
     pub fn estimate(&self) -> Option<&JoinEstimate> {
         self.estimate.as_deref()
@@ -138,6 +206,11 @@ impl GpuHashJoinExec {
     /// The algorithms the model may choose among (one when the setting or the plan fixes it).
     pub fn candidates(&self) -> &[JoinAlgorithm] {
         &self.layout.candidates
+    }
+
+    /// Why this join cannot run out of core, or `None` when it can.
+    pub fn no_spill_reason(&self) -> Option<&str> {
+        self.layout.no_spill.as_deref()
     }
 
     /// Schemas of the build and probe columns the GPU uploads.
@@ -239,7 +312,17 @@ impl GpuHashJoinExec {
         let ordered = hj.properties().output_ordering().is_some();
         let (algorithm, choice) = choose_algorithm(cfg.join_algorithm, ordered);
         let candidates = candidates(cfg.join_algorithm, ordered);
+        let no_spill = if ordered {
+            Some("the plan relies on the probe order, which partitioning does not keep".to_string())
+        } else if hj.null_aware {
+            Some("NOT IN (a null-aware anti join) is decided over the whole probe side".to_string())
+        } else {
+            build_schema.fields().iter().chain(probe_schema.fields().iter()).find(|f| !can_concat(f.data_type())).map(
+                |f| format!("column {} of type {} cannot be partitioned through host memory", f.name(), f.data_type()),
+            )
+        };
         Ok(Layout {
+            no_spill,
             candidates,
             build_cols,
             build_schema,
@@ -321,6 +404,9 @@ impl DisplayAs for GpuHashJoinExec {
                     write!(f, ", filter={}", filter.expression())?;
                 }
                 write!(f, ", algorithm={} ({}), key={:?}", spec.algorithm, self.layout.choice, spec.keys.encoding)?;
+                if let Some(why) = &self.out_of_core {
+                    write!(f, ", out_of_core=[{why}: partitioned through pinned host memory]")?;
+                }
                 if let Some(e) = &self.estimate {
                     write!(f, ", {}", e.verdict.describe())?;
                 }
@@ -367,6 +453,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             join,
             layout,
             estimate: self.estimate.clone(),
+            out_of_core: self.out_of_core.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -377,6 +464,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             join: Arc::clone(&self.join),
             layout: Arc::clone(&self.layout),
             estimate: self.estimate.clone(),
+            out_of_core: self.out_of_core.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -415,6 +503,13 @@ struct Metrics {
     output_rows: datafusion::physical_plan::metrics::Count,
     output_batches: datafusion::physical_plan::metrics::Count,
     probe_rows: datafusion::physical_plan::metrics::Count,
+    /// Out-of-core joins: partitions, and bytes moved to pinned host memory (both sides).
+    spill_partitions: datafusion::physical_plan::metrics::Count,
+    spill_bytes: datafusion::physical_plan::metrics::Count,
+    /// Out-of-core joins: partitioning the probe side into host memory, and waiting for the
+    /// other probe streams at the partition rounds.
+    spill_time: Time,
+    round_wait_time: Time,
     /// Builds run by each algorithm (EXPLAIN ANALYZE shows the one actually run).
     ran: Vec<(JoinAlgorithm, datafusion::physical_plan::metrics::Count)>,
 }
@@ -432,6 +527,10 @@ impl Metrics {
             output_rows: b().output_rows(partition),
             output_batches: b().counter("output_batches", partition),
             probe_rows: b().counter("probe_rows", partition),
+            spill_partitions: b().counter("spill_partitions", partition),
+            spill_bytes: b().counter("spill_bytes", partition),
+            spill_time: b().subset_time("spill_time", partition),
+            round_wait_time: b().subset_time("round_wait_time", partition),
             ran: JoinAlgorithm::ALL.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
         }
     }
@@ -489,6 +588,56 @@ fn runtime_spec(
     Arc::new(spec)
 }
 
+/// Bytes per output row, for sizing output windows (variable-width columns count 16).
+fn output_row_bytes(schema: &SchemaRef) -> u64 {
+    schema.fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum::<u64>().max(1)
+}
+
+/// A spec for one build: the run-time algorithm choice, and out of core, its output windows.
+fn build_spec(
+    layout: &Layout,
+    estimate: Option<&JoinEstimate>,
+    build_rows: usize,
+    gpu: &Gpu,
+    cfg: &GpuConfig,
+    window_rows: Option<u64>,
+) -> Arc<JoinSpec> {
+    let spec = runtime_spec(layout, estimate, build_rows, gpu, cfg);
+    match window_rows {
+        Some(w) if w < spec.batch_rows => {
+            let mut s = (*spec).clone();
+            s.batch_rows = w;
+            Arc::new(s)
+        }
+        _ => spec,
+    }
+}
+
+/// Host batches of at most `rows` rows each covering `batch`.
+fn slices(batch: &RecordBatch, rows: usize) -> Vec<RecordBatch> {
+    let rows = rows.max(1);
+    (0..batch.num_rows()).step_by(rows).map(|at| batch.slice(at, rows.min(batch.num_rows() - at))).collect()
+}
+
+/// Bytes the rows of a host batch hold (a slice counts only its own rows, where
+/// `get_array_memory_size` counts the buffers it is cut from).
+fn batch_bytes(batch: &RecordBatch) -> u64 {
+    let data = batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(c.get_array_memory_size()));
+    data.map(|b| b as u64).sum::<u64>()
+}
+
+/// Bytes per row of a host batch (at least 1).
+fn row_bytes(batch: &RecordBatch) -> u64 {
+    (batch_bytes(batch) / batch.num_rows().max(1) as u64).max(1)
+}
+
+/// Collects the build side and prepares it: on the device when its state fits under the memory
+/// limit, else partitioned into pinned host memory for an out-of-core join whose output goes to
+/// `consumers` streams at once (the probe streams share this build when
+/// `consumers_share_build`, as in `CollectLeft` mode). In `Partitioned` mode each partition's
+/// join gets a share of the limit, and when the plan expects the join to run out of core
+/// (`planned_out_of_core`) every partition does, so that all their device work takes turns
+/// under the spill lock (a partition joined in memory would not).
 #[allow(clippy::too_many_arguments)]
 async fn build_side(
     gpu: Arc<Gpu>,
@@ -499,8 +648,42 @@ async fn build_side(
     partitions: std::ops::Range<usize>,
     context: Arc<TaskContext>,
     metrics: Metrics,
-) -> Result<Arc<JoinBuild>> {
+    consumers: usize,
+    consumers_share_build: bool,
+    planned_out_of_core: bool,
+) -> Result<Built> {
     let host = collect(&left, partitions, &layout.build_cols, &layout.build_schema, &context).await?;
+    // Partitioned mode runs one join per partition at the same time: each gets its share.
+    let (limit, streams) = match consumers_share_build {
+        true => (gpu.memory().limit(), consumers),
+        false => (gpu.memory().limit() / consumers.max(1) as u64, 1),
+    };
+    let bytes = batch_bytes(&host);
+    let spill = !fits_in_memory(bytes, limit) || (planned_out_of_core && !consumers_share_build);
+    if layout.no_spill.is_none() && spill {
+        let out_row = output_row_bytes(&layout.spec.schema);
+        let sizes = SpillSizes::new(bytes, limit, streams, out_row, cfg.batch_rows as u64);
+        metrics.spill_partitions.add(sizes.partitions());
+        let slot = gpu.spill_slot().await?;
+        let build = blocking(move || {
+            let _t = metrics.build_time.timer();
+            let _slot = slot;
+            let stream = gpu.stream();
+            let mut side = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
+            for chunk in slices(&host, sizes.chunk_rows(row_bytes(&host))) {
+                let dev = {
+                    let _u = metrics.upload_time.timer();
+                    DeviceBatch::upload(&gpu, &stream, &chunk)?
+                };
+                side.add(&gpu, &dev, &layout.spec.keys, &layout.spec.build_keys)?;
+            }
+            metrics.spill_bytes.add(side.bytes as usize);
+            Ok(side)
+        })
+        .await?;
+        let participants = if consumers_share_build { consumers } else { 1 };
+        return Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))));
+    }
     let spec = runtime_spec(&layout, estimate.as_deref(), host.num_rows(), &gpu, &cfg);
     metrics.ran(spec.algorithm);
     blocking(move || {
@@ -512,9 +695,218 @@ async fn build_side(
         };
         let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
         metrics.add_phases(&build.times);
-        Ok(Arc::new(build))
+        Ok(Built::Memory(Arc::new(build)))
     })
     .await
+}
+
+/// The columns of a GPU child's batch that the probe uses.
+fn probe_columns(layout: &Layout, gpu: &Arc<Gpu>, dev: &DeviceBatch) -> Result<DeviceBatch> {
+    let columns = layout.probe_cols.iter().map(|&c| Arc::clone(&dev.columns()[c])).collect();
+    Ok(DeviceBatch::try_new(
+        Arc::clone(&layout.probe_schema),
+        columns,
+        dev.num_rows(),
+        Arc::clone(gpu),
+        Arc::clone(dev.stream()),
+    )?)
+}
+
+/// Everything one probe stream of an out-of-core join needs.
+struct OutOfCoreProbe {
+    ooc: Arc<OutOfCore>,
+    gpu: Arc<Gpu>,
+    layout: Arc<Layout>,
+    estimate: Option<Arc<JoinEstimate>>,
+    cfg: GpuConfig,
+    metrics: Metrics,
+}
+
+impl OutOfCoreProbe {
+    /// Partitions one probe batch into `side` (device work under the spill lock).
+    async fn split(&self, side: SpilledSide, batch: ProbeBatch) -> Result<SpilledSide> {
+        let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
+        let _t = m.spill_time.timer();
+        let slot = self.gpu.spill_slot().await?;
+        blocking(move || {
+            let _slot = slot;
+            let stream = gpu.stream();
+            let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
+            let mut side = side;
+            let dev = match batch {
+                ProbeBatch::Device(d) => d,
+                ProbeBatch::Host(h) => {
+                    let _u = m.upload_time.timer();
+                    DeviceBatch::upload(&gpu, &stream, &h)?
+                }
+            };
+            trace.step("upload");
+            trace.print("split");
+            m.probe_rows.add(dev.num_rows());
+            let before = side.bytes;
+            side.add(&gpu, &dev, &layout.spec.keys, &layout.spec.probe_keys)?;
+            m.spill_bytes.add((side.bytes - before) as usize);
+            Ok(side)
+        })
+        .await
+    }
+
+    /// Reads the whole probe input into host partitions, then joins partition by partition in
+    /// step with the other probe streams, sending the output to `tx`.
+    async fn run(&self, probe: Probe, tx: &mut mpsc::Sender<Result<DeviceBatch>>) -> Result<()> {
+        let sizes = self.ooc.sizes;
+        let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
+        match probe {
+            Probe::Device(mut stream) => {
+                while let Some(dev) = stream.next().await.transpose()? {
+                    if dev.num_rows() > 0 {
+                        let batch = probe_columns(&self.layout, &self.gpu, &dev)?;
+                        side = self.split(side, ProbeBatch::Device(batch)).await?;
+                    }
+                }
+            }
+            Probe::Host(mut stream) => {
+                let mut pending: Vec<RecordBatch> = Vec::new();
+                let mut bytes = 0u64;
+                loop {
+                    let next = stream.next().await.transpose()?;
+                    let done = next.is_none();
+                    if let Some(b) = next {
+                        let b = b.project(&self.layout.probe_cols)?;
+                        bytes += batch_bytes(&b);
+                        pending.push(b);
+                    }
+                    if !pending.is_empty() && (bytes >= sizes.chunk_bytes || done) {
+                        let host = concat_batches(&self.layout.probe_schema, &pending)?;
+                        pending.clear();
+                        bytes = 0;
+                        // Batches may add up to more than a chunk: chunks by the rows' size.
+                        for chunk in slices(&host, sizes.chunk_rows(row_bytes(&host))) {
+                            side = self.split(side, ProbeBatch::Host(chunk)).await?;
+                        }
+                    }
+                    if done {
+                        break;
+                    }
+                }
+            }
+        }
+        let side = Arc::new(side);
+        let spec = &self.layout.spec;
+        // Probe flags of the current partition's groups, kept across its build chunks.
+        let mut flags: Vec<Arc<DeviceBuffer>> = Vec::new();
+        for (round, step) in self.ooc.steps.iter().enumerate() {
+            let cell = {
+                let _w = self.metrics.round_wait_time.timer();
+                self.ooc.rounds.enter(round).await?
+            };
+            let groups = side.groups(step.part, sizes.chunk_bytes);
+            let chunked = !(step.first && step.last);
+            if step.first && chunked && spec.needs_probe_flags() {
+                let (gpu, side, sizes_p) = (Arc::clone(&self.gpu), Arc::clone(&side), groups.clone());
+                let part = step.part;
+                flags = blocking(move || {
+                    let stream = gpu.stream();
+                    let out = sizes_p
+                        .iter()
+                        .map(|g| {
+                            let rows = side.group_rows(part, g.clone()) as usize;
+                            gpu.alloc_filled(&stream, rows, 0, "probe flags across build chunks").map(Arc::new)
+                        })
+                        .collect::<crate::error::Result<Vec<_>>>()?;
+                    stream.synchronize().map_err(|e| DataFusionError::Execution(format!("GPU: {e}")))?;
+                    Ok(out)
+                })
+                .await?;
+            }
+            // A build is needed to probe, or to emit the build rows decided at the end.
+            if !groups.is_empty() || spec.emits_build_rows() {
+                let build = {
+                    let (gpu, ooc, layout, m) =
+                        (Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&self.layout), self.metrics.clone());
+                    let (estimate, cfg, step) = (self.estimate.clone(), self.cfg.clone(), step.clone());
+                    let init = move || async move {
+                        let slot = gpu.spill_slot().await?;
+                        blocking(move || {
+                            let _t = m.build_time.timer();
+                            let _slot = slot;
+                            let stream = gpu.stream();
+                            let dev = {
+                                let _u = m.upload_time.timer();
+                                ooc.build.restore(&gpu, &stream, step.part, step.pieces.clone())?
+                            };
+                            let window = Some(ooc.sizes.window_rows);
+                            let spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), &gpu, &cfg, window);
+                            m.ran(spec.algorithm);
+                            let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
+                            let rows = dev.num_rows();
+                            let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
+                            m.add_phases(&build.times);
+                            stream.synchronize().map_err(|e| DataFusionError::Execution(format!("GPU: {e}")))?;
+                            trace.step("build");
+                            trace.print(&format!("build part {} of {rows} rows", step.part));
+                            Ok(Arc::new(build))
+                        })
+                        .await
+                    };
+                    Arc::clone(cell.get_or_try_init(init).await?)
+                };
+                for (h, group) in groups.into_iter().enumerate() {
+                    let (gpu, side, build, m) =
+                        (Arc::clone(&self.gpu), Arc::clone(&side), Arc::clone(&build), self.metrics.clone());
+                    let (part, last) = (step.part, step.last);
+                    let f = if chunked { flags.get(h).cloned() } else { None };
+                    let slot = self.gpu.spill_slot().await?;
+                    let outputs = blocking(move || {
+                        let _slot = slot;
+                        let stream = gpu.stream();
+                        let dev = {
+                            let _u = m.upload_time.timer();
+                            side.restore(&gpu, &stream, part, group)?
+                        };
+                        let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
+                        let mut times = PhaseTimes::default();
+                        let out = build.probe_part(&stream, &dev, &mut times, f.as_deref(), last)?;
+                        m.add_phases(&times);
+                        // Done before the slot goes to the next piece: memory this piece freed
+                        // is reused at once (stream-ordered frees on other streams are not).
+                        stream.synchronize().map_err(|e| DataFusionError::Execution(format!("GPU: {e}")))?;
+                        trace.step("probe");
+                        trace.print(&format!("probe {} rows, {} out", dev.num_rows(), out.len()));
+                        Ok(out)
+                    })
+                    .await?;
+                    send(tx, &self.metrics, outputs).await?;
+                }
+            }
+            if step.last {
+                flags.clear();
+            }
+            drop(cell);
+            if let Some(done) = self.ooc.rounds.leave_round(round)? {
+                if done.spec().emits_build_rows() {
+                    let (gpu, m) = (Arc::clone(&self.gpu), self.metrics.clone());
+                    let slot = self.gpu.spill_slot().await?;
+                    let outputs = blocking(move || {
+                        let _slot = slot;
+                        let mut times = PhaseTimes::default();
+                        let out = done.finish(&gpu.stream(), &mut times)?;
+                        m.add_phases(&times);
+                        Ok(out)
+                    })
+                    .await?;
+                    send(tx, &self.metrics, outputs).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One batch of probe input for the out-of-core split.
+enum ProbeBatch {
+    Device(DeviceBatch),
+    Host(RecordBatch),
 }
 
 /// The probe input: device batches from a GPU child, or host batches from any other.
@@ -582,6 +974,7 @@ impl GpuExec for GpuHashJoinExec {
         let layout = Arc::clone(&self.layout);
         let estimate = self.estimate.clone();
         let shared = Arc::clone(&self.shared);
+        let planned_out_of_core = self.out_of_core.is_some();
         let chunk_rows = cfg.batch_rows.max(1);
         // A GPU child hands over its device batches directly (no download and upload between
         // two GPU operators); any other child is read as host batches and uploaded in chunks.
@@ -592,24 +985,47 @@ impl GpuExec for GpuHashJoinExec {
         let (mut tx, rx) = mpsc::channel::<Result<DeviceBatch>>(2);
         let task = SpawnedTask::spawn(async move {
             let result = async {
+                // Output streams that may hold windows at once: every probe partition (in
+                // Partitioned mode each runs a join of its own, at the same time).
+                let consumers = probe_partitions;
                 let build_fut = build_side(
                     Arc::clone(&gpu),
                     Arc::clone(&layout),
-                    estimate,
-                    cfg,
+                    estimate.clone(),
+                    cfg.clone(),
                     left,
                     build_partitions,
                     Arc::clone(&context),
                     metrics.clone(),
+                    consumers,
+                    mode == PartitionMode::CollectLeft,
+                    planned_out_of_core,
                 );
-                let build = if mode == PartitionMode::CollectLeft {
+                let built = if mode == PartitionMode::CollectLeft {
                     let init = || {
                         shared.remaining.store(probe_partitions, Ordering::SeqCst);
                         build_fut
                     };
-                    Arc::clone(shared.build.get_or_try_init(init).await?)
+                    shared.build.get_or_try_init(init).await?.clone()
                 } else {
                     build_fut.await?
+                };
+                let build = match built {
+                    Built::Memory(b) => b,
+                    Built::Spilled(ooc) => {
+                        let participant = ooc.rounds.participant();
+                        let job = OutOfCoreProbe { ooc: Arc::clone(&ooc), gpu, layout, estimate, cfg, metrics };
+                        return match job.run(probe, &mut tx).await {
+                            Ok(()) => {
+                                participant.complete();
+                                Ok(())
+                            }
+                            Err(e) => {
+                                ooc.rounds.fail(&e.to_string());
+                                Err(e)
+                            }
+                        };
+                    }
                 };
                 let mut probe = match probe {
                     Probe::Host(stream) => stream,
@@ -618,14 +1034,7 @@ impl GpuExec for GpuHashJoinExec {
                             if dev.num_rows() == 0 {
                                 continue;
                             }
-                            let columns = layout.probe_cols.iter().map(|&c| Arc::clone(&dev.columns()[c])).collect();
-                            let chunk = DeviceBatch::try_new(
-                                Arc::clone(&layout.probe_schema),
-                                columns,
-                                dev.num_rows(),
-                                Arc::clone(&gpu),
-                                Arc::clone(dev.stream()),
-                            )?;
+                            let chunk = probe_columns(&layout, &gpu, &dev)?;
                             let (build, m) = (Arc::clone(&build), metrics.clone());
                             // On the stream that produced the batch, so the probe follows it.
                             let outputs = blocking(move || probe_chunk(&build, &m, chunk.stream(), &chunk)).await?;

@@ -11,6 +11,9 @@
 //! window holding whole probe items and about `batch_rows` pairs, so that no allocation holds a
 //! large many-to-many result at once. Wide keys are confirmed per pair, matched flags are set,
 //! and output columns are gathered (GFUR at row ids, GFTR at transformed positions).
+//!
+//! A build side whose state would not fit under the memory limit is joined out of core,
+//! partition by partition through pinned host memory ([`triton`]).
 
 pub mod filter;
 pub mod keys;
@@ -19,6 +22,7 @@ pub mod npj;
 pub mod phj;
 pub mod smj;
 pub mod transform;
+pub mod triton;
 
 #[cfg(test)]
 mod tests;
@@ -206,7 +210,9 @@ impl JoinSpec {
         )
     }
 
-    fn needs_probe_flags(&self) -> bool {
+    /// Whether probe rows are decided by their matches (outer, semi, anti and mark joins on the
+    /// probe side).
+    pub fn needs_probe_flags(&self) -> bool {
         matches!(
             self.join_type,
             JoinType::Right | JoinType::Full | JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark
@@ -318,7 +324,7 @@ fn gftr_columns<'a>(spec: &JoinSpec, batch: &'a DeviceBatch, build: bool) -> Vec
     out
 }
 
-fn key_columns(batch: &DeviceBatch, idx: &[usize]) -> Result<Vec<Arc<DeviceColumn>>> {
+pub(crate) fn key_columns(batch: &DeviceBatch, idx: &[usize]) -> Result<Vec<Arc<DeviceColumn>>> {
     idx.iter()
         .map(|i| {
             batch.columns().get(*i).cloned().ok_or_else(|| gpu_error(format!("join key column {i} is out of range")))
@@ -402,6 +408,22 @@ impl JoinBuild {
         chunk: &DeviceBatch,
         times: &mut PhaseTimes,
     ) -> Result<Vec<DeviceBatch>> {
+        self.probe_part(stream, chunk, times, None, true)
+    }
+
+    /// Joins one probe chunk against this build when the build side is one of several chunks
+    /// that each see the whole probe side (an out-of-core partition too large for one build).
+    /// `flags` (one zeroed byte per probe row, ordered before `stream`) collects the probe rows'
+    /// matches across the build chunks; the probe rows the join type decides by them (unmatched,
+    /// semi, anti, mark) come out only with the `last` build chunk.
+    pub fn probe_part(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        times: &mut PhaseTimes,
+        flags: Option<&DeviceBuffer>,
+        last: bool,
+    ) -> Result<Vec<DeviceBatch>> {
         let (spec, gpu) = (&*self.spec, &*self.gpu);
         let rows = chunk.num_rows() as u64;
         let key_cols = key_columns(chunk, &spec.probe_keys)?;
@@ -470,10 +492,20 @@ impl JoinBuild {
         })?;
         let windows = self.windows(stream, &offsets, items, total)?;
 
-        let probe_flags = if spec.needs_probe_flags() {
-            Some(gpu.alloc_filled(stream, rows as usize, 0, "matched probe rows")?)
-        } else {
-            None
+        let own_flags = match flags {
+            None if spec.needs_probe_flags() => {
+                Some(gpu.alloc_filled(stream, rows as usize, 0, "matched probe rows")?)
+            }
+            _ => None,
+        };
+        let probe_flags: Option<&DeviceBuffer> = match flags {
+            Some(f) if spec.needs_probe_flags() => {
+                if f.len() < rows as usize {
+                    return Err(gpu_error("probe flags shorter than the probe chunk"));
+                }
+                Some(f)
+            }
+            _ => own_flags.as_ref(),
         };
         let wide = spec.keys.encoding == KeyEncoding::Wide;
         let build_perm = self.build_perm();
@@ -549,7 +581,7 @@ impl JoinBuild {
             })?;
             out.extend(batch);
         }
-        if let Some(flags) = &probe_flags {
+        if let Some(flags) = probe_flags.filter(|_| last) {
             let emitted = phase(stream, &mut times.materialize, || self.emit_probe_rows(stream, chunk, flags))?;
             out.extend(emitted);
         }

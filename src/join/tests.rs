@@ -29,8 +29,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cost::PlacementSetting;
 use crate::config::GpuConfig;
+use crate::cost::PlacementSetting;
 use crate::exec::GpuHashJoinExec;
 use crate::join::{JoinAlgorithm, JoinAlgorithmSetting};
 use crate::rule::GpuOptimizerRule;
@@ -324,18 +324,27 @@ fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize) -> SessionContext {
     gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg))
 }
 
+/// The case's join on the CPU: its schema, batches and sorted rows.
+async fn cpu_answer(
+    c: &JoinCase<'_>,
+    what: &str,
+) -> std::result::Result<(SchemaRef, Vec<RecordBatch>, Vec<Vec<u8>>), String> {
+    let cpu_ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(3));
+    let join = plan(c);
+    let schema = join.schema();
+    let cpu = collect(join, cpu_ctx.task_ctx()).await.map_err(|e| format!("{what}: the CPU join failed: {e}"))?;
+    let want = rows(&cpu, &schema);
+    Ok((schema, cpu, want))
+}
+
 /// Runs the case on the CPU and with each algorithm on the GPU (concurrently); returns failures,
 /// also printed as they are found.
 async fn check(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgorithm], batch_rows: usize) -> Vec<String> {
     // Every run gets a plan of its own: DataFusion's RepartitionExec runs only once.
-    let cpu_ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(3));
-    let join = plan(c);
-    let schema = join.schema();
-    let cpu = match collect(join, cpu_ctx.task_ctx()).await {
-        Ok(b) => b,
-        Err(e) => return vec![format!("{what}: the CPU join failed: {e}")],
+    let (schema, cpu, want) = match cpu_answer(c, what).await {
+        Ok(x) => x,
+        Err(e) => return vec![e],
     };
-    let want = rows(&cpu, &schema);
     let runs = algorithms.iter().map(|&a| {
         let join = plan(c);
         async move {
@@ -352,27 +361,39 @@ async fn check(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgorithm], batch
     });
     let mut failures = Vec::new();
     for (a, result) in algorithms.iter().zip(futures::future::join_all(runs).await) {
-        let failure = match result {
-            Err(e) => Some(e),
-            Ok(b) => {
-                let got = rows(&b, &schema);
-                (got != want).then(|| {
-                    format!(
-                        "{what} {a}: {} rows, expected {}; missing e.g. {:?}; unexpected e.g. {:?}",
-                        got.len(),
-                        want.len(),
-                        only_in(&want, &got, &cpu, &schema),
-                        only_in(&got, &want, &b, &schema)
-                    )
-                })
-            }
-        };
-        if let Some(f) = failure {
-            let _ = writeln!(std::io::stderr(), "JOIN MISMATCH {f}");
-            failures.push(f);
-        }
+        failures.extend(mismatch(result, &format!("{what} {a}"), &want, &cpu, &schema));
     }
     failures
+}
+
+/// Why one GPU run's result differs from the CPU's rows `want` (of batches `cpu`), if it does;
+/// also written to stderr.
+fn mismatch(
+    result: std::result::Result<Vec<RecordBatch>, String>,
+    what: &str,
+    want: &[Vec<u8>],
+    cpu: &[RecordBatch],
+    schema: &SchemaRef,
+) -> Option<String> {
+    let failure = match result {
+        Err(e) => Some(e),
+        Ok(b) => {
+            let got = rows(&b, schema);
+            (got != want).then(|| {
+                format!(
+                    "{what}: {} rows, expected {}; missing e.g. {:?}; unexpected e.g. {:?}",
+                    got.len(),
+                    want.len(),
+                    only_in(want, &got, cpu, schema),
+                    only_in(&got, want, &b, schema)
+                )
+            })
+        }
+    };
+    if let Some(f) = &failure {
+        let _ = writeln!(std::io::stderr(), "JOIN MISMATCH {f}");
+    }
+    failure
 }
 
 fn key_type_cases() -> Vec<(&'static str, Vec<DataType>)> {
@@ -596,4 +617,140 @@ async fn gpu_join_filters_match_cpu() {
         }
     }
     assert!(failures.is_empty(), "seed {seed}: {} joins differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The sum of metric `name` over a plan's nodes.
+fn metric_sum(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
+    let own = plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize());
+    own + plan.children().iter().map(|c| metric_sum(c, name)).sum::<usize>()
+}
+
+/// Runs the case on the CPU, then on the GPU with each algorithm in turn under a memory limit of
+/// `1 / fraction` of the join's build state (its uploaded build columns, times the state factor),
+/// so that it runs out of core; checks the answer, that the out-of-core path ran, and that the
+/// device memory in use never exceeded the limit.
+async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgorithm], fraction: u64) -> Vec<String> {
+    let (schema, cpu, want) = match cpu_answer(c, what).await {
+        Ok(x) => x,
+        Err(e) => return vec![e],
+    };
+    let mut failures = Vec::new();
+    for &a in algorithms {
+        let result = async {
+            // The build columns the GPU join uploads, from an unconstrained placement.
+            let probe_plan = GpuOptimizerRule::new()
+                .optimize(plan(c), gpu_ctx(a, 1 << 22).state().config_options())
+                .map_err(|e| format!("the rule failed: {e}"))?;
+            let exec = probe_plan.downcast_ref::<GpuHashJoinExec>().ok_or("the join stayed on the CPU")?;
+            let names: Vec<usize> = exec
+                .build_schema()
+                .fields()
+                .iter()
+                .map(|f| c.left.schema().index_of(f.name()).map_err(|e| e.to_string()))
+                .collect::<std::result::Result<_, _>>()?;
+            let build = c.left.project(&names).map_err(|e| e.to_string())?;
+            let state = build.get_array_memory_size() as u64 * crate::join::triton::STATE_FACTOR;
+            // At least 1 MiB: below that single pieces and windows outgrow their shares.
+            let limit = (state / fraction).max(1 << 20);
+            let mut cfg = GpuConfig::default();
+            cfg.min_rows = 0;
+            cfg.placement = PlacementSetting::Always;
+            cfg.join_algorithm = JoinAlgorithmSetting::Fixed(a);
+            cfg.memory_limit = crate::config::ByteSize::Bytes(limit);
+            let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));
+            let gpu_plan = GpuOptimizerRule::new()
+                .optimize(plan(c), ctx.state().config_options())
+                .map_err(|e| format!("the rule failed: {e}"))?;
+            if gpu_plan.downcast_ref::<GpuHashJoinExec>().is_none() {
+                return Err("the join stayed on the CPU".to_string());
+            }
+            let gpu = crate::device::Gpu::for_config(&GpuConfig::from_options(ctx.state().config_options()))
+                .map_err(|e| e.to_string())?;
+            gpu.memory().reset_peak();
+            let batches = collect(Arc::clone(&gpu_plan), ctx.task_ctx()).await.map_err(|e| format!("failed: {e}"))?;
+            let peak = gpu.memory().peak();
+            if peak > limit {
+                return Err(format!("device memory peaked at {peak} bytes, over the limit of {limit}"));
+            }
+            if metric_sum(&gpu_plan, "spill_partitions") == 0 {
+                return Err(format!("the join did not run out of core under a limit of {limit} bytes"));
+            }
+            Ok(batches)
+        }
+        .await;
+        let result = result.map_err(|e| format!("{what} {a}: {e}"));
+        failures.extend(mismatch(result, &format!("{what} {a}"), &want, &cpu, &schema));
+    }
+    failures
+}
+
+/// Out-of-core joins (issue: Triton join): the memory limit at a tenth (CollectLeft) and a quarter
+/// (Partitioned) of the build state, every join type, uniform and skewed keys (Zipf 1.0 and 1.5,
+/// whose hot key alone outgrows one build), narrow and wide keys, with a filter. NULL keys match
+/// nothing here: with NULL = NULL the tables' 8% of NULL keys on each side would multiply into
+/// one probe group's output of far more than these limits, which fails with a memory-limit error
+/// (a group's output is materialized at once; see `join::triton`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_join_out_of_core_matches_cpu() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_join_out_of_core_matches_cpu") else { return };
+    let seed = fresh_seed("gpu_join_out_of_core_matches_cpu");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    let mut joins = 0;
+    // One algorithm per case (the out-of-core driver is the same for all; the in-memory suite
+    // covers the algorithms), alternating, to keep the test within minutes.
+    let algorithms = [JoinAlgorithm::PhjGftr];
+    // Builds large enough that a tenth of their state is over 1 MiB. Skew on one side at a
+    // time: a hot build key (Zipf 1.5: over a third of the build rows) outgrows one build and is
+    // built in chunks; a hot probe key fills one partition's probe groups. Skew on both sides
+    // would multiply into billions of output rows.
+    let cases = [
+        (
+            "int64",
+            vec![DataType::Int64],
+            vec![(Dist::Unique, Dist::Unique), (Dist::Zipf(1.5), Dist::Unique), (Dist::Unique, Dist::Zipf(1.5))],
+        ),
+        ("utf8+int32", vec![DataType::Utf8, DataType::Int32], vec![(Dist::Zipf(1.0), Dist::Unique)]),
+    ];
+    for (kname, types, dists) in cases {
+        for (ldist, rdist) in dists {
+            let left = table(&mut rng, &types, ldist, 100_000, 100_000, true, "l");
+            let right = table(&mut rng, &types, rdist, 130_000, 100_000, false, "r");
+            for jt in JOIN_TYPES {
+                for (fraction, mode) in [(10, PartitionMode::CollectLeft), (4, PartitionMode::Partitioned)] {
+                    let nulls = NullEquality::NullEqualsNothing;
+                    let c = JoinCase { mode, ..JoinCase::new(&left, &right, types.len(), jt, nulls) };
+                    let what = format!("[out of core 1/{fraction} {kname} {ldist:?}/{rdist:?} {jt} {mode:?}]");
+                    let t = std::time::Instant::now();
+                    failures.extend(check_out_of_core(&c, &what, &algorithms, fraction).await);
+                    let _ = writeln!(std::io::stderr(), "{what}: {:.1} s", t.elapsed().as_secs_f64());
+                    joins += algorithms.len();
+                }
+            }
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "out-of-core joins: {kname} keys done ({joins} so far, {:.0} s)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    // A residual filter, out of core.
+    let types = vec![DataType::Int64];
+    let left = table(&mut rng, &types, Dist::Unique, 100_000, 100_000, true, "l");
+    let right = table(&mut rng, &types, Dist::Duplicates, 130_000, 100_000, false, "r");
+    for jt in [JoinType::Inner, JoinType::Full, JoinType::LeftAnti, JoinType::RightSemi] {
+        let sides = [(JoinSide::Left, 1), (JoinSide::Right, 1)];
+        let filter = join_filter(&left, &right, &sides, |s| {
+            let sum = binary(col("l_row", s).unwrap(), Operator::Plus, col("r_row", s).unwrap(), s).unwrap();
+            binary(sum, Operator::Gt, datafusion::physical_expr::expressions::lit(100_000i64), s).unwrap()
+        });
+        let c =
+            JoinCase { filter: Some(filter), ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
+        failures.extend(check_out_of_core(&c, &format!("[out of core filter {jt}]"), &algorithms, 4).await);
+        joins += algorithms.len();
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} of {joins} joins differ:\n{}", failures.len(), failures.join("\n"));
+    let _ = writeln!(std::io::stderr(), "out-of-core joins: {joins} GPU joins matched the CPU (seed {seed})");
 }

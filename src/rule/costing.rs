@@ -10,7 +10,7 @@ use super::eligibility::estimated_rows;
 use crate::config::GpuConfig;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::cost::join::{self as join_cost, JoinEstimate, JoinShape};
-use crate::cost::{Profile, Verdict, download_seconds, row_bytes, upload_seconds, value_bytes};
+use crate::cost::{Profile, Verdict, download_seconds, paper, row_bytes, upload_seconds, value_bytes};
 use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 use crate::join::OutputColumn;
 use crate::join::keys::KeyEncoding;
@@ -22,12 +22,15 @@ fn key_bytes(encoding: KeyEncoding) -> f64 {
     }
 }
 
-/// The estimate of a GPU join, or `None` when the statistics give no input sizes.
+/// The estimate of a GPU join, or `None` when the statistics give no input sizes. With
+/// `out_of_core_limit` (the memory limit its build exceeds) the join runs out of core and pays
+/// seed 000's transfers: both sides down to host memory once and up again.
 pub fn join_estimate(
     exec: &GpuHashJoinExec,
     node: &Arc<dyn ExecutionPlan>,
     cfg: &GpuConfig,
     profile: &Profile,
+    out_of_core_limit: Option<u64>,
 ) -> Option<JoinEstimate> {
     let hj = node.downcast_ref::<HashJoinExec>()?;
     let (left, right) = (hj.left(), hj.right());
@@ -71,11 +74,19 @@ pub fn join_estimate(
     if as_gpu_exec(right).is_none() {
         up_bytes += right_rows * row_bytes(ps);
     }
+    let mut down_bytes = output_rows * row_bytes(&hj.schema());
+    if out_of_core_limit.is_some() {
+        let state = left_rows * row_bytes(bs) + right_rows * row_bytes(ps);
+        // Nothing stays cached on the device: the first pass's upload is counted above.
+        let (h2d, d2h) = paper::triton_transfer_bytes(state, 0.0);
+        up_bytes += h2d - state;
+        down_bytes += d2h;
+    }
     let verdict = Verdict {
         gpu_compute: choice.seconds(),
         upload: upload_seconds(up_bytes, builds + probe_chunks, profile),
         // Most parents are CPU operators: count the download (a GPU parent would save it).
-        download: download_seconds(output_rows * row_bytes(&hj.schema()), profile),
+        download: download_seconds(down_bytes, profile),
         cpu: join_cost::cpu_seconds(&shape, profile),
     };
     Some(JoinEstimate { shape, choice, verdict })
@@ -168,7 +179,7 @@ mod tests {
         );
         let cfg = GpuConfig::default();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
-        let e = join_estimate(&exec, &node, &cfg, &Profile::h100()).expect("memory sources have row counts");
+        let e = join_estimate(&exec, &node, &cfg, &Profile::h100(), None).expect("memory sources have row counts");
         assert_eq!(e.shape.build_rows, 1000.0);
         assert_eq!(e.shape.probe_rows, 5000.0);
         assert_eq!(e.shape.key_bytes, 8.0);

@@ -176,14 +176,17 @@ pub const BUILD_MEMORY_FACTOR: u64 = 3;
 pub fn build_memory_reason(join: &HashJoinExec, limit: u64) -> Option<FallbackReason> {
     let left = join.left();
     let stats = StatisticsContext::new().compute(left.as_ref(), &StatisticsArgs::new()).ok()?;
-    let bytes = match stats.total_byte_size.get_value() {
-        Some(b) => *b as u64,
-        None => {
-            let rows = *stats.num_rows.get_value()? as u64;
-            let width: u64 =
-                left.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum();
-            rows * width
-        }
+    let width: u64 =
+        left.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum();
+    let by_rows = stats.num_rows.get_value().map(|r| *r as u64 * width);
+    // Batches sliced from one buffer each count the whole buffer in `total_byte_size`: trust the
+    // rows when they give less for fixed-width columns.
+    let fixed = left.schema().fields().iter().all(|f| f.data_type().primitive_width().is_some());
+    let bytes = match (stats.total_byte_size.get_value(), by_rows) {
+        (Some(b), Some(r)) if fixed => (*b as u64).min(r),
+        (Some(b), _) => *b as u64,
+        (None, Some(r)) => r,
+        (None, None) => return None,
     };
     // A partitioned build holds one partition of the left side at a time.
     let build_bytes = match join.partition_mode() {
@@ -192,6 +195,23 @@ pub fn build_memory_reason(join: &HashJoinExec, limit: u64) -> Option<FallbackRe
     };
     let need_bytes = build_bytes.saturating_mul(BUILD_MEMORY_FACTOR);
     (need_bytes > limit).then_some(FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit })
+}
+
+/// EXPLAIN's words for a join that runs out of core because of `over` (an
+/// [`FallbackReason::OverMemoryLimit`]).
+pub fn out_of_core_note(over: &FallbackReason) -> String {
+    match over {
+        FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit } => {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            format!(
+                "build about {:.1} MiB, state about {:.1} MiB over gpu.memory_limit = {:.1} MiB",
+                mib(*build_bytes),
+                mib(*need_bytes),
+                mib(*limit)
+            )
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Reasons an aggregate stays on the CPU besides the device and its own layout checks

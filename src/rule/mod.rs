@@ -88,10 +88,11 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             _ => None,
         };
         plan.transform_up(|node| {
+            // A join whose build would not fit runs out of core when it can (issue: Triton join).
+            let mut over_limit = None;
             let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
-                let mut r = eligibility::join_reasons(join, cfg.min_rows);
-                r.extend(memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit)));
-                r
+                over_limit = memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit));
+                eligibility::join_reasons(join, cfg.min_rows)
             } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
                 eligibility::aggregate_reasons(agg, cfg.min_rows)
             } else {
@@ -106,7 +107,17 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                         return Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as _));
                     }
                     GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).map(|g| {
-                        let estimate = profile.as_ref().and_then(|p| costing::join_estimate(&g, &node, &cfg, p));
+                        let g = match (&over_limit, g.no_spill_reason()) {
+                            (Some(over), None) => g.with_out_of_core(eligibility::out_of_core_note(over)),
+                            (Some(over), Some(why)) => {
+                                reasons.push(over.clone());
+                                reasons.push(FallbackReason::Unsupported(format!("it cannot run out of core: {why}")));
+                                g
+                            }
+                            (None, _) => g,
+                        };
+                        let limit = over_limit.as_ref().and(memory_limit);
+                        let estimate = profile.as_ref().and_then(|p| costing::join_estimate(&g, &node, &cfg, p, limit));
                         Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
                     })
                 } else {
@@ -187,6 +198,7 @@ mod tests {
 
     #[tokio::test]
     async fn explain_shows_why_joins_and_aggregates_stay_on_cpu() {
+        let _g = crate::testing::gpu_lock();
         let ctx = ctx_with_tables(SessionConfig::new()).await;
         let plan = physical_plan(&ctx, JOIN_AGG).await;
         assert!(plan.contains("CpuFallbackExec: HashJoinExec stays on the CPU"), "{plan}");
@@ -210,6 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn options_are_settable_with_set() {
+        let _g = crate::testing::gpu_lock();
         let ctx = ctx_with_tables(SessionConfig::new().with_information_schema(true)).await;
         ctx.sql("SET gpu.min_rows = 10").await.unwrap().collect().await.unwrap();
         let plan = physical_plan(&ctx, JOIN_AGG).await;
@@ -239,33 +252,40 @@ mod tests {
         }
     }
 
-    /// A join whose build side would not fit under gpu.memory_limit stays on the CPU, says why,
-    /// and answers as the CPU does.
+    /// A join whose build side would not fit under gpu.memory_limit runs out of core (EXPLAIN
+    /// says so), stays within the limit and answers as the CPU does; a join that cannot run out
+    /// of core (NOT IN) stays on the CPU and says why.
     #[tokio::test]
-    async fn joins_over_the_memory_limit_stay_on_the_cpu() {
+    async fn joins_over_the_memory_limit_run_out_of_core() {
         let _g = crate::testing::gpu_lock();
-        let Some(_gpu) = crate::testing::gpu_or_skip("joins_over_the_memory_limit_stay_on_the_cpu") else { return };
+        let Some(gpu) = crate::testing::gpu_or_skip("joins_over_the_memory_limit_run_out_of_core") else { return };
         let config = SessionConfig::new().with_target_partitions(2);
         let ctx = gpu_session_context(config.clone());
         ctx.register_table("a", table(300_000)).unwrap();
         ctx.register_table("b", table(300_000)).unwrap();
         ctx.sql("SET gpu.min_rows = 0").await.unwrap().collect().await.unwrap();
         ctx.sql("SET gpu.placement = 'always'").await.unwrap().collect().await.unwrap();
-        // No aggregate: at 1 MiB the GPU aggregate would fail at run time (its memory follows
-        // gpu.batch_rows, not its input, so it has no plan-time check).
-        let sql = "SELECT a.k, b.f FROM a JOIN b ON a.k = b.k ORDER BY a.k DESC LIMIT 5";
-        let plan = physical_plan(&ctx, sql).await;
-        assert!(plan.contains("GpuHashJoinExec"), "{plan}");
-        ctx.sql("SET gpu.memory_limit = '1M'").await.unwrap().collect().await.unwrap();
-        let plan = physical_plan(&ctx, sql).await;
-        assert!(plan.contains("over gpu.memory_limit"), "{plan}");
-        assert!(!plan.contains("GpuHashJoinExec"), "{plan}");
-        let got = pretty_format_batches(&ctx.sql(sql).await.unwrap().collect().await.unwrap()).unwrap().to_string();
         let cpu = SessionContext::new_with_config(config);
         cpu.register_table("a", table(300_000)).unwrap();
         cpu.register_table("b", table(300_000)).unwrap();
-        let want = pretty_format_batches(&cpu.sql(sql).await.unwrap().collect().await.unwrap()).unwrap().to_string();
-        assert_eq!(got, want);
+        // No aggregate: at 2 MiB the GPU aggregate would fail at run time (its memory follows
+        // gpu.batch_rows, not its input, so it has no plan-time check).
+        let sql = "SELECT a.k, b.f FROM a JOIN b ON a.k = b.k ORDER BY a.k DESC, b.f LIMIT 5";
+        let not_in = "SELECT a.k FROM a WHERE a.k NOT IN (SELECT k FROM b WHERE k > 5) ORDER BY a.k LIMIT 5";
+        let plan = physical_plan(&ctx, sql).await;
+        assert!(plan.contains("GpuHashJoinExec") && !plan.contains("out_of_core"), "{plan}");
+        ctx.sql("SET gpu.memory_limit = '2M'").await.unwrap().collect().await.unwrap();
+        let plan = physical_plan(&ctx, sql).await;
+        assert!(plan.contains("GpuHashJoinExec") && plan.contains("out_of_core=[build about"), "{plan}");
+        let plan = physical_plan(&ctx, not_in).await;
+        assert!(plan.contains("over gpu.memory_limit") && plan.contains("cannot run out of core"), "{plan}");
+        for q in [sql, not_in] {
+            gpu.memory().reset_peak();
+            let got = pretty_format_batches(&ctx.sql(q).await.unwrap().collect().await.unwrap()).unwrap().to_string();
+            assert!(gpu.memory().peak() <= 2 << 20, "peak {} over the limit", gpu.memory().peak());
+            let want = pretty_format_batches(&cpu.sql(q).await.unwrap().collect().await.unwrap()).unwrap().to_string();
+            assert_eq!(got, want, "{q}");
+        }
         // Leave the shared device's budget as the default configuration sets it.
         ctx.sql("SET gpu.memory_limit = 'auto'").await.unwrap().collect().await.unwrap();
         let _ = physical_plan(&ctx, sql).await;
@@ -273,6 +293,7 @@ mod tests {
 
     #[tokio::test]
     async fn unsupported_key_types_and_expressions_are_named() {
+        let _g = crate::testing::gpu_lock();
         let ctx = ctx_with_tables(SessionConfig::new()).await;
         let plan = physical_plan(&ctx, "SELECT count(*) FROM a JOIN b ON a.f = b.f").await;
         assert!(plan.contains("has unsupported type Float64"), "{plan}");
@@ -285,6 +306,7 @@ mod tests {
 
     #[tokio::test]
     async fn annotated_plans_give_the_same_answers() {
+        let _g = crate::testing::gpu_lock();
         let gpu = ctx_with_tables(SessionConfig::new()).await;
         let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
         cpu.register_table("a", table(50)).unwrap();
@@ -297,6 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn running_the_rule_twice_annotates_once() {
+        let _g = crate::testing::gpu_lock();
         let ctx = ctx_with_tables(SessionConfig::new()).await;
         let plan = ctx.sql(JOIN_AGG).await.unwrap().create_physical_plan().await.unwrap();
         let again = GpuOptimizerRule::new().optimize(Arc::clone(&plan), ctx.state().config_options()).unwrap();

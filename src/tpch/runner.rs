@@ -522,6 +522,7 @@ mod tests {
 
     #[tokio::test]
     async fn files_carry_the_label_and_a_cpu_run_writes_json_and_png() {
+        let _g = crate::testing::gpu_lock();
         let dir = std::env::temp_dir().join(format!("dfg-runner-{}", std::process::id()));
         let mut o = SuiteBenchOptions::check_only(0.01);
         o.queries = vec!["1.1".into(), "2.1".into()];
@@ -581,11 +582,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tpch_queries_match_the_cpu() {
+        let _g = crate::testing::gpu_lock();
         suite_matches(Suite::Tpch, 0.01).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ssb_queries_match_the_cpu() {
+        let _g = crate::testing::gpu_lock();
         suite_matches(Suite::Ssb, 0.01).await;
     }
 }
