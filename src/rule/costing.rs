@@ -14,6 +14,7 @@ use crate::cost::{Profile, Verdict, download_seconds, paper, row_bytes, upload_s
 use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 use crate::join::OutputColumn;
 use crate::join::keys::KeyEncoding;
+use crate::join::triton::SpillSizes;
 
 fn key_bytes(encoding: KeyEncoding) -> f64 {
     match encoding {
@@ -21,6 +22,11 @@ fn key_bytes(encoding: KeyEncoding) -> f64 {
         KeyEncoding::Narrow64 | KeyEncoding::Wide => 8.0,
     }
 }
+
+/// Fixed cost of one step of an out-of-core join (one probe stream's restore and probe in one
+/// partition's round), whatever its size: 1.1 ms, the slope of the measured time over the steps
+/// between 1/2 and 1/8 of the state in benches/results/2026-11-22-h100-triton.md (H100).
+const OUT_OF_CORE_STEP_SECONDS: f64 = 1.1e-3;
 
 /// The estimate of a GPU join, or `None` when the statistics give no input sizes. With
 /// `out_of_core_limit` (the memory limit its build exceeds) the join runs out of core and pays
@@ -75,15 +81,23 @@ pub fn join_estimate(
         up_bytes += right_rows * row_bytes(ps);
     }
     let mut down_bytes = output_rows * row_bytes(&hj.schema());
-    if out_of_core_limit.is_some() {
+    let mut rounds_seconds = 0.0;
+    if let Some(limit) = out_of_core_limit {
         let state = left_rows * row_bytes(bs) + right_rows * row_bytes(ps);
         // Nothing stays cached on the device: the first pass's upload is counted above.
         let (h2d, d2h) = paper::triton_transfer_bytes(state, 0.0);
         up_bytes += h2d - state;
         down_bytes += d2h;
+        // Every probe stream takes a step in every partition's round (CollectLeft), or each
+        // partition's join goes through its own partitions under its share of the limit.
+        let build_bytes = (left_rows * row_bytes(bs) / builds) as u64;
+        let share = limit / builds as u64;
+        let parts = SpillSizes::new(build_bytes, share.max(1), 1, 1, cfg.batch_rows as u64).partitions() as f64;
+        let steps = if builds > 1.0 { builds * parts } else { parts * probe_partitions };
+        rounds_seconds = steps * OUT_OF_CORE_STEP_SECONDS;
     }
     let verdict = Verdict {
-        gpu_compute: choice.seconds(),
+        gpu_compute: choice.seconds() + rounds_seconds,
         upload: upload_seconds(up_bytes, builds + probe_chunks, profile),
         // Most parents are CPU operators: count the download (a GPU parent would save it).
         download: download_seconds(down_bytes, profile),
