@@ -4,14 +4,12 @@
 //! need not start or end on a byte), and string offsets moved behind the bytes of the ranges
 //! before them. Dictionaries are not handled: their pieces may hold different dictionaries.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::datatypes::DataType;
-
-use std::ops::Range;
-
 use datafusion::arrow::buffer::{BooleanBuffer, Buffer};
+use datafusion::arrow::datatypes::DataType;
 
 use super::{DeviceColumn, HostColumn};
 use crate::device::transfer::UploadPiece;
@@ -19,7 +17,7 @@ use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::select::bitmap_bytes;
 
-/// Whether [`concat_columns`] handles columns of type `dt`.
+/// Whether [`upload_row_ranges`] handles columns of type `dt`.
 pub fn can_concat(dt: &DataType) -> bool {
     !matches!(dt, DataType::Dictionary(..)) && crate::columns::is_supported(dt)
 }
@@ -116,27 +114,28 @@ pub fn upload_row_ranges(
         }
         Ok(Some(bits.slice_with_length(a, b - a)))
     };
-    // Validity (and Boolean values): uploaded byte ranges, then their bits placed by kernel.
-    let mut bitmaps: Vec<(Option<usize>, Vec<Option<Buffer>>)> = Vec::new();
-    if null_count > 0 {
-        bitmaps.push((None, parts.iter().map(|(c, r)| bitmap_slice(c, r, None)).collect::<Result<_>>()?));
-    }
-    if dt == DataType::Boolean {
-        bitmaps.push((Some(0), parts.iter().map(|(c, r)| bitmap_slice(c, r, Some(0))).collect::<Result<_>>()?));
-    }
     // Host byte ranges to upload: (bytes, index into `dests`, byte offset there).
     let mut host: Vec<(Buffer, usize, usize)> = Vec::new();
     let mut dests: Vec<DeviceBuffer> = Vec::new();
     // Per string part: its uploaded offsets, and how far they move.
     let mut temps: Vec<(usize, i64)> = Vec::new();
+    // Validity (and Boolean values): each part's byte range uploaded to a temporary (none: all
+    // set), then its bits placed by kernel.
+    let mut bitmap_sources = Vec::new();
+    if null_count > 0 {
+        bitmap_sources.push(None);
+    }
+    if dt == DataType::Boolean {
+        bitmap_sources.push(Some(0));
+    }
     let mut bitmap_temps: Vec<Vec<Option<usize>>> = Vec::new();
-    for (_, slices) in &bitmaps {
-        let mut idx = Vec::with_capacity(slices.len());
-        for s in slices {
-            idx.push(match s {
+    for buffer in bitmap_sources {
+        let mut idx = Vec::with_capacity(parts.len());
+        for (c, r) in &parts {
+            idx.push(match bitmap_slice(c, r, buffer)? {
                 Some(b) => {
                     dests.push(gpu.alloc(stream, b.len(), "a spilled bitmap range")?);
-                    host.push((b.clone(), dests.len() - 1, 0));
+                    host.push((b, dests.len() - 1, 0));
                     Some(dests.len() - 1)
                 }
                 None => None,
@@ -150,11 +149,13 @@ pub fn upload_row_ranges(
     } else if let Some(ow) = ow {
         // Offsets ranges go to temporaries, values straight behind each other.
         let mut at = 0usize;
+        // Per part: its first offset, its value bytes, and where they go.
         let mut starts = Vec::with_capacity(parts.len());
         for (c, r) in &parts {
             let (a, b) = (host_offset(c, ow, r.start)?, host_offset(c, ow, r.end)?);
-            starts.push((a, at));
-            at += (b - a).max(0) as usize;
+            let n = (b - a).max(0) as usize;
+            starts.push((a, n, at));
+            at += n;
         }
         let value_bytes = at;
         if ow == 4 && value_bytes > i32::MAX as usize {
@@ -166,12 +167,11 @@ pub fn upload_row_ranges(
         let offsets = dests.len() - 1;
         dests.push(gpu.alloc(stream, value_bytes, "concatenated string bytes")?);
         let values = dests.len() - 1;
-        for ((c, r), &(a, at)) in parts.iter().zip(&starts) {
+        for ((c, r), &(a, n, at)) in parts.iter().zip(&starts) {
             let off = &c.buffers[0];
             dests.push(gpu.alloc(stream, (r.len() + 1) * ow, "a spilled offsets range")?);
             host.push((off.slice_with_length(r.start * ow, (r.len() + 1) * ow), dests.len() - 1, 0));
             temps.push((dests.len() - 1, at as i64 - a));
-            let n = (host_offset(c, ow, r.end)? - a).max(0) as usize;
             let vals = c.buffers.get(1).ok_or_else(|| gpu_error(format!("a {dt} host column without values")))?;
             if a as usize + n > vals.len() {
                 return Err(gpu_error(format!("string offsets past the {} value bytes of a host column", vals.len())));
@@ -201,8 +201,8 @@ pub fn upload_row_ranges(
         .collect();
     gpu.upload(stream, &pieces)?;
     // Bitmaps: each part's bits behind those of the parts before.
-    let mut bitmap_out = Vec::with_capacity(bitmaps.len());
-    for ((_, _), idx) in bitmaps.iter().zip(&bitmap_temps) {
+    let mut bitmap_out = Vec::with_capacity(bitmap_temps.len());
+    for idx in &bitmap_temps {
         let out = gpu.alloc_filled(stream, bitmap_bytes(len as u64), 0, "a concatenated bitmap")?;
         let mut at = 0u64;
         for ((_, r), t) in parts.iter().zip(idx) {

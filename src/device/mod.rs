@@ -15,7 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg};
 
 pub use launch::{KArg, opt_ptr, ptr};
 pub use memory::{DeviceBuffer, MemoryBudget};
@@ -264,32 +264,6 @@ impl Gpu {
         let mut out = self.alloc(stream, src.len(), what)?;
         self.copy_device(stream, src, &mut out, src.len())?;
         Ok(out)
-    }
-
-    /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset` (stream-ordered DMA
-    /// copy; the buffers may differ in size).
-    pub fn copy_device_range(
-        &self,
-        stream: &Arc<CudaStream>,
-        src: &DeviceBuffer,
-        src_offset: usize,
-        dst: &DeviceBuffer,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        if src_offset + len > src.len() || dst_offset + len > dst.len() {
-            return Err(gpu_error(format!(
-                "device copy of {len} bytes from offset {src_offset} of {} to offset {dst_offset} of {} overruns",
-                src.len(),
-                dst.len()
-            )));
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        self.context().bind_to_thread().gpu("binding the CUDA context")?;
-        let (s, d) = (src.raw_ptr(stream) + src_offset as u64, dst.raw_ptr(stream) + dst_offset as u64);
-        unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, len, stream.cu_stream()) }.result().gpu("device-to-device copy")
     }
 
     /// Copies `len` bytes between device buffers with the `copy` kernels (16-byte vectors, then a

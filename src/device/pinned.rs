@@ -97,7 +97,6 @@ impl PinnedPool {
         })
     }
 
-    /// Pinned bytes held by this process (in use and cached).
     /// Whether `bytes` lie in pinned memory of this pool (for instance buffers a download
     /// returned), so the DMA engine may read them directly.
     pub fn contains(&self, bytes: &[u8]) -> bool {
@@ -106,6 +105,7 @@ impl PinnedPool {
         live.range(..=addr).next_back().is_some_and(|(&start, &size)| addr + len <= start + size)
     }
 
+    /// Pinned bytes held by this process (in use and cached).
     pub fn allocated_bytes(&self) -> u64 {
         self.shared.allocated.load(Ordering::SeqCst)
     }

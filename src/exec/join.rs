@@ -44,10 +44,12 @@ use crate::columns::concat::can_concat;
 use crate::config::GpuConfig;
 use crate::cost::join::JoinEstimate;
 use crate::device::{DeviceBuffer, Gpu};
+use crate::error::CudaResultExt;
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
 use crate::join::triton::{Rounds, SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
+use crate::rule::eligibility::row_width;
 
 /// The join's device-side description, fixed when the rule places the exec.
 #[derive(Debug, Clone)]
@@ -588,11 +590,6 @@ fn runtime_spec(
     Arc::new(spec)
 }
 
-/// Bytes per output row, for sizing output windows (variable-width columns count 16).
-fn output_row_bytes(schema: &SchemaRef) -> u64 {
-    schema.fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum::<u64>().max(1)
-}
-
 /// A spec for one build: the run-time algorithm choice, and out of core, its output windows.
 fn build_spec(
     layout: &Layout,
@@ -636,8 +633,8 @@ fn row_bytes(batch: &RecordBatch) -> u64 {
 /// `consumers` streams at once (the probe streams share this build when
 /// `consumers_share_build`, as in `CollectLeft` mode). In `Partitioned` mode each partition's
 /// join gets a share of the limit, and when the plan expects the join to run out of core
-/// (`planned_out_of_core`) every partition does, so that all their device work takes turns
-/// under the spill lock (a partition joined in memory would not).
+/// (`planned_out_of_core`) every partition does, so that all their device work takes turns for
+/// the device's out-of-core work slots (a partition joined in memory would not).
 #[allow(clippy::too_many_arguments)]
 async fn build_side(
     gpu: Arc<Gpu>,
@@ -661,7 +658,7 @@ async fn build_side(
     let bytes = batch_bytes(&host);
     let spill = !fits_in_memory(bytes, limit) || (planned_out_of_core && !consumers_share_build);
     if layout.no_spill.is_none() && spill {
-        let out_row = output_row_bytes(&layout.spec.schema);
+        let out_row = row_width(&layout.spec.schema).max(1);
         let sizes = SpillSizes::new(bytes, limit, streams, out_row, cfg.batch_rows as u64);
         metrics.spill_partitions.add(sizes.partitions());
         let slot = gpu.spill_slot().await?;
@@ -723,7 +720,7 @@ struct OutOfCoreProbe {
 }
 
 impl OutOfCoreProbe {
-    /// Partitions one probe batch into `side` (device work under the spill lock).
+    /// Partitions one probe batch into `side` (device work in an out-of-core work slot).
     async fn split(&self, side: SpilledSide, batch: ProbeBatch) -> Result<SpilledSide> {
         let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
         let _t = m.spill_time.timer();
@@ -814,7 +811,7 @@ impl OutOfCoreProbe {
                             gpu.alloc_filled(&stream, rows, 0, "probe flags across build chunks").map(Arc::new)
                         })
                         .collect::<crate::error::Result<Vec<_>>>()?;
-                    stream.synchronize().map_err(|e| DataFusionError::Execution(format!("GPU: {e}")))?;
+                    stream.synchronize().gpu("waiting for the probe flags")?;
                     Ok(out)
                 })
                 .await?;
@@ -842,7 +839,6 @@ impl OutOfCoreProbe {
                             let rows = dev.num_rows();
                             let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
                             m.add_phases(&build.times);
-                            stream.synchronize().map_err(|e| DataFusionError::Execution(format!("GPU: {e}")))?;
                             trace.step("build");
                             trace.print(&format!("build part {} of {rows} rows", step.part));
                             Ok(Arc::new(build))
@@ -870,7 +866,7 @@ impl OutOfCoreProbe {
                         m.add_phases(&times);
                         // Done before the slot goes to the next piece: memory this piece freed
                         // is reused at once (stream-ordered frees on other streams are not).
-                        stream.synchronize().map_err(|e| DataFusionError::Execution(format!("GPU: {e}")))?;
+                        stream.synchronize().gpu("waiting for an out-of-core probe")?;
                         trace.step("probe");
                         trace.print(&format!("probe {} rows, {} out", dev.num_rows(), out.len()));
                         Ok(out)

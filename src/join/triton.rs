@@ -47,9 +47,8 @@ use crate::primitives::select::iota;
 /// Step timings on stderr when DFG_OOC_TRACE is set (profiling aid; each step waits for the
 /// device so that its time is its own).
 pub struct Trace {
-    on: bool,
-    memory: Option<Arc<crate::device::MemoryBudget>>,
-    stream: Option<Arc<CudaStream>>,
+    /// The budget to report and the stream to wait for, when tracing is on.
+    on: Option<(Arc<crate::device::MemoryBudget>, Arc<CudaStream>)>,
     at: std::time::Instant,
     steps: Vec<(&'static str, f64)>,
 }
@@ -58,31 +57,21 @@ impl Trace {
     pub fn new(gpu: &Gpu, stream: &Arc<CudaStream>) -> Self {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let on = *ON.get_or_init(|| std::env::var_os("DFG_OOC_TRACE").is_some());
-        Trace {
-            on,
-            memory: on.then(|| Arc::clone(gpu.memory())),
-            stream: on.then(|| Arc::clone(stream)),
-            at: std::time::Instant::now(),
-            steps: Vec::new(),
-        }
+        let on = on.then(|| (Arc::clone(gpu.memory()), Arc::clone(stream)));
+        Trace { on, at: std::time::Instant::now(), steps: Vec::new() }
     }
 
     pub fn step(&mut self, name: &'static str) {
-        if !self.on {
-            return;
-        }
-        if let Some(s) = &self.stream {
-            let _ = s.synchronize();
-        }
+        let Some((_, stream)) = &self.on else { return };
+        let _ = stream.synchronize();
         self.steps.push((name, self.at.elapsed().as_secs_f64() * 1e3));
         self.at = std::time::Instant::now();
     }
 
     pub fn print(&self, what: &str) {
-        if self.on {
+        if let Some((memory, _)) = &self.on {
             let steps: Vec<String> = self.steps.iter().map(|(n, ms)| format!("{n}={ms:.2}")).collect();
-            let (used, limit) = self.memory.as_ref().map_or((0, 0), |m| (m.used(), m.limit()));
-            eprintln!("ooc {what}: {} mem={used}/{limit}", steps.join(" "));
+            eprintln!("ooc {what}: {} mem={}/{}", steps.join(" "), memory.used(), memory.limit());
         }
     }
 }
@@ -184,10 +173,6 @@ impl SpilledSide {
 
     pub fn partitions(&self) -> usize {
         self.parts.len()
-    }
-
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
     }
 
     /// Partitions `batch` (on its stream) by the keys in columns `key_cols` under `plan`: sorts

@@ -176,8 +176,7 @@ pub const BUILD_MEMORY_FACTOR: u64 = 3;
 pub fn build_memory_reason(join: &HashJoinExec, limit: u64) -> Option<FallbackReason> {
     let left = join.left();
     let stats = StatisticsContext::new().compute(left.as_ref(), &StatisticsArgs::new()).ok()?;
-    let width: u64 =
-        left.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum();
+    let width = row_width(&left.schema());
     let by_rows = stats.num_rows.get_value().map(|r| *r as u64 * width);
     // Batches sliced from one buffer each count the whole buffer in `total_byte_size`: trust the
     // rows when they give less for fixed-width columns.
@@ -195,6 +194,12 @@ pub fn build_memory_reason(join: &HashJoinExec, limit: u64) -> Option<FallbackRe
     };
     let need_bytes = build_bytes.saturating_mul(BUILD_MEMORY_FACTOR);
     (need_bytes > limit).then_some(FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit })
+}
+
+/// Bytes a row of `schema` takes, for sizing by row counts: fixed widths plus a validity byte,
+/// 16 bytes for a variable-width value.
+pub fn row_width(schema: &Schema) -> u64 {
+    schema.fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum()
 }
 
 /// EXPLAIN's words for a join that runs out of core because of `over` (an
