@@ -211,6 +211,10 @@ gpu_options! {
         pub placement: PlacementSetting, default = PlacementSetting::Cost
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
         pub profile_dir: String, default = String::new()
+        /// Evaluate the filters and projections directly below a GPU aggregate on the GPU (one generated kernel each), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.
+        pub fuse_expressions: bool, default = true
+        /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate on the GPU too (uploading every row). Off by default: a selective filter is cheaper on the CPU, where it shrinks the upload (TPC-H SF10 q15 and q20 ran 2x slower with it on an H100), and DataFusion's in-memory statistics cannot tell a selective filter from one that keeps every row.
+        pub fuse_filters: bool, default = false
     }
 }
 

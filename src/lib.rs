@@ -17,6 +17,7 @@ pub mod demo;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod expr;
 pub mod join;
 pub mod primitives;
 pub mod rule;

@@ -32,6 +32,7 @@ fn session(mode: Mode) -> SessionContext {
             let mut gpu = GpuConfig::default();
             gpu.min_rows = 0; // small test tables must not stay on the CPU for their size
             gpu.placement = PlacementSetting::Always; // nor for the cost model's estimate
+            gpu.fuse_filters = true; // filters below aggregates run on the GPU as well
             gpu_session_context(config.with_option_extension(gpu))
         }
     }

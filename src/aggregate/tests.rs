@@ -173,6 +173,8 @@ fn gpu_ctx(algorithm: AggregateAlgorithmSetting, partitions: usize, batch_rows: 
     cfg.placement = PlacementSetting::Always;
     cfg.aggregate_algorithm = algorithm;
     cfg.batch_rows = batch_rows;
+    // Every filter below an aggregate runs on the GPU, however selective.
+    cfg.fuse_filters = true;
     gpu_session_context(SessionConfig::new().with_target_partitions(partitions).with_option_extension(cfg))
 }
 
@@ -500,4 +502,80 @@ fn algorithm_settings_parse() {
     }
     let err = "partition".parse::<AggregateAlgorithmSetting>().unwrap_err().to_string();
     assert!(err.contains("auto, hash, sort"), "{err}");
+}
+
+/// Filters and projections below the aggregate, and its own argument expressions, evaluated on
+/// the GPU (`gpu.fuse_expressions`): decimal arithmetic at arrow's scales, comparisons of every
+/// type (floats in arrow's total order), IN lists, CASE, Kleene AND/OR over NULLs, filters that
+/// keep nothing.
+const FUSED_QUERIES: &[&str] = &[
+    "SELECT k_bool, k_i8, sum(k_dec) s1, sum(k_dec * (1 - k_dec)) s2, sum(k_dec * (1 - k_dec) * (1 + k_dec)) s3, \
+     sum(v_dec * (1 - k_dec)) s4, avg(k_dec) a, count(*) c FROM t WHERE v_date <= DATE '2000-01-01' \
+     GROUP BY k_bool, k_i8 ORDER BY k_bool NULLS FIRST, k_i8 NULLS FIRST",
+    "SELECT sum(v_i64) s, count(*) c, sum(v_dec * 2) d, sum(v_dec * k_dec) p FROM t \
+     WHERE v_dec >= 1.5 AND v_dec < 50000000 AND v_i32 < 24 AND NOT flag",
+    "SELECT k_str, sum(CASE WHEN v_i32 > 0 THEN v_i64 WHEN v_i32 IS NULL THEN 1 ELSE 0 END) s, count(v_str) c, \
+     max(v_dec) m, sum(CASE k_i8 WHEN 3 THEN k_dec WHEN 4 THEN k_dec + 1 END) x FROM t \
+     WHERE (k_str IN ('key-1', 'key-2', 'key-3', 'key-40') OR v_i8 > 3 OR v_str IS NULL) AND k_i32 <> 5 \
+     GROUP BY k_str ORDER BY k_str NULLS FIRST",
+    "SELECT k_i8, sum(v_f64 * 2.0 + 1.0) s, count(*) c FROM t WHERE v_f64 > 10.5 AND CAST(v_dec AS DOUBLE) < 1e12 \
+     AND k_str NOT IN ('key-7', 'key-9') GROUP BY k_i8 ORDER BY k_i8 NULLS FIRST",
+    "SELECT k_date, min(v_ts) m, max(v_i64 - v_i64 * 3) x, count(*) FILTER (WHERE v_u32 > 100) f FROM t \
+     WHERE v_date BETWEEN DATE '1990-01-01' AND DATE '2030-01-01' OR flag IS NULL \
+     GROUP BY k_date ORDER BY k_date NULLS FIRST",
+    "SELECT k_i64, count(*) c, sum(v_dec) s FROM t WHERE v_i64 > v_i64 GROUP BY k_i64",
+    "SELECT count(*) c, sum(v_dec) s, min(k_i64) m FROM t WHERE v_i64 > v_i64 OR v_i32 IS NULL AND v_i32 > 0",
+];
+
+fn fused(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    displayable(plan.as_ref()).indent(true).to_string().contains("fused on the GPU=")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_fuses_filters_and_projections() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_fuses_filters_and_projections") else { return };
+    let seed = fresh_seed("gpu_aggregate_fuses_filters_and_projections");
+    let mut rng = StdRng::seed_from_u64(seed);
+    use AggregateAlgorithmSetting::{Hash, Sort};
+    let configs = [(Hash, 4, 1 << 22), (Sort, 1, 7_000)];
+    let mut failures = Vec::new();
+    for dist in [Dist::Groups(100), Dist::Zipf(1.2), Dist::Distinct] {
+        let rows = rng.random_range(30_000..50_000);
+        let batch = table(&mut rng, dist, rows);
+        for sql in FUSED_QUERIES {
+            // Every query's expressions run on the device.
+            let ctx = gpu_ctx(Hash, 4, 1 << 22);
+            register(&ctx, &batch, 4);
+            let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+            let text = displayable(plan.as_ref()).indent(true).to_string();
+            assert!(
+                fused(&plan) && (!sql.contains("WHERE") || text.contains("FilterExec: ")),
+                "not fused: {sql}\n{text}"
+            );
+            failures.extend(check(&batch, sql, &format!("{dist:?} {sql}"), &configs).await);
+        }
+    }
+    let empty = table(&mut rng, Dist::Groups(4), 0);
+    for sql in FUSED_QUERIES {
+        failures.extend(check(&empty, sql, &format!("empty input: {sql}"), &configs).await);
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+
+    // A decimal product that overflows 128 bits fails on the GPU as on the CPU; with
+    // gpu.fuse_expressions off the plan keeps DataFusion's own evaluation.
+    let batch = table(&mut rng, Dist::Groups(10), 20_000);
+    let sql = "SELECT sum(v_dec * v_dec * v_dec) FROM t";
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, &batch, 4);
+    let cpu_err = cpu.sql(sql).await.unwrap().collect().await.expect_err("the CPU overflows");
+    let ctx = gpu_ctx(Hash, 4, 1 << 22);
+    register(&ctx, &batch, 4);
+    let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+    assert!(fused(&plan));
+    let gpu_err = collect(plan, ctx.task_ctx()).await.expect_err("the GPU overflows");
+    assert!(gpu_err.to_string().contains("Overflow"), "GPU: {gpu_err}; CPU: {cpu_err}");
+    ctx.sql("SET gpu.fuse_expressions = false").await.unwrap().collect().await.unwrap();
+    let plan = ctx.sql(FUSED_QUERIES[0]).await.unwrap().create_physical_plan().await.unwrap();
+    assert!(!fused(&plan), "{}", displayable(plan.as_ref()).indent(true));
 }

@@ -33,6 +33,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::blocking;
+use super::fuse::FusedInput;
 use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
 use crate::columns::DeviceBatch;
@@ -49,6 +50,9 @@ pub struct GpuAggregateExec {
     /// The group-by method it runs, and the cost model's estimates when it chose.
     method: GroupIdMethod,
     estimate: Option<Arc<AggregateEstimate>>,
+    /// The filters and projections below it that run on the GPU, when they can; else why not.
+    fused: Option<Arc<FusedInput>>,
+    fuse_note: Option<String>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -81,8 +85,38 @@ impl GpuAggregateExec {
             setting: cfg.aggregate_algorithm,
             method: cfg.aggregate_algorithm.method(),
             estimate: None,
+            fused: None,
+            fuse_note: None,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// This exec with the `FilterExec`s and `ProjectionExec`s directly below it evaluated on the
+    /// GPU, when every expression can be (`gpu.fuse_expressions`); EXPLAIN says why not otherwise.
+    /// Filters are taken in only with `filters` (`gpu.fuse_filters`).
+    pub fn with_fused_input(mut self, filters: bool) -> Self {
+        let Ok(a) = aggregate(&self.agg) else { return self };
+        let outputs: Vec<_> = self
+            .layout
+            .upload
+            .iter()
+            .zip(self.layout.upload_schema.fields())
+            .map(|(e, f)| (Arc::clone(e), f.as_ref().clone()))
+            .collect();
+        match FusedInput::try_new(a.input(), &outputs, filters) {
+            Ok(Some(f)) if f.projection.inputs.is_empty() => {
+                self.fuse_note = Some("the filter below reads no columns".into());
+            }
+            Ok(Some(f)) => self.fused = Some(Arc::new(f)),
+            Ok(None) => {}
+            Err(why) => self.fuse_note = Some(why),
+        }
+        self
+    }
+
+    /// The filters and projections this aggregate evaluates on the GPU, if any.
+    pub fn fused_input(&self) -> Option<&FusedInput> {
+        self.fused.as_deref()
     }
 
     /// This exec with the cost model's estimate; under `gpu.aggregate_algorithm = auto` it runs
@@ -143,8 +177,20 @@ impl DisplayAs for GpuAggregateExec {
                     )?,
                     None => write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.method.name(), self.setting)?,
                 }
-                if !self.layout.host_evaluated.is_empty() {
-                    write!(f, ", evaluated on the host before upload=[{}]", self.layout.host_evaluated.join(", "))?;
+                match (&self.fused, &self.fuse_note) {
+                    (Some(fused), _) => write!(f, ", fused on the GPU=[{}]", fused.describe())?,
+                    (None, note) => {
+                        if !self.layout.host_evaluated.is_empty() {
+                            write!(
+                                f,
+                                ", evaluated on the host before upload=[{}]",
+                                self.layout.host_evaluated.join(", ")
+                            )?;
+                        }
+                        if let Some(why) = note {
+                            write!(f, ", input filter/projection on the CPU ({why})")?;
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -162,7 +208,10 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        self.agg.children()
+        match &self.fused {
+            Some(f) => vec![&f.input],
+            None => self.agg.children(),
+        }
     }
 
     fn apply_expressions(
@@ -181,14 +230,28 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-        let agg = Arc::clone(&self.agg).replace_children(children, recompute)?;
+        let (agg, fused) = match &self.fused {
+            // The aggregate keeps its original chain (display, statistics); the fusion reads the
+            // new input.
+            Some(f) => {
+                let [input] = <[_; 1]>::try_from(children).map_err(|c: Vec<_>| {
+                    DataFusionError::Internal(format!("GpuAggregateExec takes one child, not {}", c.len()))
+                })?;
+                (Arc::clone(&self.agg), Some(Arc::new(f.with_input(input))))
+            }
+            None => {
+                let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                (Arc::clone(&self.agg).replace_children(children, recompute)?, None)
+            }
+        };
         Ok(Arc::new(GpuAggregateExec {
             agg,
             layout: Arc::clone(&self.layout),
             setting: self.setting,
             method: self.method,
             estimate: self.estimate.clone(),
+            fused,
+            fuse_note: self.fuse_note.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
@@ -200,6 +263,8 @@ impl ExecutionPlan for GpuAggregateExec {
             setting: self.setting,
             method: self.method,
             estimate: self.estimate.clone(),
+            fused: self.fused.clone(),
+            fuse_note: self.fuse_note.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
@@ -208,9 +273,13 @@ impl ExecutionPlan for GpuAggregateExec {
         let cfg = GpuConfig::from_options(context.session_config().options());
         let gpu = Gpu::for_config(&cfg)?;
         let a = aggregate(&self.agg)?;
-        let input = a.input().execute(partition, Arc::clone(&context))?;
+        let input = match &self.fused {
+            Some(f) => f.input.execute(partition, Arc::clone(&context))?,
+            None => a.input().execute(partition, Arc::clone(&context))?,
+        };
         let run = Run {
             gpu,
+            fused: self.fused.clone(),
             layout: Arc::clone(&self.layout),
             agg: Arc::clone(&self.agg),
             opts: GroupByOptions { method: self.method, ..GroupByOptions::default() },
@@ -235,7 +304,10 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 
     fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
-        self.agg.child_stats_requests(partition)
+        match &self.fused {
+            Some(_) => vec![ChildStats::At(partition)],
+            None => self.agg.child_stats_requests(partition),
+        }
     }
 
     fn statistics_from_inputs(
@@ -243,7 +315,10 @@ impl ExecutionPlan for GpuAggregateExec {
         input_stats: &[Arc<Statistics>],
         args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
-        self.agg.statistics_from_inputs(input_stats, args)
+        match (&self.fused, input_stats) {
+            (Some(f), [input]) => self.agg.statistics_from_inputs(&[f.statistics(input, args)?], args),
+            _ => self.agg.statistics_from_inputs(input_stats, args),
+        }
     }
 }
 
@@ -251,6 +326,7 @@ impl ExecutionPlan for GpuAggregateExec {
 #[derive(Clone)]
 struct Metrics {
     upload_time: Time,
+    project_time: Time,
     group_ids_time: Time,
     aggregate_time: Time,
     materialize_time: Time,
@@ -266,6 +342,7 @@ impl Metrics {
         let b = || MetricBuilder::new(set);
         Metrics {
             upload_time: b().subset_time("upload_time", partition),
+            project_time: b().subset_time("project_time", partition),
             group_ids_time: b().subset_time("group_ids_time", partition),
             aggregate_time: b().subset_time("aggregate_time", partition),
             materialize_time: b().subset_time("materialize_time", partition),
@@ -281,6 +358,7 @@ impl Metrics {
 /// One partition's execution.
 struct Run {
     gpu: Arc<Gpu>,
+    fused: Option<Arc<FusedInput>>,
     layout: Arc<AggregateLayout>,
     agg: Arc<dyn ExecutionPlan>,
     opts: GroupByOptions,
@@ -292,6 +370,10 @@ struct Run {
 impl Run {
     async fn run(self, mut input: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
         let layout = Arc::clone(&self.layout);
+        let chunk_schema = match &self.fused {
+            Some(f) => Arc::clone(&f.projection.upload_schema),
+            None => Arc::clone(&layout.upload_schema),
+        };
         let mut pending: Vec<RecordBatch> = Vec::new();
         let mut pending_rows = 0usize;
         let mut parts: Vec<RecordBatch> = Vec::new();
@@ -300,17 +382,20 @@ impl Run {
             let next = input.next().await.transpose()?;
             let done = next.is_none();
             if let Some(b) = next {
-                let b = layout.project(&b)?;
+                let b = match &self.fused {
+                    Some(f) => b.project(&f.projection.inputs)?,
+                    None => layout.project(&b)?,
+                };
                 pending_rows += b.num_rows();
                 self.metrics.input_rows.add(b.num_rows());
                 pending.push(b);
             }
             if pending_rows > 0 && (pending_rows >= self.chunk_rows || done) {
-                let host = concat_batches(&layout.upload_schema, &pending)?;
+                let host = concat_batches(&chunk_schema, &pending)?;
                 pending.clear();
                 pending_rows = 0;
                 self.metrics.chunks.add(1);
-                let state = self.group_by(host, layout.first.clone()).await?;
+                let state = self.group_by(host, layout.first.clone(), true).await?;
                 parts_rows += state.num_rows();
                 parts.push(state);
                 if parts.len() > 1 && parts_rows >= self.chunk_rows {
@@ -327,8 +412,8 @@ impl Run {
         let state = if parts.len() == 1 {
             parts.pop().ok_or_else(|| DataFusionError::Internal("a GPU aggregate lost its state".into()))?
         } else if parts.is_empty() {
-            let empty = RecordBatch::new_empty(Arc::clone(&layout.upload_schema));
-            self.group_by(empty, layout.first.clone()).await?
+            let empty = RecordBatch::new_empty(chunk_schema);
+            self.group_by(empty, layout.first.clone(), true).await?
         } else {
             self.merge(parts).await?
         };
@@ -351,30 +436,29 @@ impl Run {
     async fn merge(&self, parts: Vec<RecordBatch>) -> Result<RecordBatch> {
         self.metrics.merges.add(1);
         let host = concat_batches(&self.layout.state_schema, &parts)?;
-        self.group_by(host, self.layout.merge.clone()).await
+        self.group_by(host, self.layout.merge.clone(), false).await
     }
 
-    /// Uploads `host` (group columns first), groups it and downloads the state batch.
-    async fn group_by(&self, host: RecordBatch, reductions: Vec<Reduction>) -> Result<RecordBatch> {
+    /// Uploads `host` (group columns first), groups it and downloads the state batch. A chunk of
+    /// input rows (`input`) goes through the fused filters and projections first.
+    async fn group_by(&self, host: RecordBatch, reductions: Vec<Reduction>, input: bool) -> Result<RecordBatch> {
         let (gpu, layout, opts, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.opts, self.metrics.clone());
+        let fused = if input { self.fused.clone() } else { None };
         blocking(move || {
             let stream = gpu.stream();
             let dev = {
                 let _t = m.upload_time.timer();
                 DeviceBatch::upload(&gpu, &stream, &host)?
             };
-            let cols = dev.columns();
+            let (cols, rows) = match &fused {
+                Some(f) => {
+                    let _t = m.project_time.timer();
+                    f.projection.evaluate(&gpu, &stream, dev.columns(), dev.num_rows() as u64)?
+                }
+                None => (dev.columns().to_vec(), dev.num_rows() as u64),
+            };
             let mut times = GroupByTimes::default();
-            let out = group_by(
-                &gpu,
-                &stream,
-                &cols[..layout.groups],
-                cols,
-                &reductions,
-                dev.num_rows() as u64,
-                &opts,
-                &mut times,
-            )?;
+            let out = group_by(&gpu, &stream, &cols[..layout.groups], &cols, &reductions, rows, &opts, &mut times)?;
             m.group_ids_time.add_duration(times.group_ids);
             m.aggregate_time.add_duration(times.aggregate);
             m.materialize_time.add_duration(times.materialize);

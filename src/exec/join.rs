@@ -307,6 +307,7 @@ impl GpuHashJoinExec {
                         })
                     })
                     .collect::<std::result::Result<Vec<_>, String>>()?,
+                may_fail: code.may_fail,
                 source: code.source,
             }),
             None => None,

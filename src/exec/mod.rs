@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod fallback;
+pub mod fuse;
 pub mod join;
 pub mod placement;
 pub mod upload;

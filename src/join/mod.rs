@@ -173,6 +173,8 @@ pub enum OutputColumn {
 pub struct FilterSpec {
     pub source: String,
     pub columns: Vec<OutputColumn>,
+    /// Whether the kernel can report an arrow error (decimal overflow).
+    pub may_fail: bool,
 }
 
 /// What to join and how: DataFusion's join semantics in device terms.
@@ -717,15 +719,26 @@ impl JoinBuild {
         }
         let cols = crate::primitives::upload_slice(gpu, stream, &cols, "join filter columns")?;
         let keep = gpu.alloc(stream, n as usize, "join filter results")?;
+        let err = gpu.alloc_filled(stream, 4, 0, "join filter error flag")?;
         let func = gpu.kernels().generated_function("filter", &f.source, "join_filter")?;
-        // join_filter(const u32* rb, const u32* rp, u64 n, const u64* cols, u8* keep)
+        // join_filter(const u32* rb, const u32* rp, u64 n, const u64* cols, u8* keep, u32* err)
         gpu.launch_function(
             stream,
             &func,
             "join_filter",
             crate::device::grid_for(n, 256, gpu.info().sm_count),
-            &[ptr(rb, stream), ptr(rp, stream), KArg::U64(n), ptr(&cols, stream), ptr(&keep, stream)],
+            &[
+                ptr(rb, stream),
+                ptr(rp, stream),
+                KArg::U64(n),
+                ptr(&cols, stream),
+                ptr(&keep, stream),
+                ptr(&err, stream),
+            ],
         )?;
+        if f.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
+            return Err(crate::expr::overflow_error());
+        }
         Ok(keep)
     }
 

@@ -127,7 +127,13 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                             (Some(p), true) => costing::aggregate_estimate(&g, &cfg, p),
                             _ => None,
                         };
-                        Arc::new(priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons)) as _
+                        let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
+                        let g = if reasons.is_empty() && cfg.fuse_expressions {
+                            g.with_fused_input(cfg.fuse_filters)
+                        } else {
+                            g
+                        };
+                        Arc::new(g) as _
                     })
                 };
             match replaced {

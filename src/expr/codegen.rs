@@ -1,0 +1,661 @@
+//! Physical expressions as CUDA C++: one straight-line block per row, with SQL's three-valued
+//! logic and DataFusion's (arrow's) semantics for every construct it accepts. The join filter
+//! ([`crate::join::filter`]) and the GPU projection ([`super::project`]) generate their kernels
+//! with it; how a column is read is theirs to say (a join filter reads a candidate pair's build
+//! and probe rows, a projection its own row).
+//!
+//! What it handles: columns and literals of integer, date, time, timestamp, duration,
+//! Decimal128, Float64, Boolean and string types (floats compare in arrow's total order, where
+//! NaN equals NaN and is the largest value and -0 < +0); `= <> < <= > >=`, `IS [NOT] DISTINCT FROM`, `AND`, `OR`,
+//! `NOT`, `IS [NOT] NULL`, `[NOT] IN (literals)`, `CASE`; wrapping integer `+ - *` (DataFusion's
+//! default; an expression built to fail on overflow is refused); Decimal128 `+ - *` with arrow's
+//! scales and its error on 128-bit overflow (reported through the kernel's error flag);
+//! Float64 `+ - *` (IEEE, as on the CPU); widening integer casts, integer to decimal and decimal
+//! to wider decimal casts that cannot overflow, integer and decimal to Float64 casts (arrow's
+//! conversion: a decimal divided by its power of ten). Anything else is refused with the reason.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::expressions::{
+    BinaryExpr, CaseExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal, NotExpr,
+};
+use datafusion::physical_plan::PhysicalExpr;
+
+pub type R<T> = std::result::Result<T, String>;
+
+/// Device value types of the generated code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ty {
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    I128,
+    F64,
+    Bool,
+    Str32,
+    Str64,
+}
+
+impl Ty {
+    pub fn of(dt: &DataType) -> Option<Ty> {
+        use DataType::*;
+        Some(match dt {
+            Int8 => Ty::I8,
+            Int16 => Ty::I16,
+            Int32 | Date32 | Time32(_) => Ty::I32,
+            Int64 | Date64 | Time64(_) | Timestamp(_, _) | Duration(_) => Ty::I64,
+            UInt8 => Ty::U8,
+            UInt16 => Ty::U16,
+            UInt32 => Ty::U32,
+            UInt64 => Ty::U64,
+            Decimal128(_, _) => Ty::I128,
+            Float64 => Ty::F64,
+            Boolean => Ty::Bool,
+            Utf8 => Ty::Str32,
+            LargeUtf8 | Utf8View => Ty::Str64,
+            _ => return None,
+        })
+    }
+
+    pub fn c(self) -> &'static str {
+        match self {
+            Ty::I8 => "signed char",
+            Ty::I16 => "short",
+            Ty::I32 => "int",
+            Ty::I64 => "long long",
+            Ty::U8 => "unsigned char",
+            Ty::U16 => "unsigned short",
+            Ty::U32 => "unsigned int",
+            Ty::U64 => "unsigned long long",
+            Ty::I128 => "__int128",
+            Ty::F64 => "double",
+            Ty::Bool => "bool",
+            Ty::Str32 | Ty::Str64 => "const u8*",
+        }
+    }
+
+    /// Bytes of a fixed-width value (None for Boolean and strings).
+    pub fn width(self) -> Option<usize> {
+        Some(match self {
+            Ty::I8 | Ty::U8 => 1,
+            Ty::I16 | Ty::U16 => 2,
+            Ty::I32 | Ty::U32 => 4,
+            Ty::I64 | Ty::U64 | Ty::F64 => 8,
+            Ty::I128 => 16,
+            Ty::Bool | Ty::Str32 | Ty::Str64 => return None,
+        })
+    }
+
+    /// (bits, signed) of an integer type.
+    fn int(self) -> Option<(u32, bool)> {
+        Some(match self {
+            Ty::I8 => (8, true),
+            Ty::I16 => (16, true),
+            Ty::I32 => (32, true),
+            Ty::I64 => (64, true),
+            Ty::U8 => (8, false),
+            Ty::U16 => (16, false),
+            Ty::U32 => (32, false),
+            Ty::U64 => (64, false),
+            _ => return None,
+        })
+    }
+
+    pub fn is_str(self) -> bool {
+        matches!(self, Ty::Str32 | Ty::Str64)
+    }
+}
+
+fn is_integer(dt: &DataType) -> bool {
+    use DataType::*;
+    matches!(dt, Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64)
+}
+
+/// Decimal digits every value of an integer type fits in.
+fn integer_digits(dt: &DataType) -> Option<u8> {
+    use DataType::*;
+    Some(match dt {
+        Int8 | UInt8 => 3,
+        Int16 | UInt16 => 5,
+        Int32 | UInt32 => 10,
+        Int64 => 19,
+        UInt64 => 20,
+        _ => return None,
+    })
+}
+
+/// A generated value: its expression, validity, (strings) length, and the condition under which
+/// computing it failed (arrow returns an error there, e.g. decimal overflow).
+#[derive(Debug, Clone)]
+pub struct Val {
+    pub v: String,
+    pub ok: String,
+    pub len: String,
+    pub err: String,
+    pub ty: Ty,
+    pub dt: DataType,
+}
+
+/// How a generator reads a column of the expression's schema: the slot of the kernel's `cols`
+/// argument (three addresses per slot: values or string offsets, string bytes or 0, validity or
+/// 0) and the C expression of the row to read.
+pub struct ColumnRead {
+    pub slot: usize,
+    pub row: String,
+}
+
+/// C helpers every generated kernel includes: string comparison and checked 128-bit arithmetic.
+pub const HELPERS: &str = r#"
+__device__ __forceinline__ int str_cmp(const u8* a, u64 al, const u8* b, u64 bl) {
+    const u64 m = al < bl ? al : bl;
+    for (u64 i = 0; i < m; i++) {
+        if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+    }
+    return al < bl ? -1 : (al > bl ? 1 : 0);
+}
+
+typedef unsigned __int128 u128;
+
+// Checked 128-bit arithmetic: the (wrapped) result, and whether it overflowed.
+__device__ __forceinline__ __int128 i128_add(__int128 a, __int128 b, bool* ovf) {
+    const __int128 r = (__int128)((u128)a + (u128)b);
+    if ((a >= 0) == (b >= 0) && (r >= 0) != (a >= 0)) *ovf = true;
+    return r;
+}
+
+__device__ __forceinline__ __int128 i128_sub(__int128 a, __int128 b, bool* ovf) {
+    const __int128 r = (__int128)((u128)a - (u128)b);
+    if ((a >= 0) != (b >= 0) && (r >= 0) != (a >= 0)) *ovf = true;
+    return r;
+}
+
+// Arrow's total order of doubles as a signed integer key (Rust's f64::total_cmp).
+__device__ __forceinline__ long long f64_key(double x) {
+    long long b = __double_as_longlong(x);
+    return b ^ (long long)(((unsigned long long)(b >> 63)) >> 1);
+}
+
+__device__ __forceinline__ __int128 i128_mul(__int128 a, __int128 b, bool* ovf) {
+    const bool neg = (a < 0) != (b < 0);
+    const u128 ua = a < 0 ? (u128)0 - (u128)a : (u128)a;
+    const u128 ub = b < 0 ? (u128)0 - (u128)b : (u128)b;
+    const u64 a0 = (u64)ua, a1 = (u64)(ua >> 64), b0 = (u64)ub, b1 = (u64)(ub >> 64);
+    if (a1 != 0 && b1 != 0) { *ovf = true; return 0; }
+    const u128 lo = (u128)a0 * b0;
+    const u128 mid = (u128)a1 * b0 + (u128)a0 * b1;
+    if ((mid >> 64) != 0) { *ovf = true; return 0; }
+    const u128 p = lo + (mid << 64);
+    if (p < lo) { *ovf = true; return 0; }
+    const u128 limit = ((u128)1 << 127) - (neg ? 0 : 1);
+    if (p > limit) { *ovf = true; return 0; }
+    return neg ? (__int128)((u128)0 - p) : (__int128)p;
+}
+"#;
+
+/// The code generator: statements appended to `body` (one row's work), constants to `globals`.
+pub struct Gen<'a> {
+    schema: &'a Schema,
+    read: &'a mut dyn FnMut(&Column) -> R<ColumnRead>,
+    pub body: String,
+    pub globals: String,
+    loaded: HashMap<usize, Val>,
+    tmp: usize,
+}
+
+impl<'a> Gen<'a> {
+    /// A generator for expressions over `schema`, reading columns as `read` says.
+    pub fn new(schema: &'a Schema, read: &'a mut dyn FnMut(&Column) -> R<ColumnRead>) -> Self {
+        Gen { schema, read, body: String::new(), globals: String::new(), loaded: HashMap::new(), tmp: 0 }
+    }
+
+    fn fresh(&mut self) -> usize {
+        self.tmp += 1;
+        self.tmp
+    }
+
+    /// Binds `v`, `ok` and `err` to new variables, so that later uses do not repeat work.
+    fn bind(&mut self, ty: Ty, dt: DataType, v: String, ok: String, len: String, err: String) -> Val {
+        let t = self.fresh();
+        let decl = if ty.is_str() { "const u8* const".to_string() } else { format!("const {}", ty.c()) };
+        let _ = writeln!(self.body, "        {decl} v{t} = {v};");
+        let _ = writeln!(self.body, "        const bool ok{t} = {ok};");
+        let len = if ty.is_str() {
+            let _ = writeln!(self.body, "        const u64 len{t} = {len};");
+            format!("len{t}")
+        } else {
+            String::new()
+        };
+        let err = if err == "false" {
+            err
+        } else {
+            let _ = writeln!(self.body, "        const bool err{t} = {err};");
+            format!("err{t}")
+        };
+        Val { v: format!("v{t}"), ok: format!("ok{t}"), len, err, ty, dt }
+    }
+
+    fn plain(&mut self, ty: Ty, dt: DataType, v: String, ok: String, err: String) -> Val {
+        self.bind(ty, dt, v, ok, String::new(), err)
+    }
+
+    fn column(&mut self, c: &Column) -> R<Val> {
+        let i = c.index();
+        if let Some(v) = self.loaded.get(&i) {
+            return Ok(v.clone());
+        }
+        if i >= self.schema.fields().len() {
+            return Err(format!("column {c} is out of range"));
+        }
+        let dt = self.schema.field(i).data_type().clone();
+        let ty = Ty::of(&dt).ok_or_else(|| format!("column {c} has type {dt}"))?;
+        let ColumnRead { slot: j, row } = (self.read)(c)?;
+        let t = self.fresh();
+        let _ = writeln!(self.body, "        const u64 r{t} = {row};");
+        let ok = format!("(cols[{}] == 0 || bit_is_set((const u8*)cols[{}], r{t}))", 3 * j + 2, 3 * j + 2);
+        let (v, len) = match ty {
+            Ty::Bool => (format!("bit_is_set((const u8*)cols[{}], r{t})", 3 * j), String::new()),
+            Ty::Str32 | Ty::Str64 => {
+                let o = if ty == Ty::Str32 { "i32" } else { "i64" };
+                let off = format!("((const {o}*)cols[{}])", 3 * j);
+                (
+                    format!("(const u8*)cols[{}] + (u64){off}[r{t}]", 3 * j + 1),
+                    format!("(u64)({off}[r{t} + 1] - {off}[r{t}])"),
+                )
+            }
+            _ => (format!("((const {}*)cols[{}])[r{t}]", ty.c(), 3 * j), String::new()),
+        };
+        let val = self.bind(ty, dt, v, ok, len, "false".into());
+        self.loaded.insert(i, val.clone());
+        Ok(val)
+    }
+
+    fn i128_const(v: i128) -> String {
+        let u = v as u128;
+        format!("((__int128)(((u128)0x{:x}ull << 64) | (u128)0x{:x}ull))", (u >> 64) as u64, u as u64)
+    }
+
+    /// A double with exactly these bits.
+    fn f64_const(x: f64) -> String {
+        format!("__longlong_as_double(0x{:x}ll)", x.to_bits() as i64)
+    }
+
+    fn literal(&mut self, s: &ScalarValue) -> R<Val> {
+        let dt = s.data_type();
+        let ty = Ty::of(&dt).ok_or_else(|| format!("literal {s} has type {dt}"))?;
+        if s.is_null() {
+            let zero = match ty {
+                Ty::Str32 | Ty::Str64 => "(const u8*)0".to_string(),
+                Ty::Bool => "false".into(),
+                _ => format!("({})0", ty.c()),
+            };
+            return Ok(self.bind(ty, dt, zero, "false".into(), "0".into(), "false".into()));
+        }
+        let bits = |v: u64| format!("(({})0x{v:x}ull)", ty.c());
+        let v = match s {
+            ScalarValue::Boolean(Some(b)) => b.to_string(),
+            ScalarValue::Int8(Some(v)) => bits(*v as u8 as u64),
+            ScalarValue::Int16(Some(v)) => bits(*v as u16 as u64),
+            ScalarValue::Int32(Some(v)) | ScalarValue::Date32(Some(v)) => bits(*v as u32 as u64),
+            ScalarValue::Int64(Some(v))
+            | ScalarValue::Date64(Some(v))
+            | ScalarValue::TimestampSecond(Some(v), _)
+            | ScalarValue::TimestampMillisecond(Some(v), _)
+            | ScalarValue::TimestampMicrosecond(Some(v), _)
+            | ScalarValue::TimestampNanosecond(Some(v), _) => bits(*v as u64),
+            ScalarValue::UInt8(Some(v)) => bits(*v as u64),
+            ScalarValue::UInt16(Some(v)) => bits(*v as u64),
+            ScalarValue::UInt32(Some(v)) => bits(*v as u64),
+            ScalarValue::UInt64(Some(v)) => bits(*v),
+            ScalarValue::Decimal128(Some(v), _, _) => Self::i128_const(*v),
+            ScalarValue::Float64(Some(x)) => Self::f64_const(*x),
+            ScalarValue::Utf8(Some(text)) | ScalarValue::LargeUtf8(Some(text)) | ScalarValue::Utf8View(Some(text)) => {
+                let t = self.fresh();
+                let bytes = text.as_bytes();
+                let list = if bytes.is_empty() {
+                    "0".to_string()
+                } else {
+                    bytes.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",")
+                };
+                let _ = writeln!(self.globals, "__device__ const u8 lit{t}[] = {{{list}}};");
+                return Ok(self.bind(
+                    ty,
+                    dt,
+                    format!("lit{t}"),
+                    "true".into(),
+                    bytes.len().to_string(),
+                    "false".into(),
+                ));
+            }
+            other => return Err(format!("literal {other} of type {dt}")),
+        };
+        Ok(self.plain(ty, dt, v, "true".into(), "false".into()))
+    }
+
+    /// The value of `e`, or why it cannot be computed on the GPU.
+    pub fn expr(&mut self, e: &Arc<dyn PhysicalExpr>) -> R<Val> {
+        if let Some(c) = e.downcast_ref::<Column>() {
+            return self.column(c);
+        }
+        if let Some(l) = e.downcast_ref::<Literal>() {
+            return self.literal(l.value());
+        }
+        if let Some(n) = e.downcast_ref::<NotExpr>() {
+            let a = self.expr(n.arg())?;
+            if a.ty != Ty::Bool {
+                return Err(format!("NOT of a {} value", a.dt));
+            }
+            return Ok(self.plain(Ty::Bool, DataType::Boolean, format!("!{}", a.v), a.ok, a.err));
+        }
+        if let Some(n) = e.downcast_ref::<IsNullExpr>() {
+            let a = self.expr(n.arg())?;
+            return Ok(self.plain(Ty::Bool, DataType::Boolean, format!("!{}", a.ok), "true".into(), a.err));
+        }
+        if let Some(n) = e.downcast_ref::<IsNotNullExpr>() {
+            let a = self.expr(n.arg())?;
+            return Ok(self.plain(Ty::Bool, DataType::Boolean, a.ok.clone(), "true".into(), a.err));
+        }
+        if let Some(c) = e.downcast_ref::<CastExpr>() {
+            let a = self.expr(c.expr())?;
+            return self.cast(a, c.cast_type());
+        }
+        if let Some(b) = e.downcast_ref::<BinaryExpr>() {
+            return self.binary(b);
+        }
+        if let Some(c) = e.downcast_ref::<CaseExpr>() {
+            return self.case(c, e);
+        }
+        if let Some(l) = e.downcast_ref::<InListExpr>() {
+            return self.in_list(l);
+        }
+        Err(format!("expression `{e}` is not supported on the GPU"))
+    }
+
+    fn cast(&mut self, a: Val, to: &DataType) -> R<Val> {
+        if &a.dt == to {
+            return Ok(a);
+        }
+        let target = Ty::of(to).ok_or_else(|| format!("a cast to {to}"))?;
+        if let (Some((fb, fs)), Some((tb, ts))) = (a.ty.int(), target.int()) {
+            let widening = (fs == ts && tb >= fb) || (!fs && ts && tb > fb);
+            if widening && is_integer(to) && is_integer(&a.dt) {
+                return Ok(self.plain(target, to.clone(), format!("({}){}", target.c(), a.v), a.ok, a.err));
+            }
+        }
+        if target == Ty::F64 {
+            if let DataType::Decimal128(_, s1) = a.dt {
+                let v = format!("((double){} / {})", a.v, Self::f64_const(10f64.powi(s1 as i32)));
+                return Ok(self.plain(Ty::F64, to.clone(), v, a.ok, a.err));
+            }
+            if is_integer(&a.dt) {
+                return Ok(self.plain(Ty::F64, to.clone(), format!("(double){}", a.v), a.ok, a.err));
+            }
+        }
+        // Exact decimal casts that cannot exceed the target precision (arrow would fail there).
+        if let DataType::Decimal128(p2, s2) = *to
+            && s2 >= 0
+        {
+            let scale_up = |from_scale: i8| -> R<String> {
+                let d = (s2 - from_scale) as u32;
+                let m = 10i128.checked_pow(d).ok_or_else(|| format!("a cast to {to}"))?;
+                Ok(Self::i128_const(m))
+            };
+            match a.dt {
+                DataType::Decimal128(p1, s1)
+                    if s1 >= 0 && s2 >= s1 && (p2 as i16 - s2 as i16) >= (p1 as i16 - s1 as i16) =>
+                {
+                    let v = format!("({} * {})", a.v, scale_up(s1)?);
+                    return Ok(self.plain(Ty::I128, to.clone(), v, a.ok, a.err));
+                }
+                ref dt if is_integer(dt) => {
+                    let digits = integer_digits(dt).unwrap_or(u8::MAX);
+                    if (p2 as i16 - s2 as i16) >= digits as i16 {
+                        let v = format!("((__int128){} * {})", a.v, scale_up(0)?);
+                        return Ok(self.plain(Ty::I128, to.clone(), v, a.ok, a.err));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Err(format!("a cast from {} to {to}", a.dt))
+    }
+
+    /// `a == b` as C, for two values of one type.
+    fn equal(a: &Val, b: &Val) -> String {
+        if a.ty.is_str() {
+            format!("(str_cmp({}, {}, {}, {}) == 0)", a.v, a.len, b.v, b.len)
+        } else if a.ty == Ty::F64 {
+            format!("(f64_key({}) == f64_key({}))", a.v, b.v)
+        } else {
+            format!("({} == {})", a.v, b.v)
+        }
+    }
+
+    fn either_err(a: &Val, b: &Val) -> String {
+        match (a.err.as_str(), b.err.as_str()) {
+            ("false", "false") => "false".into(),
+            ("false", e) | (e, "false") => e.to_string(),
+            (x, y) => format!("({x} || {y})"),
+        }
+    }
+
+    fn binary(&mut self, b: &BinaryExpr) -> R<Val> {
+        let op = *b.op();
+        let l = self.expr(b.left())?;
+        let r = self.expr(b.right())?;
+        let same = l.dt == r.dt || (l.ty.is_str() && r.ty.is_str());
+        let both = format!("({} && {})", l.ok, r.ok);
+        let err = Self::either_err(&l, &r);
+        let cmp = |sym: &str| -> R<String> {
+            if !same {
+                return Err(format!("a comparison of {} with {}", l.dt, r.dt));
+            }
+            Ok(if l.ty.is_str() {
+                format!("(str_cmp({}, {}, {}, {}) {sym} 0)", l.v, l.len, r.v, r.len)
+            } else if l.ty == Ty::Bool {
+                format!("((int){} {sym} (int){})", l.v, r.v)
+            } else if l.ty == Ty::F64 {
+                format!("(f64_key({}) {sym} f64_key({}))", l.v, r.v)
+            } else {
+                format!("({} {sym} {})", l.v, r.v)
+            })
+        };
+        let (v, ok) = match op {
+            Operator::Eq => (cmp("==")?, both),
+            Operator::NotEq => (cmp("!=")?, both),
+            Operator::Lt => (cmp("<")?, both),
+            Operator::LtEq => (cmp("<=")?, both),
+            Operator::Gt => (cmp(">")?, both),
+            Operator::GtEq => (cmp(">=")?, both),
+            Operator::IsDistinctFrom | Operator::IsNotDistinctFrom => {
+                if !same {
+                    return Err(format!("a comparison of {} with {}", l.dt, r.dt));
+                }
+                let eq = Self::equal(&l, &r);
+                let distinct = format!("(({} != {}) || ({} && !{eq}))", l.ok, r.ok, both);
+                let v = if op == Operator::IsDistinctFrom { distinct } else { format!("!{distinct}") };
+                (v, "true".to_string())
+            }
+            Operator::And | Operator::Or => {
+                if l.ty != Ty::Bool || r.ty != Ty::Bool {
+                    return Err(format!("{op} of {} and {}", l.dt, r.dt));
+                }
+                // Kleene logic: a definite FALSE (AND) or TRUE (OR) on either side decides.
+                let (lv, rv) = (format!("({} && {})", l.ok, l.v), format!("({} && {})", r.ok, r.v));
+                let (lf, rf) = (format!("({} && !{})", l.ok, l.v), format!("({} && !{})", r.ok, r.v));
+                if op == Operator::And {
+                    (format!("({lv} && {rv})"), format!("({lf} || {rf} || {both})"))
+                } else {
+                    (format!("({lv} || {rv})"), format!("({lv} || {rv} || {both})"))
+                }
+            }
+            Operator::Plus | Operator::Minus | Operator::Multiply => {
+                if let (DataType::Decimal128(..), DataType::Decimal128(..)) = (&l.dt, &r.dt) {
+                    return self.decimal_arithmetic(b, op, l, r);
+                }
+                if l.ty == Ty::F64 && r.ty == Ty::F64 {
+                    // One IEEE operation, rounded as on the CPU (no fused multiply-add).
+                    let v = match op {
+                        Operator::Plus => format!("__dadd_rn({}, {})", l.v, r.v),
+                        Operator::Minus => format!("__dadd_rn({}, -{})", l.v, r.v),
+                        _ => format!("__dmul_rn({}, {})", l.v, r.v),
+                    };
+                    return Ok(self.plain(Ty::F64, l.dt.clone(), v, both, err));
+                }
+                let Some((bits, _)) = l.ty.int() else {
+                    return Err(format!("{op} of {} values", l.dt));
+                };
+                if l.dt != r.dt || !is_integer(&l.dt) {
+                    return Err(format!("{op} of {} and {}", l.dt, r.dt));
+                }
+                // DataFusion wraps on overflow unless the expression was built to fail.
+                let plain = BinaryExpr::new(Arc::clone(b.left()), op, Arc::clone(b.right()));
+                if plain != *b {
+                    return Err(format!("{op} that fails on overflow"));
+                }
+                let sym = match op {
+                    Operator::Plus => "+",
+                    Operator::Minus => "-",
+                    _ => "*",
+                };
+                // Unsigned arithmetic wraps without undefined behaviour; the cast back truncates.
+                let wide = if bits == 64 { "unsigned long long" } else { "unsigned int" };
+                let v = format!("({})(({wide}){} {sym} ({wide}){})", l.ty.c(), l.v, r.v);
+                return Ok(self.plain(l.ty, l.dt.clone(), v, both, err));
+            }
+            other => return Err(format!("operator {other}")),
+        };
+        Ok(self.plain(Ty::Bool, DataType::Boolean, v, ok, err))
+    }
+
+    /// Decimal `+ - *` as arrow computes it: sums at the larger scale (operands rescaled with
+    /// checked multiplication), products at the sum of the scales, an error on 128-bit overflow
+    /// of a row whose operands are both valid.
+    fn decimal_arithmetic(&mut self, b: &BinaryExpr, op: Operator, l: Val, r: Val) -> R<Val> {
+        let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) = (l.dt.clone(), r.dt.clone()) else {
+            return Err(format!("{op} of {} and {}", l.dt, r.dt));
+        };
+        let out = b.data_type(self.schema).map_err(|e| format!("`{b}`: {e}"))?;
+        let DataType::Decimal128(_, so) = out else {
+            return Err(format!("{op} of {} and {} gives {out}", l.dt, r.dt));
+        };
+        let want_scale = if op == Operator::Multiply { s1 as i16 + s2 as i16 } else { s1.max(s2) as i16 };
+        if so as i16 != want_scale || s1 < 0 || s2 < 0 {
+            return Err(format!("{op} of {} and {} at scale {so}", l.dt, r.dt));
+        }
+        let t = self.fresh();
+        let both = format!("({} && {})", l.ok, r.ok);
+        let _ = writeln!(self.body, "        bool ovf{t} = false;");
+        let v = if op == Operator::Multiply {
+            format!("i128_mul({}, {}, &ovf{t})", l.v, r.v)
+        } else {
+            // Scales are 0..=38 here, so a rescaling factor fits in an i128.
+            let scaled = |val: &Val, s: i8| -> String {
+                let d = (so - s) as u32;
+                if d == 0 {
+                    val.v.clone()
+                } else {
+                    format!("i128_mul({}, {}, &ovf{t})", val.v, Gen::i128_const(10i128.pow(d)))
+                }
+            };
+            let (lv, rv) = (scaled(&l, s1), scaled(&r, s2));
+            let f = if op == Operator::Plus { "i128_add" } else { "i128_sub" };
+            format!("{f}({lv}, {rv}, &ovf{t})")
+        };
+        // The arithmetic runs only where both operands are valid, as arrow's.
+        let _ = writeln!(self.body, "        const __int128 dv{t} = {both} ? {v} : (__int128)0;");
+        let err = match Self::either_err(&l, &r).as_str() {
+            "false" => format!("ovf{t}"),
+            e => format!("({e} || ovf{t})"),
+        };
+        Ok(self.plain(Ty::I128, out, format!("dv{t}"), both, err))
+    }
+
+    fn case(&mut self, c: &CaseExpr, e: &Arc<dyn PhysicalExpr>) -> R<Val> {
+        let out = e.data_type(self.schema).map_err(|err| format!("`{e}`: {err}"))?;
+        let ty = Ty::of(&out).ok_or_else(|| format!("CASE of type {out}"))?;
+        if ty.is_str() {
+            return Err("CASE with string results".into());
+        }
+        let base = c.expr().map(|b| self.expr(b)).transpose()?;
+        let mut arms = Vec::new();
+        let mut errs = Vec::new();
+        for (when, then) in c.when_then_expr() {
+            let w = self.expr(when)?;
+            let cond = match &base {
+                Some(b) => {
+                    if b.dt != w.dt && !(b.ty.is_str() && w.ty.is_str()) {
+                        return Err(format!("CASE comparing {} with {}", b.dt, w.dt));
+                    }
+                    format!("({} && {} && {})", b.ok, w.ok, Self::equal(b, &w))
+                }
+                None => {
+                    if w.ty != Ty::Bool {
+                        return Err(format!("CASE WHEN of type {}", w.dt));
+                    }
+                    format!("({} && {})", w.ok, w.v)
+                }
+            };
+            errs.push(w.err.clone());
+            let t = self.expr(then)?;
+            if t.dt != out {
+                return Err(format!("CASE branch of type {} in a CASE of {out}", t.dt));
+            }
+            arms.push((cond, t));
+        }
+        let otherwise = match c.else_expr() {
+            Some(x) => {
+                let v = self.expr(x)?;
+                if v.dt != out {
+                    return Err(format!("CASE ELSE of type {} in a CASE of {out}", v.dt));
+                }
+                v
+            }
+            None => self.literal(&ScalarValue::try_from(&out).map_err(|err| err.to_string())?)?,
+        };
+        let (mut v, mut ok, mut err) = (otherwise.v.clone(), otherwise.ok.clone(), otherwise.err.clone());
+        for (cond, t) in arms.iter().rev() {
+            v = format!("({cond} ? {} : {v})", t.v);
+            ok = format!("({cond} ? {} : {ok})", t.ok);
+            err = format!("({cond} ? {} : {err})", t.err);
+        }
+        for w in errs.into_iter().filter(|w| w != "false") {
+            err = format!("({w} || {err})");
+        }
+        Ok(self.plain(ty, out, v, ok, err))
+    }
+
+    fn in_list(&mut self, l: &InListExpr) -> R<Val> {
+        let a = self.expr(l.expr())?;
+        let mut any = Vec::new();
+        let mut null_item = false;
+        for item in l.list() {
+            let Some(lit) = item.downcast_ref::<Literal>() else {
+                return Err(format!("IN list item `{item}` is not a literal"));
+            };
+            if lit.value().is_null() {
+                null_item = true;
+                continue;
+            }
+            let x = self.literal(lit.value())?;
+            if x.dt != a.dt && !(x.ty.is_str() && a.ty.is_str()) {
+                return Err(format!("IN list of {} for a {} value", x.dt, a.dt));
+            }
+            any.push(Self::equal(&a, &x));
+        }
+        let found = if any.is_empty() { "false".to_string() } else { format!("({})", any.join(" || ")) };
+        // SQL: NULL when the value is NULL, or when nothing matched and the list holds a NULL.
+        let ok = if null_item { format!("({} && {found})", a.ok) } else { a.ok.clone() };
+        let v = if l.negated() { format!("!{found}") } else { found };
+        Ok(self.plain(Ty::Bool, DataType::Boolean, v, ok, a.err))
+    }
+}

@@ -1,0 +1,399 @@
+//! A filter and projection evaluated on the device: the rows of an uploaded batch that pass every
+//! predicate, and the output columns computed from them, as DataFusion's `FilterExec` and
+//! `ProjectionExec` would give them.
+//!
+//! Two generated kernels (see [`super::codegen`]): `expr_filter` writes a flag per row (TRUE
+//! predicates only, as `FilterExec` keeps), the selection primitive compacts the flags into row
+//! ids, and `expr_project` evaluates every computed output at the selected rows, writing values,
+//! validity (one warp ballot per 32 rows) and null counts. Outputs that are plain columns are
+//! gathered at the selected rows (or passed through when nothing was filtered).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::PhysicalExpr;
+
+use super::codegen::{ColumnRead, Gen, HELPERS, R, Ty};
+use super::overflow_error;
+use crate::columns::{DeviceColumn, is_supported};
+use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
+use crate::error::{Result, gpu_error};
+use crate::join::materialize::{GatherSpec, can_gather, gather_columns};
+use crate::primitives::select::{bitmap_bytes, select_where};
+use crate::primitives::upload_slice;
+
+/// How one output column is made.
+#[derive(Debug, Clone)]
+enum Output {
+    /// The uploaded column at this position.
+    Pass(usize),
+    /// Output `i` of the projection kernel, of this value type.
+    Computed { index: usize, ty: Ty, nullable: bool },
+}
+
+#[derive(Debug, Clone)]
+struct Kernel {
+    source: String,
+    may_fail: bool,
+}
+
+/// A filter and projection compiled for the device.
+#[derive(Debug, Clone)]
+pub struct DeviceProjection {
+    /// The input columns the kernels read, in upload order (indices into the input schema).
+    pub inputs: Vec<usize>,
+    /// The schema of the uploaded columns (the input schema projected to `inputs`).
+    pub upload_schema: SchemaRef,
+    /// The schema of the result.
+    pub output_schema: SchemaRef,
+    outputs: Vec<Output>,
+    filter: Option<Kernel>,
+    project: Option<Kernel>,
+    computed: usize,
+}
+
+fn slot_of(inputs: &mut Vec<usize>, index: usize) -> usize {
+    match inputs.iter().position(|&i| i == index) {
+        Some(p) => p,
+        None => {
+            inputs.push(index);
+            inputs.len() - 1
+        }
+    }
+}
+
+impl DeviceProjection {
+    /// The rows of an `input`-shaped batch for which every predicate is TRUE, projected to
+    /// `outputs` (each expression with the field it must produce); or why the GPU cannot.
+    pub fn try_new(
+        input: &Schema,
+        predicates: &[Arc<dyn PhysicalExpr>],
+        outputs: &[(Arc<dyn PhysicalExpr>, Field)],
+    ) -> R<DeviceProjection> {
+        let mut inputs: Vec<usize> = Vec::new();
+
+        let filter = if predicates.is_empty() {
+            None
+        } else {
+            let mut read = |c: &Column| -> R<ColumnRead> {
+                Ok(ColumnRead { slot: slot_of(&mut inputs, c.index()), row: "k".into() })
+            };
+            let mut g = Gen::new(input, &mut read);
+            let mut keep = Vec::new();
+            let mut errs = Vec::new();
+            for p in predicates {
+                let v = g.expr(p)?;
+                if v.ty != Ty::Bool {
+                    return Err(format!("the predicate `{p}` has type {}", v.dt));
+                }
+                keep.push(format!("({} && {})", v.ok, v.v));
+                if v.err != "false" {
+                    errs.push(v.err);
+                }
+            }
+            let may_fail = !errs.is_empty();
+            let failed = if errs.is_empty() { "false".to_string() } else { errs.join(" || ") };
+            let shown = predicates.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" AND ");
+            let source = format!(
+                r#"// A filter, generated from `{shown}` (src/expr/project.rs).
+#include "common.cuh"
+{HELPERS}
+{globals}
+extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* __restrict__ keep, u32* __restrict__ err) {{
+    bool failed = false;
+    for (u64 k = global_thread_id(); k < n; k += grid_stride()) {{
+{body}        keep[k] = {keep};
+        failed |= {failed};
+    }}
+    if (failed) *err = 1;
+}}
+"#,
+                shown = shown.replace('\n', " ").replace("*/", "* /"),
+                globals = g.globals,
+                body = g.body,
+                keep = keep.join(" && "),
+            );
+            Some(Kernel { source, may_fail })
+        };
+
+        let mut plan = Vec::with_capacity(outputs.len());
+        let mut computed: Vec<(String, Ty, bool)> = Vec::new();
+        let mut writes = String::new();
+        let mut errs = Vec::new();
+        let mut columns_read: Vec<usize> = inputs.clone();
+        let mut read = |c: &Column| -> R<ColumnRead> {
+            Ok(ColumnRead { slot: slot_of(&mut columns_read, c.index()), row: "row".into() })
+        };
+        let mut g = Gen::new(input, &mut read);
+        let mut pass = Vec::new();
+        for (e, field) in outputs {
+            let dt = e.data_type(input).map_err(|err| format!("`{e}`: {err}"))?;
+            if &dt != field.data_type() {
+                return Err(format!("`{e}` has type {dt}, not {}", field.data_type()));
+            }
+            if let Some(c) = e.downcast_ref::<Column>() {
+                if !can_gather(&dt) || !is_supported(&dt) {
+                    return Err(format!("column `{c}` of type {dt} cannot be gathered on the GPU"));
+                }
+                pass.push((plan.len(), c.index()));
+                plan.push(None);
+                continue;
+            }
+            let v = g.expr(e)?;
+            if v.ty.is_str() {
+                return Err(format!("`{e}` computes strings"));
+            }
+            let i = computed.len();
+            let nullable = e.nullable(input).map_err(|err| format!("`{e}`: {err}"))?;
+            let _ = writeln!(writes, "        {{ const bool okv = in && {};", v.ok);
+            if v.ty == Ty::Bool {
+                let _ = writeln!(
+                    writes,
+                    "          const u32 bits = __ballot_sync(0xffffffffu, okv && {});\n          if (lane == 0) ((u32*)outs[{}])[base >> 5] = bits;",
+                    v.v,
+                    2 * i
+                );
+            } else {
+                let _ = writeln!(
+                    writes,
+                    "          if (in) (({t}*)outs[{}])[k] = okv ? ({t}){} : ({t})0;",
+                    2 * i,
+                    v.v,
+                    t = v.ty.c()
+                );
+            }
+            if nullable {
+                let _ = writeln!(
+                    writes,
+                    "          const u32 valid = __ballot_sync(0xffffffffu, okv);\n          if (lane == 0) {{ ((u32*)outs[{o}])[base >> 5] = valid; const u32 lanes = n - base >= 32 ? 0xffffffffu : ((1u << (n - base)) - 1u); const u32 missing = __popc(lanes & ~valid); if (missing) atomicAdd(&nulls[{i}], (u64)missing); }}",
+                    o = 2 * i + 1
+                );
+            }
+            let _ = writeln!(writes, "        }}");
+            if v.err != "false" {
+                errs.push(format!("(in && {})", v.err));
+            }
+            computed.push((e.to_string(), v.ty, nullable));
+            plan.push(Some(Output::Computed { index: i, ty: v.ty, nullable }));
+        }
+        let (globals, body) = (std::mem::take(&mut g.globals), std::mem::take(&mut g.body));
+        drop(g);
+        for (p, index) in pass {
+            plan[p] = Some(Output::Pass(slot_of(&mut columns_read, index)));
+        }
+        inputs = columns_read;
+        let project = if computed.is_empty() {
+            None
+        } else {
+            let shown = computed.iter().map(|(s, _, _)| s.as_str()).collect::<Vec<_>>().join(", ").replace('\n', " ");
+            let source = format!(
+                r#"// A projection, generated from [{shown}] (src/expr/project.rs).
+#include "common.cuh"
+{HELPERS}
+{globals}
+// Rows k < n of the output, read at row sel[k] of the input (k without a selection). Every lane
+// of a warp runs each iteration so that the warp's ballots cover 32 consecutive rows.
+extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, const u64* __restrict__ cols,
+                                        const u64* __restrict__ outs, u64* __restrict__ nulls, u32* __restrict__ err) {{
+    const u32 lane = threadIdx.x & 31;
+    bool failed = false;
+    for (u64 base = global_thread_id() - lane; base < n; base += grid_stride()) {{
+        const u64 k = base + lane;
+        const bool in = k < n;
+        const u64 row = in ? (sel ? (u64)sel[k] : k) : (sel ? (u64)sel[0] : 0);
+{body}{writes}        failed |= {failed};
+    }}
+    if (failed) *err = 1;
+}}
+"#,
+                shown = shown.replace("*/", "* /"),
+                failed = if errs.is_empty() { "false".to_string() } else { errs.join(" || ") },
+            );
+            Some(Kernel { source, may_fail: !errs.is_empty() })
+        };
+        let outputs_plan = plan.into_iter().collect::<Option<Vec<_>>>().ok_or("an output was not planned")?;
+        let fields: Vec<Field> = inputs.iter().map(|&i| input.field(i).clone()).collect();
+        for f in &fields {
+            if !is_supported(f.data_type()) {
+                return Err(format!("input `{}` of type {} cannot be uploaded", f.name(), f.data_type()));
+            }
+        }
+        Ok(DeviceProjection {
+            inputs,
+            upload_schema: Arc::new(Schema::new(fields)),
+            output_schema: Arc::new(Schema::new(outputs.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>())),
+            outputs: outputs_plan,
+            filter,
+            project,
+            computed: computed.len(),
+        })
+    }
+
+    /// Whether rows are filtered.
+    pub fn filters(&self) -> bool {
+        self.filter.is_some()
+    }
+
+    /// The result over the uploaded columns `cols` (in [`Self::inputs`] order) of `n` rows: the
+    /// output columns and their row count.
+    pub fn evaluate(
+        &self,
+        gpu: &Gpu,
+        stream: &Arc<CudaStream>,
+        cols: &[Arc<DeviceColumn>],
+        n: u64,
+    ) -> Result<(Vec<Arc<DeviceColumn>>, u64)> {
+        if cols.len() != self.inputs.len() {
+            return Err(gpu_error(format!("a projection over {} columns got {}", self.inputs.len(), cols.len())));
+        }
+        // Per column: values (or string offsets), string bytes or 0, validity or 0.
+        let mut addresses: Vec<u64> = Vec::with_capacity(3 * cols.len());
+        for col in cols {
+            let string = matches!(
+                col.data_type,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary
+            );
+            let buf = |i: usize| col.buffers.get(i).map_or(0, |b| b.raw_ptr(stream));
+            addresses.push(buf(0));
+            addresses.push(if string { buf(1) } else { 0 });
+            addresses.push(col.validity.as_ref().map_or(0, |v| v.raw_ptr(stream)));
+        }
+        if addresses.is_empty() {
+            addresses.push(0);
+        }
+        let addresses = upload_slice(gpu, stream, &addresses, "projection columns")?;
+        let err = gpu.alloc_filled(stream, 4, 0, "projection error flag")?;
+        let grid = |n: u64| crate::device::grid_for(n, 256, gpu.info().sm_count);
+
+        let (sel, m): (Option<DeviceBuffer>, u64) = match &self.filter {
+            None => (None, n),
+            Some(k) => {
+                let keep = gpu.alloc(stream, n as usize, "filter flags")?;
+                if n > 0 {
+                    let f = gpu.kernels().generated_function("expr", &k.source, "expr_filter")?;
+                    // expr_filter(u64 n, const u64* cols, u8* keep, u32* err)
+                    gpu.launch_function(
+                        stream,
+                        &f,
+                        "expr_filter",
+                        grid(n),
+                        &[KArg::U64(n), ptr(&addresses, stream), ptr(&keep, stream), ptr(&err, stream)],
+                    )?;
+                    if k.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
+                        return Err(overflow_error());
+                    }
+                }
+                let (sel, m) = select_where(gpu, stream, &keep, n, 1)?;
+                (Some(sel), m as u64)
+            }
+        };
+
+        let mut computed: Vec<Option<DeviceColumn>> = (0..self.computed).map(|_| None).collect();
+        if let Some(k) = &self.project {
+            let mut outs: Vec<u64> = Vec::with_capacity(2 * self.computed);
+            for (p, o) in self.outputs.iter().enumerate() {
+                if let Output::Computed { index, ty, nullable } = *o {
+                    let dt = self.output_schema.field(p).data_type().clone();
+                    let values = match ty.width() {
+                        Some(w) => gpu.alloc(stream, m as usize * w, "a computed column")?,
+                        None => gpu.alloc(stream, bitmap_bytes(m), "a computed column")?,
+                    };
+                    let validity =
+                        if nullable { Some(gpu.alloc(stream, bitmap_bytes(m), "a computed validity")?) } else { None };
+                    outs.push(values.raw_ptr(stream));
+                    outs.push(validity.as_ref().map_or(0, |v| v.raw_ptr(stream)));
+                    computed[index] = Some(DeviceColumn {
+                        data_type: dt,
+                        len: m as usize,
+                        null_count: 0,
+                        validity,
+                        buffers: vec![values],
+                        children: vec![],
+                    });
+                }
+            }
+            let nulls = gpu.alloc_filled(stream, self.computed * 8, 0, "projection null counts")?;
+            if m > 0 {
+                let outs = upload_slice(gpu, stream, &outs, "projection outputs")?;
+                let f = gpu.kernels().generated_function("expr", &k.source, "expr_project")?;
+                let sel_arg = match &sel {
+                    Some(s) => ptr(s, stream),
+                    None => KArg::U64(0),
+                };
+                // expr_project(u64 n, const u32* sel, const u64* cols, const u64* outs, u64* nulls, u32* err)
+                gpu.launch_function(
+                    stream,
+                    &f,
+                    "expr_project",
+                    grid(m),
+                    &[
+                        KArg::U64(m),
+                        sel_arg,
+                        ptr(&addresses, stream),
+                        ptr(&outs, stream),
+                        ptr(&nulls, stream),
+                        ptr(&err, stream),
+                    ],
+                )?;
+                let counts = gpu.read::<u64>(stream, &nulls, 0, self.computed)?;
+                if k.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
+                    return Err(overflow_error());
+                }
+                for (col, nulls) in computed.iter_mut().zip(counts) {
+                    if let Some(col) = col {
+                        col.null_count = nulls as usize;
+                        if nulls == 0 {
+                            col.validity = None;
+                        }
+                    }
+                }
+            } else {
+                for col in computed.iter_mut().flatten() {
+                    col.validity = None;
+                }
+            }
+        }
+
+        // Plain columns: gathered at the selected rows, or the uploaded column itself.
+        let mut passed: Vec<Option<Arc<DeviceColumn>>> = vec![None; self.outputs.len()];
+        match &sel {
+            None => {
+                for (p, o) in self.outputs.iter().enumerate() {
+                    if let Output::Pass(i) = *o {
+                        passed[p] = Some(Arc::clone(&cols[i]));
+                    }
+                }
+            }
+            Some(rows) => {
+                let which: Vec<(usize, usize)> = self
+                    .outputs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(p, o)| if let Output::Pass(i) = *o { Some((p, i)) } else { None })
+                    .collect();
+                let specs = which
+                    .iter()
+                    .map(|&(_, i)| GatherSpec::Rows { col: cols[i].as_ref(), rows, may_be_null: false })
+                    .collect();
+                let gathered = gather_columns(gpu, stream, specs, m)?;
+                for ((p, _), col) in which.into_iter().zip(gathered) {
+                    passed[p] = Some(Arc::new(col));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.outputs.len());
+        for (p, o) in self.outputs.iter().enumerate() {
+            out.push(
+                match *o {
+                    Output::Pass(_) => passed[p].take(),
+                    Output::Computed { index, .. } => computed[index].take().map(Arc::new),
+                }
+                .ok_or_else(|| gpu_error("a projection output was not built"))?,
+            );
+        }
+        Ok((out, m))
+    }
+}
