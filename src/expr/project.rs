@@ -12,12 +12,12 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 
 use super::codegen::{ColumnRead, Gen, HELPERS, R, Ty};
-use super::overflow_error;
+use super::{overflow_error, upload_column_addresses};
 use crate::columns::{DeviceColumn, is_supported};
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
@@ -120,7 +120,8 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* 
         };
 
         let mut plan = Vec::with_capacity(outputs.len());
-        let mut computed: Vec<(String, Ty, bool)> = Vec::new();
+        // The computed outputs' expressions, as the kernel's comment shows them.
+        let mut computed: Vec<String> = Vec::new();
         let mut writes = String::new();
         let mut errs = Vec::new();
         let mut columns_read: Vec<usize> = inputs.clone();
@@ -176,7 +177,7 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* 
             if v.err != "false" {
                 errs.push(format!("(in && {})", v.err));
             }
-            computed.push((e.to_string(), v.ty, nullable));
+            computed.push(e.to_string());
             plan.push(Some(Output::Computed { index: i, ty: v.ty, nullable }));
         }
         let (globals, body) = (std::mem::take(&mut g.globals), std::mem::take(&mut g.body));
@@ -188,7 +189,7 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* 
         let project = if computed.is_empty() {
             None
         } else {
-            let shown = computed.iter().map(|(s, _, _)| s.as_str()).collect::<Vec<_>>().join(", ").replace('\n', " ");
+            let shown = computed.join(", ").replace('\n', " ");
             let source = format!(
                 r#"// A projection, generated from [{shown}] (src/expr/project.rs).
 #include "common.cuh"
@@ -232,11 +233,6 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
         })
     }
 
-    /// Whether rows are filtered.
-    pub fn filters(&self) -> bool {
-        self.filter.is_some()
-    }
-
     /// The result over the uploaded columns `cols` (in [`Self::inputs`] order) of `n` rows: the
     /// output columns and their row count.
     pub fn evaluate(
@@ -249,22 +245,8 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
         if cols.len() != self.inputs.len() {
             return Err(gpu_error(format!("a projection over {} columns got {}", self.inputs.len(), cols.len())));
         }
-        // Per column: values (or string offsets), string bytes or 0, validity or 0.
-        let mut addresses: Vec<u64> = Vec::with_capacity(3 * cols.len());
-        for col in cols {
-            let string = matches!(
-                col.data_type,
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary
-            );
-            let buf = |i: usize| col.buffers.get(i).map_or(0, |b| b.raw_ptr(stream));
-            addresses.push(buf(0));
-            addresses.push(if string { buf(1) } else { 0 });
-            addresses.push(col.validity.as_ref().map_or(0, |v| v.raw_ptr(stream)));
-        }
-        if addresses.is_empty() {
-            addresses.push(0);
-        }
-        let addresses = upload_slice(gpu, stream, &addresses, "projection columns")?;
+        let read: Vec<&DeviceColumn> = cols.iter().map(|c| c.as_ref()).collect();
+        let addresses = upload_column_addresses(gpu, stream, &read, "projection columns")?;
         let err = gpu.alloc_filled(stream, 4, 0, "projection error flag")?;
         let grid = |n: u64| crate::device::grid_for(n, 256, gpu.info().sm_count);
 

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::JoinType;
 use datafusion::error::DataFusionError;
 
@@ -700,24 +700,15 @@ impl JoinBuild {
         n: u64,
     ) -> Result<DeviceBuffer> {
         let gpu = &*self.gpu;
-        // Per column: values (or string offsets), string bytes or 0, validity or 0.
-        let mut cols: Vec<u64> = Vec::with_capacity(3 * f.columns.len());
+        let mut read = Vec::with_capacity(f.columns.len());
         for c in &f.columns {
-            let col = match *c {
-                OutputColumn::Build(i) => &self.batch.columns()[i],
-                OutputColumn::Probe(i) => &chunk.columns()[i],
+            read.push(match *c {
+                OutputColumn::Build(i) => self.batch.columns()[i].as_ref(),
+                OutputColumn::Probe(i) => chunk.columns()[i].as_ref(),
                 OutputColumn::Mark => return Err(gpu_error("a join filter reading the mark column")),
-            };
-            let string = matches!(
-                col.data_type,
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary
-            );
-            let buf = |i: usize| col.buffers.get(i).map_or(0, |b| b.raw_ptr(stream));
-            cols.push(buf(0));
-            cols.push(if string { buf(1) } else { 0 });
-            cols.push(col.validity.as_ref().map_or(0, |v| v.raw_ptr(stream)));
+            });
         }
-        let cols = crate::primitives::upload_slice(gpu, stream, &cols, "join filter columns")?;
+        let cols = crate::expr::upload_column_addresses(gpu, stream, &read, "join filter columns")?;
         let keep = gpu.alloc(stream, n as usize, "join filter results")?;
         let err = gpu.alloc_filled(stream, 4, 0, "join filter error flag")?;
         let func = gpu.kernels().generated_function("filter", &f.source, "join_filter")?;
