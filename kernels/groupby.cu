@@ -137,6 +137,143 @@ extern "C" __global__ void gb_collisions(const u32* __restrict__ flags, const u8
 }
 
 // ---------------------------------------------------------------------------------------------
+// Partition group-by (seed 002): rows radix-partitioned on their mixed key words, so a key's
+// rows share one partition; one block per partition numbers the partition's keys in a
+// shared-memory table. Partition p's groups get ids goff[p] + 0..counts[p], so group ids are
+// clustered by position and the reductions accumulate in shared memory (MODE_RANGED).
+
+#define GP_THREADS 512
+#define GP_SLOTS 8192  // table slots of a partition (GP_THREADS * 16), in dynamic shared memory;
+                       // partitions are sized for a quarter of them, and one whose keys fill every
+                       // slot overflows
+#define GP_NONE 0xffffffffu
+
+// The slot of key k in a partition's table (k = ~0 lives in the extra slot GP_SLOTS); inserts
+// it when `insert`. Returns GP_NONE when absent (lookup) or when the table is full (insert).
+template <typename K>
+__device__ __forceinline__ u32 gp_slot(K* s_keys, K k, bool insert) {
+    const K empty = (K)~(K)0;
+    if (k == empty) return GP_SLOTS;
+    u32 s = (u32)mix32((u32)(k >> 20) ^ (u32)k) & (GP_SLOTS - 1);
+    for (u32 probes = 0; probes < GP_SLOTS; probes++) {
+        const K cur = s_keys[s];
+        if (cur == k) return s;
+        if (cur == empty) {
+            if (!insert) return GP_NONE;
+            const K prev = atomicCAS(&s_keys[s], empty, k);
+            if (prev == empty || prev == k) return s;
+        }
+        s = (s + 1) & (GP_SLOTS - 1);
+    }
+    return GP_NONE;
+}
+
+// For each partition p (rows offsets[p]..offsets[p+1] of the partitioned key words): local[pos]
+// = the partition-relative id of the row's key (ids in slot order), rep_pos[offsets[p] + l] =
+// the partition-relative position of key l's first row, counts[p] = its keys. A partition with
+// more than GP_SLOTS keys sets *overflow (the caller regroups the batch another way).
+// Dynamic shared memory: GP_SLOTS keys, then GP_SLOTS + 1 values (first position, then id).
+template <typename K>
+__device__ __forceinline__ void gp_ids(const K* __restrict__ keys, const u32* __restrict__ offsets, u32 parts, u32* __restrict__ local,
+                                       u32* __restrict__ rep_pos, u32* __restrict__ counts, u32* __restrict__ overflow) {
+    extern __shared__ __align__(16) u8 gp_smem[];
+    K* s_keys = (K*)gp_smem;
+    u32* s_val = (u32*)(gp_smem + GP_SLOTS * sizeof(K));
+    __shared__ u32 s_total;
+    __shared__ u32 s_warps[GP_THREADS / 32];
+    const K empty = (K)~(K)0;
+    constexpr u32 PER = GP_SLOTS / GP_THREADS;
+    for (u32 p = blockIdx.x; p < parts; p += gridDim.x) {
+        const u32 b = offsets[p], e = offsets[p + 1];
+        if (b == e) {
+            if (threadIdx.x == 0) counts[p] = 0;
+            continue;
+        }
+        for (u32 j = threadIdx.x; j <= GP_SLOTS; j += blockDim.x) {
+            if (j < GP_SLOTS) s_keys[j] = empty;
+            s_val[j] = GP_NONE;
+        }
+        __syncthreads();
+        bool lost = false;
+        for (u32 pos = b + threadIdx.x; pos < e; pos += blockDim.x) {
+            const u32 s = gp_slot<K>(s_keys, keys[pos], true);
+            // The first row of a key keeps it (positions rise per thread: skip the atomic
+            // once a smaller one is in, or a frequent key serialises the block).
+            if (s == GP_NONE) lost = true;
+            else if (pos - b < *(volatile u32*)&s_val[s]) atomicMin(&s_val[s], pos - b);
+        }
+        if (__syncthreads_or(lost)) {
+            if (threadIdx.x == 0) {
+                counts[p] = 0;
+                *overflow = 1;
+            }
+            __syncthreads();
+            continue;
+        }
+        // Ids in slot order: thread t numbers slots t*PER .. t*PER+PER-1; the extra slot last.
+        u32 mine = 0;
+#pragma unroll
+        for (u32 q = 0; q < PER; q++) mine += s_val[threadIdx.x * PER + q] != GP_NONE;
+        u32 id = block_exclusive_scan<GP_THREADS / 32, u32>(mine, s_warps, &s_total);
+#pragma unroll
+        for (u32 q = 0; q < PER; q++) {
+            const u32 j = threadIdx.x * PER + q;
+            const u32 first = s_val[j];
+            if (first != GP_NONE) {
+                rep_pos[b + id] = first;
+                s_val[j] = id++;
+            }
+        }
+        if (threadIdx.x == 0) {
+            u32 total = s_total;
+            if (s_val[GP_SLOTS] != GP_NONE) {
+                rep_pos[b + total] = s_val[GP_SLOTS];
+                s_val[GP_SLOTS] = total++;
+            }
+            counts[p] = total;
+        }
+        __syncthreads();
+        for (u32 pos = b + threadIdx.x; pos < e; pos += blockDim.x) local[pos] = s_val[gp_slot<K>(s_keys, keys[pos], false)];
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GP_THREADS) gp_ids_k32(const u32* keys, const u32* offsets, u32 parts, u32* local, u32* rep_pos,
+                                                                    u32* counts, u32* overflow) {
+    gp_ids<u32>(keys, offsets, parts, local, rep_pos, counts, overflow);
+}
+extern "C" __global__ void __launch_bounds__(GP_THREADS) gp_ids_k64(const u64* keys, const u32* offsets, u32 parts, u32* local, u32* rep_pos,
+                                                                    u32* counts, u32* overflow) {
+    gp_ids<unsigned long long>((const unsigned long long*)keys, offsets, parts, local, rep_pos, counts, overflow);
+}
+
+// Partition p's rows: gid[pos] = goff[p] + local[pos] (in place), and its groups'
+// representatives rep[goff[p] + l] = perm[offsets[p] + rep_pos[offsets[p] + l]] (original rows).
+extern "C" __global__ void gp_finish(const u32* __restrict__ offsets, u32 parts, const u32* __restrict__ goff, const u32* __restrict__ counts,
+                                     const u32* __restrict__ rep_pos, const u32* __restrict__ perm, u32* __restrict__ gid, u32* __restrict__ rep) {
+    for (u32 p = blockIdx.x; p < parts; p += gridDim.x) {
+        const u32 b = offsets[p], e = offsets[p + 1], g0 = goff[p], c = counts[p];
+        for (u32 pos = b + threadIdx.x; pos < e; pos += blockDim.x) gid[pos] += g0;
+        for (u32 l = threadIdx.x; l < c; l += blockDim.x) rep[g0 + l] = perm[b + rep_pos[b + l]];
+    }
+}
+
+// *largest = the most rows of any partition.
+extern "C" __global__ void gp_largest(const u32* __restrict__ offsets, u64 parts, u32* __restrict__ largest) {
+    u32 m = 0;
+    for (u64 p = global_thread_id(); p < parts; p += grid_stride()) {
+        const u32 r = offsets[p + 1] - offsets[p];
+        m = r > m ? r : m;
+    }
+    if (m) atomicMax(largest, m);
+}
+
+// rep_of[pos] = rep[gid[pos]]: each row's representative, for the key comparison of wide keys.
+extern "C" __global__ void gp_rep_of(const u32* __restrict__ gid, const u32* __restrict__ rep, u64 n, u32* __restrict__ rep_of) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) rep_of[i] = rep[gid[i]];
+}
+
+// ---------------------------------------------------------------------------------------------
 // Accumulators.
 
 // Element types of an input column.
@@ -296,18 +433,83 @@ __device__ __forceinline__ bool takes_part(const u8* __restrict__ validity, cons
     return true;
 }
 
+// How a pass keeps its accumulators.
+#define MODE_GLOBAL 0  // global atomics
+#define MODE_SHARED 1  // every group's accumulator in the block's shared memory, flushed once
+#define MODE_RANGED 2  // per chunk of rows: the chunk's range of group ids in shared memory
+
+// Rows per thread of a ranged chunk.
+#define RANGED_ITEMS 4
+
 // One pass of operation OP over n rows. `values` may be null for OP_COUNT (COUNT(*)); `gid`
 // null means one group. `acc` has groups * WORDS words (unused for OP_COUNT); `counts` (may be
-// null) has groups words. With `use_smem`, the block keeps `groups` accumulators (and counts) in
-// dynamic shared memory and flushes them once.
+// null) has groups words.
+// - MODE_SHARED: the block keeps `groups` accumulators (and counts) in dynamic shared memory.
+// - MODE_RANGED, for group ids clustered by position (rows in partitioned or sorted order):
+//   each chunk of blockDim * RANGED_ITEMS rows finds its smallest and largest group id; when
+//   the range fits `groups` (then the shared-memory capacity in groups) the chunk accumulates
+//   in shared memory and flushes the range, else it uses global atomics.
 template <int OP>
 __device__ __forceinline__ void agg_pass(const void* __restrict__ values, u32 src, const u8* __restrict__ validity,
                                          const u8* __restrict__ fvalues, const u8* __restrict__ fvalidity, const u32* __restrict__ gid, u64 n,
-                                         u32 groups, u32 use_smem, unsigned long long* __restrict__ acc,
+                                         u32 groups, u32 mode, unsigned long long* __restrict__ acc,
                                          unsigned long long* __restrict__ counts) {
     constexpr int W = Acc<OP>::WORDS;
     extern __shared__ unsigned long long smem[];
     const bool has_acc = OP != OP_COUNT;
+    if (mode == MODE_RANGED) {
+        __shared__ u32 s_lo, s_hi;
+        const u64 chunk = (u64)blockDim.x * RANGED_ITEMS;
+        const u32 cap = groups;
+        unsigned long long* s_acc = smem;
+        unsigned long long* s_cnt = smem + (has_acc ? (u64)cap * W : 0);
+        for (u64 c0 = (u64)blockIdx.x * chunk; c0 < n; c0 += (u64)gridDim.x * chunk) {
+            const u64 c1 = c0 + chunk < n ? c0 + chunk : n;
+            if (threadIdx.x == 0) {
+                s_lo = 0xffffffffu;
+                s_hi = 0;
+            }
+            __syncthreads();
+            u32 lo = 0xffffffffu, hi = 0;
+            for (u64 i = c0 + threadIdx.x; i < c1; i += blockDim.x) {
+                const u32 g = gid[i];
+                lo = g < lo ? g : lo;
+                hi = g > hi ? g : hi;
+            }
+            atomicMin(&s_lo, lo);
+            atomicMax(&s_hi, hi);
+            __syncthreads();
+            const u32 base = s_lo;
+            const u32 range = s_hi - s_lo + 1;
+            const bool shared = range <= cap;
+            if (shared) {
+                for (u32 j = threadIdx.x; j < range; j += blockDim.x) {
+                    if (has_acc) {
+#pragma unroll
+                        for (int w = 0; w < W; w++) s_acc[(u64)j * W + w] = identity_word<OP>(w);
+                    }
+                    if (counts) s_cnt[j] = 0;
+                }
+                __syncthreads();
+            }
+            for (u64 i = c0 + threadIdx.x; i < c1; i += blockDim.x) {
+                if (!takes_part(validity, fvalues, fvalidity, i)) continue;
+                const u32 g = gid[i];
+                if (has_acc) fold<OP>(shared ? s_acc + (u64)(g - base) * W : acc + (u64)g * W, values, src, i, acc + (u64)g * W + 1);
+                if (counts) atomicAdd(shared ? &s_cnt[g - base] : &counts[g], 1ull);
+            }
+            __syncthreads();
+            if (shared) {
+                for (u32 j = threadIdx.x; j < range; j += blockDim.x) {
+                    if (has_acc) flush<OP>(acc + (u64)(base + j) * W, s_acc + (u64)j * W);
+                    if (counts && s_cnt[j]) atomicAdd(&counts[base + j], s_cnt[j]);
+                }
+                __syncthreads();
+            }
+        }
+        return;
+    }
+    const bool use_smem = mode == MODE_SHARED;
     unsigned long long* s_acc = smem;
     unsigned long long* s_cnt = smem + (has_acc ? (u64)groups * W : 0);
     if (use_smem) {
@@ -339,9 +541,9 @@ __device__ __forceinline__ void agg_pass(const void* __restrict__ values, u32 sr
 
 #define AGG_KERNEL(NAME, OP)                                                                                                   \
     extern "C" __global__ void NAME(const void* values, u32 src, const u8* validity, const u8* fvalues, const u8* fvalidity,   \
-                                    const u32* gid, u64 n, u32 groups, u32 use_smem, unsigned long long* acc,                  \
+                                    const u32* gid, u64 n, u32 groups, u32 mode, unsigned long long* acc,                      \
                                     unsigned long long* counts) {                                                              \
-        agg_pass<OP>(values, src, validity, fvalues, fvalidity, gid, n, groups, use_smem, acc, counts);                        \
+        agg_pass<OP>(values, src, validity, fvalues, fvalidity, gid, n, groups, mode, acc, counts);                            \
     }                                                                                                                          \
     extern "C" __global__ void NAME##_init(unsigned long long* acc, u64 groups) {                                              \
         constexpr int W = Acc<OP>::WORDS;                                                                                      \

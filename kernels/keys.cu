@@ -62,6 +62,32 @@ KEY_PACK(key_pack_w2, unsigned short)
 KEY_PACK(key_pack_w4, u32)
 KEY_PACK(key_pack_w8, u64)
 
+// One narrow column whose rows all take part, straight to its final word: the word `key_pack`
+// then `key_finish_*` would give (the null bit above the value's bits with NULLS_VALUE), without
+// the intermediate accumulator and flags.
+template <typename U>
+__device__ __forceinline__ void key_single(const U* __restrict__ values, const u8* __restrict__ validity, u64 n, u32 null_mode, u32 width32,
+                                           void* __restrict__ keys) {
+    constexpr u32 bits = 8 * sizeof(U);
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        const bool valid = validity == nullptr || bit_is_set(validity, i);
+        u64 a = (null_mode == NULLS_VALUE && !valid) ? 1ull : 0ull;
+        const u64 v = valid ? (u64)values[i] : 0ull;
+        a = bits >= 64 ? v : ((a << bits) | v);
+        if (width32) ((u32*)keys)[i] = mix32((u32)a);
+        else ((u64*)keys)[i] = mix64(a);
+    }
+}
+
+#define KEY_SINGLE(NAME, U)                                                                                   \
+    extern "C" __global__ void NAME(const U* values, const u8* validity, u64 n, u32 null_mode, u32 width32, void* keys) { \
+        key_single<U>(values, validity, n, null_mode, width32, keys);                                        \
+    }
+KEY_SINGLE(key_single_w1, u8)
+KEY_SINGLE(key_single_w2, unsigned short)
+KEY_SINGLE(key_single_w4, u32)
+KEY_SINGLE(key_single_w8, u64)
+
 // Narrow packing of a Boolean column (one bit).
 extern "C" __global__ void key_pack_bool(const u8* values, const u8* validity, u64 n, u32 bits, u32 null_mode, u32 first, u64* acc,
                                          u8* ok) {

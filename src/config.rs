@@ -205,7 +205,7 @@ gpu_options! {
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.
         pub batch_rows: usize, default = 1 << 22
-        /// GPU group-by algorithm: auto (the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators) or sort (a radix sort of the keys gives group ids).
+        /// GPU group-by algorithm: auto (the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators), sort (a radix sort of the keys gives group ids) or partition (radix partitions of the keys, each numbered and aggregated in shared memory).
         pub aggregate_algorithm: AggregateAlgorithmSetting, default = AggregateAlgorithmSetting::Auto
         /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers included, beats the CPU's; EXPLAIN shows both) or always (every eligible operator over gpu.min_rows on the GPU).
         pub placement: PlacementSetting, default = PlacementSetting::Cost

@@ -14,7 +14,6 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::datatypes::DataType;
 
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
@@ -29,6 +28,8 @@ use crate::primitives::select::{iota, select_where};
 pub enum GroupIdMethod {
     Hash,
     Sort,
+    /// Radix partitions numbered in shared memory (seed 002's partition group-by, with GFTR).
+    Partition,
 }
 
 impl GroupIdMethod {
@@ -37,6 +38,7 @@ impl GroupIdMethod {
         match self {
             GroupIdMethod::Hash => "hash",
             GroupIdMethod::Sort => "sort",
+            GroupIdMethod::Partition => "partition",
         }
     }
 }
@@ -87,8 +89,30 @@ pub fn group_ids(
         let empty = || gpu.alloc(stream, 0, "group ids");
         return Ok(GroupIds { group_of_row: Some(empty()?), reps: Some(empty()?), groups: 0, rounds: 0 });
     }
-    let types: Vec<DataType> = keys.iter().map(|c| c.data_type.clone()).collect();
-    let mut plan = KeyPlan::new(&types, true).map_err(gpu_error)?;
+    let (plan, side) = key_words(gpu, stream, keys, rows, test)?;
+    match method {
+        // The partition group-by numbers groups inside its own pipeline (super::partition); on
+        // its own, its group ids are the hash path's.
+        GroupIdMethod::Hash | GroupIdMethod::Partition => hash_group_ids(gpu, stream, &plan, &side, rows),
+        GroupIdMethod::Sort => {
+            if let Some(ids) = sort_group_ids(gpu, stream, &plan, &side, rows)? {
+                return Ok(ids);
+            }
+            // Colliding hashes: the hash path resolves them.
+            hash_group_ids(gpu, stream, &plan, &side, rows)
+        }
+    }
+}
+
+/// The key words of `rows` rows (NULL equal to NULL), wide words cut by the collision test hook.
+pub(crate) fn key_words(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &[Arc<DeviceColumn>],
+    rows: u64,
+    test: CollisionTest,
+) -> Result<(KeyPlan, KeySide)> {
+    let mut plan = KeyPlan::for_group_by(keys).map_err(gpu_error)?;
     if test.hash_bits.is_some() {
         plan.encoding = KeyEncoding::Wide;
     }
@@ -104,19 +128,16 @@ pub fn group_ids(
             &[ptr(&side.keys, stream), KArg::U64(rows), KArg::U64(mask)],
         )?;
     }
-    match method {
-        GroupIdMethod::Hash => hash_group_ids(gpu, stream, &plan, &side, rows),
-        GroupIdMethod::Sort => {
-            if let Some(ids) = sort_group_ids(gpu, stream, &plan, &side, rows)? {
-                return Ok(ids);
-            }
-            // Colliding hashes: the hash path resolves them.
-            hash_group_ids(gpu, stream, &plan, &side, rows)
-        }
-    }
+    Ok((plan, side))
 }
 
-fn hash_group_ids(gpu: &Gpu, stream: &Arc<CudaStream>, plan: &KeyPlan, side: &KeySide, rows: u64) -> Result<GroupIds> {
+pub(crate) fn hash_group_ids(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    plan: &KeyPlan,
+    side: &KeySide,
+    rows: u64,
+) -> Result<GroupIds> {
     let width = plan.encoding.width();
     let wide = plan.encoding == KeyEncoding::Wide;
     let group_of_row = gpu.alloc(stream, rows as usize * 4, "group ids")?;

@@ -8,6 +8,7 @@
 
 pub mod groups;
 pub mod layout;
+pub mod partition;
 pub mod reduce;
 
 #[cfg(test)]
@@ -22,7 +23,7 @@ use cudarc::driver::CudaStream;
 use datafusion::error::DataFusionError;
 
 pub use groups::{CollisionTest, GroupIdMethod, GroupIds, group_ids};
-pub use reduce::{AccOp, Reduction, reduce};
+pub use reduce::{AccOp, Accumulation, Reduction, reduce};
 
 use crate::columns::DeviceColumn;
 use crate::device::Gpu;
@@ -37,6 +38,7 @@ pub enum AggregateAlgorithmSetting {
     Auto,
     Hash,
     Sort,
+    Partition,
 }
 
 impl FromStr for AggregateAlgorithmSetting {
@@ -47,9 +49,9 @@ impl FromStr for AggregateAlgorithmSetting {
             "auto" | "" => Ok(AggregateAlgorithmSetting::Auto),
             "hash" => Ok(AggregateAlgorithmSetting::Hash),
             "sort" => Ok(AggregateAlgorithmSetting::Sort),
+            "partition" => Ok(AggregateAlgorithmSetting::Partition),
             _ => Err(DataFusionError::Configuration(format!(
-                "unknown gpu.aggregate_algorithm '{s}'; choose one of auto, hash, sort (the partition group-by \
-                 is not implemented yet)"
+                "unknown gpu.aggregate_algorithm '{s}'; choose one of auto, hash, sort, partition"
             ))),
         }
     }
@@ -61,6 +63,7 @@ impl fmt::Display for AggregateAlgorithmSetting {
             AggregateAlgorithmSetting::Auto => "auto",
             AggregateAlgorithmSetting::Hash => "hash",
             AggregateAlgorithmSetting::Sort => "sort",
+            AggregateAlgorithmSetting::Partition => "partition",
         })
     }
 }
@@ -70,7 +73,8 @@ impl AggregateAlgorithmSetting {
     pub fn method(self) -> GroupIdMethod {
         match self {
             AggregateAlgorithmSetting::Sort => GroupIdMethod::Sort,
-            _ => GroupIdMethod::Hash,
+            AggregateAlgorithmSetting::Partition => GroupIdMethod::Partition,
+            AggregateAlgorithmSetting::Auto | AggregateAlgorithmSetting::Hash => GroupIdMethod::Hash,
         }
     }
 }
@@ -108,6 +112,9 @@ pub struct GroupByOutput {
     pub values: Vec<DeviceColumn>,
     pub groups: u64,
     pub rounds: u32,
+    /// The method that numbered the groups (the partition group-by hands a batch it cannot
+    /// number to the hash path).
+    pub method: GroupIdMethod,
 }
 
 /// Groups `rows` rows by `keys` and computes `reductions` over `columns`.
@@ -123,14 +130,25 @@ pub fn group_by(
     times: &mut GroupByTimes,
 ) -> Result<GroupByOutput> {
     let sync = || stream.synchronize().gpu("waiting for the GPU group-by");
+    let mut method = opts.method;
+    if method == GroupIdMethod::Partition {
+        if !keys.is_empty()
+            && rows > 0
+            && let Some(out) = partition::group_by(gpu, stream, keys, columns, reductions, rows, opts, times)?
+        {
+            return Ok(out);
+        }
+        method = GroupIdMethod::Hash;
+    }
     let t = Instant::now();
-    let ids = group_ids(gpu, stream, keys, rows, opts.method, opts.test)?;
+    let ids = group_ids(gpu, stream, keys, rows, method, opts.test)?;
     sync()?;
     times.group_ids += t.elapsed();
     let t = Instant::now();
+    let accumulation = if opts.shared_memory { Accumulation::Shared } else { Accumulation::Global };
     let values = reductions
         .iter()
-        .map(|r| reduce(gpu, stream, columns, r, ids.group_of_row.as_ref(), rows, ids.groups, opts.shared_memory))
+        .map(|r| reduce(gpu, stream, columns, r, ids.group_of_row.as_ref(), rows, ids.groups, accumulation))
         .collect::<Result<Vec<_>>>()?;
     sync()?;
     times.aggregate += t.elapsed();
@@ -145,5 +163,5 @@ pub fn group_by(
     };
     sync()?;
     times.materialize += t.elapsed();
-    Ok(GroupByOutput { keys, values, groups: ids.groups, rounds: ids.rounds })
+    Ok(GroupByOutput { keys, values, groups: ids.groups, rounds: ids.rounds, method })
 }

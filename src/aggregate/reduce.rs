@@ -94,8 +94,24 @@ pub struct Reduction {
     pub nullable: bool,
 }
 
-/// Dynamic shared memory a block may use for its accumulators.
-const SMEM_LIMIT: usize = 48 << 10;
+/// Dynamic shared memory a block may use for its accumulators: 48 KiB (the most a launch gets
+/// without opting in) less what the `agg_*` kernels declare statically (the ranged mode's bounds).
+const SMEM_LIMIT: usize = (48 << 10) - 256;
+
+/// Rows per thread of a clustered pass's chunk (`RANGED_ITEMS` in kernels/groupby.cu).
+const RANGED_ITEMS: u64 = 4;
+
+/// Where a reduction keeps its accumulators (kernels/groupby.cu, `MODE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accumulation {
+    /// Global atomics only (the ablation of seed 002's shared-memory variant).
+    Global,
+    /// Every group's accumulator in each block's shared memory when they fit, else global.
+    Shared,
+    /// Group ids clustered by position (rows in partitioned or sorted order): each chunk of
+    /// rows accumulates its range of group ids in shared memory.
+    Clustered,
+}
 
 /// Computes `red` per group. `gid` gives each row's group (`None`: one group).
 #[allow(clippy::too_many_arguments)]
@@ -107,7 +123,7 @@ pub fn reduce(
     gid: Option<&DeviceBuffer>,
     rows: u64,
     groups: u64,
-    shared_memory: bool,
+    accumulation: Accumulation,
 ) -> Result<DeviceColumn> {
     let input = match red.input {
         Some(i) => {
@@ -150,20 +166,35 @@ pub fn reduce(
     };
     let counts =
         if counted { Some(gpu.alloc_filled(stream, groups as usize * 8, 0, "aggregate counts")?) } else { None };
-    let smem = groups as usize * 8 * (if has_acc { words } else { 0 } + usize::from(counted));
-    let use_smem = shared_memory && gid.is_some() && smem <= SMEM_LIMIT;
+    let group_bytes = 8 * (if has_acc { words } else { 0 } + usize::from(counted));
+    let smem = groups as usize * group_bytes;
     let mut cfg: LaunchConfig = grid_for(rows, 256, gpu.info().sm_count);
-    if use_smem {
-        // Each block flushes every group once: a few blocks per SM are enough.
-        cfg.grid_dim.0 = cfg.grid_dim.0.min(gpu.info().sm_count.max(1) as u32 * 4);
-        cfg.shared_mem_bytes = smem as u32;
-    }
+    // kernels/groupby.cu: MODE_GLOBAL 0, MODE_SHARED 1, MODE_RANGED 2; `groups` is the capacity
+    // in groups of a ranged chunk's shared memory.
+    let (mode, groups_arg) = match accumulation {
+        _ if gid.is_none() => (0u32, groups as u32),
+        Accumulation::Shared if smem <= SMEM_LIMIT => {
+            // Each block flushes every group once: a few blocks per SM are enough.
+            cfg.grid_dim.0 = cfg.grid_dim.0.min(gpu.info().sm_count.max(1) as u32 * 4);
+            cfg.shared_mem_bytes = smem as u32;
+            (1, groups as u32)
+        }
+        Accumulation::Clustered => {
+            // A chunk may span two partitions' groups: up to 96 KiB where the GPU allows it.
+            let limit = (gpu.info().shared_memory_per_block_optin.max(0) as usize).saturating_sub(1024).min(96 << 10);
+            let cap = limit.max(SMEM_LIMIT) / group_bytes;
+            cfg.grid_dim.0 = rows.div_ceil(256 * RANGED_ITEMS).clamp(1, gpu.info().sm_count.max(1) as u64 * 8) as u32;
+            cfg.shared_mem_bytes = (cap * group_bytes) as u32;
+            (2, cap as u32)
+        }
+        _ => (0, groups as u32),
+    };
     if rows > 0 {
         for (pass, kernel) in red.op.kernels().iter().enumerate() {
             let acc_arg = acc.as_ref().or(counts.as_ref());
             // Only the first pass of a 128-bit MIN/MAX counts the rows.
             let counts_arg = if pass == 0 { counts.as_ref() } else { None };
-            // agg_X(values, src, validity, fvalues, fvalidity, gid, n, groups, use_smem, acc, counts)
+            // agg_X(values, src, validity, fvalues, fvalidity, gid, n, groups, mode, acc, counts)
             let args = [
                 opt_ptr(input.and_then(|c| c.buffers.first()), stream),
                 KArg::U32(src),
@@ -172,8 +203,8 @@ pub fn reduce(
                 opt_ptr(filter.and_then(|f| f.validity.as_ref()), stream),
                 opt_ptr(gid, stream),
                 KArg::U64(rows),
-                KArg::U32(groups as u32),
-                KArg::U32(u32::from(use_smem)),
+                KArg::U32(groups_arg),
+                KArg::U32(mode),
                 opt_ptr(acc_arg, stream),
                 opt_ptr(counts_arg, stream),
             ];

@@ -280,10 +280,17 @@ async fn gpu_aggregate_matches_cpu_for_every_key_type_and_distribution() {
     let Some(_gpu) = gpu_or_skip("gpu_aggregate_matches_cpu_for_every_key_type_and_distribution") else { return };
     let seed = fresh_seed("gpu_aggregate_matches_cpu_for_every_key_type_and_distribution");
     let mut rng = StdRng::seed_from_u64(seed);
-    use AggregateAlgorithmSetting::{Hash, Sort};
+    use AggregateAlgorithmSetting::{Hash, Partition, Sort};
     // Partial + FinalPartitioned over 4 partitions, and Single over 1 partition in chunks small
     // enough that chunk states are merged.
-    let configs = [(Hash, 4, 1 << 22), (Sort, 4, 1 << 22), (Hash, 1, 7_000), (Sort, 1, 7_000)];
+    let configs = [
+        (Hash, 4, 1 << 22),
+        (Sort, 4, 1 << 22),
+        (Partition, 4, 1 << 22),
+        (Hash, 1, 7_000),
+        (Sort, 1, 7_000),
+        (Partition, 1, 7_000),
+    ];
     let dists = [
         Dist::Groups(1),
         Dist::Groups(16),
@@ -330,8 +337,8 @@ async fn gpu_aggregate_evaluates_expressions_on_the_host() {
     let Some(_gpu) = gpu_or_skip("gpu_aggregate_evaluates_expressions_on_the_host") else { return };
     let seed = fresh_seed("gpu_aggregate_evaluates_expressions_on_the_host");
     let mut rng = StdRng::seed_from_u64(seed);
-    use AggregateAlgorithmSetting::{Hash, Sort};
-    let configs = [(Hash, 4, 1 << 22), (Sort, 1, 7_000)];
+    use AggregateAlgorithmSetting::{Hash, Partition, Sort};
+    let configs = [(Hash, 4, 1 << 22), (Sort, 1, 7_000), (Partition, 4, 1 << 22)];
     let mut failures = Vec::new();
     for dist in [Dist::Groups(100), Dist::Zipf(1.2)] {
         let rows = rng.random_range(30_000..50_000);
@@ -364,8 +371,14 @@ async fn gpu_aggregate_matches_cpu_with_millions_of_groups() {
     ])
     .expect("batch");
     let sql = "SELECT k, count(*), sum(v), min(v), max(v), avg(v) FROM t GROUP BY k ORDER BY k";
-    use AggregateAlgorithmSetting::{Hash, Sort};
-    let failures = check(&batch, sql, "2^22 groups", &[(Hash, 4, 1 << 22), (Sort, 1, 1 << 21)]).await;
+    use AggregateAlgorithmSetting::{Auto, Hash, Partition, Sort};
+    let failures = check(
+        &batch,
+        sql,
+        "2^22 groups",
+        &[(Hash, 4, 1 << 22), (Sort, 1, 1 << 21), (Partition, 4, 1 << 22), (Auto, 1, 1 << 20)],
+    )
+    .await;
     assert!(failures.is_empty(), "seed {seed}: {failures:?}");
 }
 
@@ -454,7 +467,7 @@ fn group_ids_resolve_hash_collisions_and_accumulators_agree() {
         Reduction { op: AccOp::Count, input: None, filter: None, out_type: DataType::Int64, nullable: false },
         Reduction { op: AccOp::SumI64, input: Some(1), filter: None, out_type: DataType::Int64, nullable: true },
     ];
-    for method in [GroupIdMethod::Hash, GroupIdMethod::Sort] {
+    for method in [GroupIdMethod::Hash, GroupIdMethod::Sort, GroupIdMethod::Partition] {
         for (bits, shared_memory) in [(Some(4), true), (Some(9), false), (None, true)] {
             let opts = GroupByOptions { method, shared_memory, test: CollisionTest { hash_bits: bits } };
             let mut times = GroupByTimes::default();
@@ -486,6 +499,11 @@ fn group_ids_resolve_hash_collisions_and_accumulators_agree() {
             if bits == Some(4) && method == GroupIdMethod::Hash {
                 assert!(out.rounds > 1, "4-bit hashes over 900 keys must collide");
             }
+            if method == GroupIdMethod::Partition {
+                // Colliding hashes hand the batch to the hash path; whole hashes do not collide.
+                let want = if bits.is_none() { GroupIdMethod::Partition } else { GroupIdMethod::Hash };
+                assert_eq!(out.method, want, "hash bits {bits:?}");
+            }
         }
     }
 }
@@ -496,12 +514,13 @@ fn algorithm_settings_parse() {
         ("auto", AggregateAlgorithmSetting::Auto),
         ("HASH", AggregateAlgorithmSetting::Hash),
         ("sort", AggregateAlgorithmSetting::Sort),
+        ("Partition", AggregateAlgorithmSetting::Partition),
     ] {
         assert_eq!(text.parse::<AggregateAlgorithmSetting>().unwrap(), want);
         assert_eq!(want.to_string().parse::<AggregateAlgorithmSetting>().unwrap(), want);
     }
-    let err = "partition".parse::<AggregateAlgorithmSetting>().unwrap_err().to_string();
-    assert!(err.contains("auto, hash, sort"), "{err}");
+    let err = "radix".parse::<AggregateAlgorithmSetting>().unwrap_err().to_string();
+    assert!(err.contains("auto, hash, sort, partition"), "{err}");
 }
 
 /// Filters and projections below the aggregate, and its own argument expressions, evaluated on
@@ -537,8 +556,8 @@ async fn gpu_aggregate_fuses_filters_and_projections() {
     let Some(_gpu) = gpu_or_skip("gpu_aggregate_fuses_filters_and_projections") else { return };
     let seed = fresh_seed("gpu_aggregate_fuses_filters_and_projections");
     let mut rng = StdRng::seed_from_u64(seed);
-    use AggregateAlgorithmSetting::{Hash, Sort};
-    let configs = [(Hash, 4, 1 << 22), (Sort, 1, 7_000)];
+    use AggregateAlgorithmSetting::{Hash, Partition, Sort};
+    let configs = [(Hash, 4, 1 << 22), (Sort, 1, 7_000), (Partition, 4, 1 << 22)];
     let mut failures = Vec::new();
     for dist in [Dist::Groups(100), Dist::Zipf(1.2), Dist::Distinct] {
         let rows = rng.random_range(30_000..50_000);

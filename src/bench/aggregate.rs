@@ -56,7 +56,7 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct AggTiming {
     pub config: Config,
-    /// "hash", "hash-global" (global atomics only), "sort", or "cpu".
+    /// "hash", "hash-global" (global atomics only), "sort", "partition", or "cpu".
     pub name: String,
     pub seconds: f64,
     pub phases: Option<GroupByTimes>,
@@ -168,13 +168,14 @@ pub async fn run(gpu: &Arc<Gpu>, o: &AggregateBenchOptions) -> Result<AggregateR
     let doc = doctor::run(gpu, DoctorOptions { transfer_bytes: 16 << 20, ..DoctorOptions::default() })?;
     let rows = 1u64 << o.log_rows;
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let algorithms: [(&str, GroupByOptions); 3] = [
+    let algorithms: [(&str, GroupByOptions); 4] = [
         ("hash", GroupByOptions { method: GroupIdMethod::Hash, ..GroupByOptions::default() }),
         (
             "hash-global",
             GroupByOptions { method: GroupIdMethod::Hash, shared_memory: false, ..GroupByOptions::default() },
         ),
         ("sort", GroupByOptions { method: GroupIdMethod::Sort, ..GroupByOptions::default() }),
+        ("partition", GroupByOptions { method: GroupIdMethod::Partition, ..GroupByOptions::default() }),
     ];
     let mut timings = Vec::new();
     for (ki, &key_bytes) in o.key_bytes.iter().enumerate() {

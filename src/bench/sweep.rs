@@ -289,7 +289,7 @@ async fn aggregate_point(
     };
     let mut options = Vec::new();
     let mut download = 0.0;
-    for method in [GroupIdMethod::Hash, GroupIdMethod::Sort] {
+    for method in [GroupIdMethod::Hash, GroupIdMethod::Sort, GroupIdMethod::Partition] {
         let opts = GroupByOptions { method, ..GroupByOptions::default() };
         let keep = method == GroupIdMethod::Hash;
         let (_, _, got, out) = gpu_group_by(gpu, &dev, c.aggs, &opts, keep)?;

@@ -235,9 +235,18 @@ mod tests {
         let rows = 300_000;
         let mut fields = Vec::new();
         let mut arrays = Vec::new();
-        for i in 0..12 {
+        // At least 12 columns, and enough of them to span several staging slots whatever types
+        // the draw gives (narrow ones alone may not).
+        let staging = gpu.transfer_settings().staging_bytes;
+        let mut host_bytes = 0;
+        for i in 0..64 {
+            if i >= 12 && host_bytes > staging {
+                break;
+            }
             let dt = types[rng.random_range(0..types.len())].clone();
-            arrays.push(random_array(&mut rng, &dt, rows, 0.1));
+            let array = random_array(&mut rng, &dt, rows, 0.1);
+            host_bytes += array.get_array_memory_size();
+            arrays.push(array);
             fields.push(Field::new(format!("c{i}"), dt, true));
         }
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).unwrap();

@@ -6,12 +6,15 @@
 //! (build a table of the `g` keys, probe it with all `N`); sort group ids are an LSD radix sort
 //! of (key word, row id) over every bit of the word. The aggregation reads the values once and
 //! updates accumulators in shared memory when a block's groups fit (48 KiB), else at random in
-//! the level that holds `g` accumulators.
+//! the level that holds `g` accumulators. The partition group-by's ids are its radix passes
+//! (keys, row ids and the aggregated values moved together: GFTR) and a shared-memory numbering
+//! pass; its aggregation updates shared memory at every group count.
 
 use super::dot;
 use super::paper::{dictionary_encoding_cost, memory_level_bandwidth, radix_passes};
 use super::profile::Profile;
 use crate::aggregate::GroupIdMethod;
+use crate::aggregate::partition::{LARGEST_ROWS, partition_bits};
 
 /// Shared memory the hash group-by gives a block's accumulators.
 const SHARED_ACCUMULATORS: f64 = 48.0 * 1024.0;
@@ -33,6 +36,16 @@ pub struct AggregateShape {
 
 impl AggregateShape {
     pub fn gpu_features(&self, method: GroupIdMethod, profile: &Profile) -> [f64; 3] {
+        if method == GroupIdMethod::Partition && self.rows / self.groups.max(1.0) > LARGEST_ROWS as f64 {
+            // Partitions this large go to the hash path after the partitioning.
+            let p = self.method_features(GroupIdMethod::Partition, profile);
+            let h = self.method_features(GroupIdMethod::Hash, profile);
+            return [p[0], p[1] + h[1], h[2]];
+        }
+        self.method_features(method, profile)
+    }
+
+    fn method_features(&self, method: GroupIdMethod, profile: &Profile) -> [f64; 3] {
         let b_g = profile.b_g;
         let levels = profile.memory_levels();
         let (n, g, k) = (self.rows, self.groups.max(1.0), self.key_bytes);
@@ -42,10 +55,16 @@ impl AggregateShape {
                 let passes = radix_passes(2f64.powf(8.0 * k));
                 (n * (k + 4.0) * (2.0 * passes + 1.0) + n * 4.0) / b_g
             }
+            GroupIdMethod::Partition => {
+                // Each pass reads the keys for its histogram, then reads and writes keys, row ids
+                // and values; numbering reads the keys twice and writes ids and representatives.
+                let passes = (partition_bits(n as u64) as f64 / 8.0).ceil();
+                (n * passes * (k + 2.0 * (k + 4.0 + self.value_bytes)) + n * (2.0 * k + 16.0)) / b_g
+            }
         };
         let acc_bytes = g * self.accumulators * 8.0;
         let reads = (n * self.value_bytes + g * (k + self.accumulators * 8.0)) / b_g;
-        let updates = if acc_bytes <= SHARED_ACCUMULATORS {
+        let updates = if method == GroupIdMethod::Partition || acc_bytes <= SHARED_ACCUMULATORS {
             0.0
         } else {
             n * self.accumulators * 8.0 * profile.random_penalty / memory_level_bandwidth(acc_bytes, b_g, &levels)
@@ -66,11 +85,17 @@ pub fn model_name(method: GroupIdMethod) -> &'static str {
     match method {
         GroupIdMethod::Hash => "aggregate.hash",
         GroupIdMethod::Sort => "aggregate.sort",
+        GroupIdMethod::Partition => "aggregate.partition",
     }
 }
 
+/// The model's estimate; infinite for a method the profile has no coefficients for (never chosen).
 pub fn gpu_seconds(shape: &AggregateShape, method: GroupIdMethod, profile: &Profile) -> f64 {
-    dot(&shape.gpu_features(method, profile), &profile.coefficients(model_name(method)))
+    let c = profile.coefficients(model_name(method));
+    if c.is_empty() {
+        return f64::INFINITY;
+    }
+    dot(&shape.gpu_features(method, profile), &c)
 }
 
 pub fn cpu_seconds(shape: &AggregateShape, profile: &Profile) -> f64 {
@@ -83,8 +108,10 @@ pub type AggregateChoice = super::Choice<GroupIdMethod>;
 pub type AggregateEstimate = super::Estimate<AggregateShape, GroupIdMethod>;
 
 pub fn choose(shape: &AggregateShape, profile: &Profile) -> AggregateChoice {
-    let estimates =
-        [GroupIdMethod::Hash, GroupIdMethod::Sort].iter().map(|&m| (m, gpu_seconds(shape, m, profile))).collect();
+    let estimates = [GroupIdMethod::Hash, GroupIdMethod::Sort, GroupIdMethod::Partition]
+        .iter()
+        .map(|&m| (m, gpu_seconds(shape, m, profile)))
+        .collect();
     AggregateChoice::cheapest(estimates, GroupIdMethod::Hash)
 }
 
@@ -109,6 +136,20 @@ mod tests {
         // Sort ids do not depend on the groups.
         let s = |g: f64| shape(1e8, g).gpu_features(GroupIdMethod::Sort, &p)[1];
         assert_eq!(s(16.0), s(1e8));
+    }
+
+    /// Partition ids by hand: 2^20 rows take 9 partition bits (two passes); 4-byte keys and
+    /// values move 4 + 2 * 12 bytes a row per pass, numbering 24 bytes a row; the aggregation
+    /// never pays random updates.
+    #[test]
+    fn partition_terms_count_the_passes() {
+        let p = Profile::h100();
+        let n = (1u64 << 20) as f64;
+        let f = shape(n, 1e6).gpu_features(GroupIdMethod::Partition, &p);
+        assert!((f[1] - n * (2.0 * 28.0 + 24.0) / p.b_g).abs() < 1e-15, "{f:?}");
+        assert!((f[2] - (n * 4.0 + 1e6 * 12.0) / p.b_g).abs() < 1e-15, "{f:?}");
+        let hash = shape(n, 1e6).gpu_features(GroupIdMethod::Hash, &p);
+        assert!(hash[2] > f[2], "hash pays random updates at 10^6 groups: {hash:?}");
     }
 
     #[test]

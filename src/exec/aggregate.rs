@@ -38,7 +38,8 @@ use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
-use crate::cost::aggregate::AggregateEstimate;
+use crate::cost::Profile;
+use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::device::Gpu;
 
 #[derive(Debug)]
@@ -139,9 +140,18 @@ impl GpuAggregateExec {
         &self.agg
     }
 
-    /// The group-by method this aggregate runs (its `gpu.aggregate_algorithm` setting resolved).
+    /// The group-by method this aggregate starts with (its `gpu.aggregate_algorithm` setting
+    /// resolved; under `auto` with an estimate, hash, then the model's choice on the groups found).
     pub fn method_name(&self) -> &'static str {
-        self.method.name()
+        self.first_method().name()
+    }
+
+    fn first_method(&self) -> GroupIdMethod {
+        if self.setting == AggregateAlgorithmSetting::Auto && self.estimate.is_some() {
+            GroupIdMethod::Hash
+        } else {
+            self.method
+        }
     }
 
     pub fn layout(&self) -> &AggregateLayout {
@@ -155,7 +165,7 @@ impl DisplayAs for GpuAggregateExec {
         match t {
             DisplayFormatType::TreeRender => {
                 a.fmt_as(t, f)?;
-                write!(f, "\nalgorithm={}", self.method.name())
+                write!(f, "\nalgorithm={}", self.method_name())
             }
             _ => {
                 write!(f, "Gpu")?;
@@ -163,9 +173,9 @@ impl DisplayAs for GpuAggregateExec {
                 match &self.estimate {
                     Some(e) if self.setting == AggregateAlgorithmSetting::Auto => write!(
                         f,
-                        ", algorithm={} (cost model: {}; {})",
-                        self.method.name(),
+                        ", algorithm=hash, then chosen on the groups found (cost model at plan time: {} for {}; {})",
                         e.choice.describe(),
+                        fmt_count(e.shape.groups),
                         e.verdict.describe()
                     )?,
                     Some(e) => write!(
@@ -277,12 +287,23 @@ impl ExecutionPlan for GpuAggregateExec {
             Some(f) => f.input.execute(partition, Arc::clone(&context))?,
             None => a.input().execute(partition, Arc::clone(&context))?,
         };
+        // Under `auto` the plan's group count is often DataFusion's fallback (the input's rows,
+        // without distinct counts): the first chunk runs the hash group-by, and the cost model
+        // chooses again for the next chunks and merges from the group count it found.
+        let adaptive = match (&self.estimate, self.setting) {
+            (Some(e), AggregateAlgorithmSetting::Auto) => {
+                Some((e.shape, Arc::new(crate::cost::profile::load(gpu.info(), &cfg.profile_dir))))
+            }
+            _ => None,
+        };
+        let first = self.first_method();
         let run = Run {
             gpu,
             fused: self.fused.clone(),
             layout: Arc::clone(&self.layout),
             agg: Arc::clone(&self.agg),
-            opts: GroupByOptions { method: self.method, ..GroupByOptions::default() },
+            opts: std::sync::Mutex::new(GroupByOptions { method: first, ..GroupByOptions::default() }),
+            adaptive,
             chunk_rows: cfg.batch_rows.max(1),
             batch_size: context.session_config().batch_size().max(1),
             metrics: Metrics::new(&self.metrics, partition),
@@ -334,6 +355,10 @@ struct Metrics {
     input_rows: Count,
     chunks: Count,
     merges: Count,
+    /// Batches the partition group-by handed to the hash path (see aggregate::partition).
+    hash_fallbacks: Count,
+    /// Times the run-time choice changed the group-by method (under `auto`).
+    method_changes: Count,
     output_rows: Count,
 }
 
@@ -350,6 +375,8 @@ impl Metrics {
             input_rows: b().counter("input_rows", partition),
             chunks: b().counter("chunks", partition),
             merges: b().counter("merges", partition),
+            hash_fallbacks: b().counter("hash_fallbacks", partition),
+            method_changes: b().counter("method_changes", partition),
             output_rows: b().output_rows(partition),
         }
     }
@@ -361,7 +388,10 @@ struct Run {
     fused: Option<Arc<FusedInput>>,
     layout: Arc<AggregateLayout>,
     agg: Arc<dyn ExecutionPlan>,
-    opts: GroupByOptions,
+    /// How the next group-by runs (changed by the run-time choice).
+    opts: std::sync::Mutex<GroupByOptions>,
+    /// Under `auto`: the plan's shape and the profile, to choose again on observed groups.
+    adaptive: Option<(AggregateShape, Arc<Profile>)>,
     chunk_rows: usize,
     batch_size: usize,
     metrics: Metrics,
@@ -442,9 +472,11 @@ impl Run {
     /// Uploads `host` (group columns first), groups it and downloads the state batch. A chunk of
     /// input rows (`input`) goes through the fused filters and projections first.
     async fn group_by(&self, host: RecordBatch, reductions: Vec<Reduction>, input: bool) -> Result<RecordBatch> {
-        let (gpu, layout, opts, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.opts, self.metrics.clone());
+        let opts = *self.opts.lock().map_err(|_| DataFusionError::Internal("a GPU aggregate's options lock".into()))?;
+        let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
+        let in_rows = host.num_rows() as u64;
         let fused = if input { self.fused.clone() } else { None };
-        blocking(move || {
+        let out = blocking(move || {
             let stream = gpu.stream();
             let dev = {
                 let _t = m.upload_time.timer();
@@ -462,6 +494,9 @@ impl Run {
             m.group_ids_time.add_duration(times.group_ids);
             m.aggregate_time.add_duration(times.aggregate);
             m.materialize_time.add_duration(times.materialize);
+            if out.method != opts.method {
+                m.hash_fallbacks.add(1);
+            }
             let columns = out.keys.into_iter().chain(out.values).map(Arc::new).collect();
             let state = DeviceBatch::try_new(
                 Arc::clone(&layout.state_schema),
@@ -473,7 +508,25 @@ impl Run {
             let _t = m.download_time.timer();
             Ok(state.download()?)
         })
-        .await
+        .await?;
+        if input && in_rows > 0 {
+            self.choose_again(in_rows, out.num_rows() as u64)?;
+        }
+        Ok(out)
+    }
+
+    /// The cost model's choice for the next chunks, from the groups a chunk of `rows` rows had.
+    fn choose_again(&self, rows: u64, groups: u64) -> Result<()> {
+        let Some((shape, profile)) = &self.adaptive else { return Ok(()) };
+        let observed = AggregateShape { rows: rows as f64, groups: groups.max(1) as f64, chunks: 1.0, ..*shape };
+        let best = agg_cost::choose(&observed, profile).best;
+        let mut opts =
+            self.opts.lock().map_err(|_| DataFusionError::Internal("a GPU aggregate's options lock".into()))?;
+        if opts.method != best {
+            opts.method = best;
+            self.metrics.method_changes.add(1);
+        }
+        Ok(())
     }
 
     /// The exec's output from the merged state batch.
@@ -497,5 +550,16 @@ impl Run {
             });
         }
         Ok(RecordBatch::try_new(schema, columns)?)
+    }
+}
+
+/// A group count as EXPLAIN prints it.
+fn fmt_count(n: f64) -> String {
+    if n >= 1e6 {
+        format!("{:.1} M groups", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1} K groups", n / 1e3)
+    } else {
+        format!("{n:.0} groups")
     }
 }

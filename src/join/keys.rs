@@ -98,21 +98,40 @@ impl KeyEncoding {
 pub struct KeyPlan {
     pub columns: Vec<KeyColumnKind>,
     pub nulls_equal: bool,
+    /// Per column: known to hold no NULL, so a narrow word needs no null bit for it (a group-by
+    /// plans each batch by itself; a join's two sides share `new`'s plan, all false).
+    pub null_free: Vec<bool>,
     pub encoding: KeyEncoding,
 }
 
 impl KeyPlan {
     /// The plan for key columns of types `types` (both sides must have these types).
     pub fn new(types: &[DataType], nulls_equal: bool) -> std::result::Result<KeyPlan, String> {
+        Self::with_null_free(types, nulls_equal, &vec![false; types.len()])
+    }
+
+    /// The plan for one group-by batch (NULL equal to NULL): columns without NULLs in this batch
+    /// take no null bit, so a 4-byte key column without NULLs packs into a 32-bit word.
+    pub fn for_group_by(cols: &[Arc<DeviceColumn>]) -> std::result::Result<KeyPlan, String> {
+        let types: Vec<DataType> = cols.iter().map(|c| c.data_type.clone()).collect();
+        let null_free: Vec<bool> = cols.iter().map(|c| c.null_count == 0).collect();
+        Self::with_null_free(&types, true, &null_free)
+    }
+
+    fn with_null_free(
+        types: &[DataType],
+        nulls_equal: bool,
+        null_free: &[bool],
+    ) -> std::result::Result<KeyPlan, String> {
         if types.is_empty() {
             return Err("a join needs at least one key column".into());
         }
         let columns = types.iter().map(KeyColumnKind::of).collect::<std::result::Result<Vec<_>, _>>()?;
         let mut bits = 0u32;
         let mut narrow = true;
-        for c in &columns {
+        for (c, free) in columns.iter().zip(null_free) {
             match c.narrow_bits() {
-                Some(b) => bits += b + u32::from(nulls_equal),
+                Some(b) => bits += b + u32::from(nulls_equal && !free),
                 None => narrow = false,
             }
         }
@@ -121,7 +140,18 @@ impl KeyPlan {
             (true, b) if b <= 64 => KeyEncoding::Narrow64,
             _ => KeyEncoding::Wide,
         };
-        Ok(KeyPlan { columns, nulls_equal, encoding })
+        Ok(KeyPlan { columns, nulls_equal, null_free: null_free.to_vec(), encoding })
+    }
+
+    /// How column `i`'s NULLs are folded (kernels/keys.cu `NULLS_*`).
+    fn null_mode(&self, i: usize) -> u32 {
+        if self.null_free.get(i).copied().unwrap_or(false) {
+            NULLS_ABSENT
+        } else if self.nulls_equal {
+            NULLS_VALUE
+        } else {
+            NULLS_DROP
+        }
     }
 }
 
@@ -152,6 +182,7 @@ impl KeySide {
     }
 }
 
+const NULLS_ABSENT: u32 = 0;
 const NULLS_DROP: u32 = 1;
 const NULLS_VALUE: u32 = 2;
 
@@ -163,6 +194,17 @@ fn narrow_kernel(kind: KeyColumnKind) -> Result<&'static str> {
         KeyColumnKind::Fixed(8) => "key_pack_w8",
         KeyColumnKind::Bool => "key_pack_bool",
         other => return Err(gpu_error(format!("no narrow packing for key kind {other:?}"))),
+    })
+}
+
+/// The one-pass word kernel of a single narrow fixed-width key column.
+fn single_kernel(kind: KeyColumnKind) -> Option<&'static str> {
+    Some(match kind {
+        KeyColumnKind::Fixed(1) => "key_single_w1",
+        KeyColumnKind::Fixed(2) => "key_single_w2",
+        KeyColumnKind::Fixed(4) => "key_single_w4",
+        KeyColumnKind::Fixed(8) => "key_single_w8",
+        _ => return None,
     })
 }
 
@@ -215,13 +257,44 @@ pub fn prepare_keys(
             _ => Arc::clone(c),
         });
     }
+    for (i, c) in columns.iter().enumerate() {
+        if plan.null_mode(i) == NULLS_ABSENT && c.null_count > 0 {
+            return Err(gpu_error(format!("key column {i} was planned without NULLs but holds {}", c.null_count)));
+        }
+    }
+    let width = plan.encoding.width();
+    if let ([kind], [col], KeyEncoding::Narrow32 | KeyEncoding::Narrow64) =
+        (plan.columns.as_slice(), columns.as_slice(), plan.encoding)
+    {
+        if let (Some(kernel), true) = (single_kernel(*kind), plan.null_mode(0) != NULLS_DROP || col.null_count == 0) {
+            // One narrow column whose rows all take part: its words in one pass (the same words
+            // as the packing below).
+            let keys = gpu.alloc(stream, rows as usize * width.bytes(), "join keys")?;
+            // key_single_X(values, validity, n, null_mode, width32, keys)
+            gpu.launch_n(
+                stream,
+                "keys",
+                kernel,
+                rows,
+                &[
+                    ptr(buffer(col, 0)?, stream),
+                    opt_ptr(col.validity.as_ref(), stream),
+                    KArg::U64(rows),
+                    KArg::U32(plan.null_mode(0)),
+                    KArg::U32(u32::from(plan.encoding == KeyEncoding::Narrow32)),
+                    ptr(&keys, stream),
+                ],
+            )?;
+            return Ok(KeySide { keys, items: rows, rows, item_rows: None, takes_part: None, columns });
+        }
+    }
     let acc = gpu.alloc(stream, rows as usize * 8, "join key hashes")?;
     let ok = gpu.alloc(stream, rows as usize, "join key null flags")?;
-    let null_mode = if plan.nulls_equal { NULLS_VALUE } else { NULLS_DROP };
     let mut some_dropped = false;
     for (i, (kind, col)) in plan.columns.iter().zip(&columns).enumerate() {
         let validity = opt_ptr(col.validity.as_ref(), stream);
-        some_dropped |= !plan.nulls_equal && col.null_count > 0;
+        let null_mode = plan.null_mode(i);
+        some_dropped |= null_mode == NULLS_DROP && col.null_count > 0;
         let first = KArg::U32(u32::from(i == 0));
         match plan.encoding {
             KeyEncoding::Narrow32 | KeyEncoding::Narrow64 => {
@@ -254,7 +327,6 @@ pub fn prepare_keys(
             }
         }
     }
-    let width = plan.encoding.width();
     let keys = gpu.alloc(stream, rows as usize * width.bytes(), "join keys")?;
     match plan.encoding {
         // key_finish_u32(const u64* acc, u64 n, u32* keys)

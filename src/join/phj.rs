@@ -45,6 +45,20 @@ pub fn offsets(
     bits: u32,
     width: KeyWidth,
 ) -> Result<Vec<u32>> {
+    let out = boundaries(gpu, stream, &side.keys, side.items, bits, width)?;
+    gpu.read::<u32>(stream, &out, 0, (1usize << bits) + 1)
+}
+
+/// The `2^bits + 1` partition offsets of `n` key words radix-partitioned on their low `bits`
+/// bits, on the device (the join's and the partition group-by's).
+pub fn boundaries(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &DeviceBuffer,
+    n: u64,
+    bits: u32,
+    width: KeyWidth,
+) -> Result<DeviceBuffer> {
     let parts = 1usize << bits;
     let out = gpu.alloc(stream, (parts + 1) * 4, "partition offsets")?;
     // phj_boundaries_kX(keys, n, bits, offsets): one thread per position 0..=n
@@ -52,10 +66,10 @@ pub fn offsets(
         stream,
         "join",
         &format!("phj_boundaries_{}", width.tag()),
-        side.items + 1,
-        &[ptr(&side.keys, stream), KArg::U64(side.items), KArg::U32(bits), ptr(&out, stream)],
+        n + 1,
+        &[ptr(keys, stream), KArg::U64(n), KArg::U32(bits), ptr(&out, stream)],
     )?;
-    gpu.read::<u32>(stream, &out, 0, parts + 1)
+    Ok(out)
 }
 
 /// The work units of a partition pair list: `[build begin, build length | ONLY, probe begin,
