@@ -268,11 +268,6 @@ extern "C" __global__ void gp_largest(const u32* __restrict__ offsets, u64 parts
     if (m) atomicMax(largest, m);
 }
 
-// rep_of[pos] = rep[gid[pos]]: each row's representative, for the key comparison of wide keys.
-extern "C" __global__ void gp_rep_of(const u32* __restrict__ gid, const u32* __restrict__ rep, u64 n, u32* __restrict__ rep_of) {
-    for (u64 i = global_thread_id(); i < n; i += grid_stride()) rep_of[i] = rep[gid[i]];
-}
-
 // ---------------------------------------------------------------------------------------------
 // Accumulators.
 

@@ -26,7 +26,7 @@ pub use groups::{CollisionTest, GroupIdMethod, GroupIds, group_ids};
 pub use reduce::{AccOp, Accumulation, Reduction, reduce};
 
 use crate::columns::DeviceColumn;
-use crate::device::Gpu;
+use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{CudaResultExt, Result};
 use crate::join::materialize::{GatherSpec, gather_columns};
 
@@ -144,24 +144,52 @@ pub fn group_by(
     let ids = group_ids(gpu, stream, keys, rows, method, opts.test)?;
     sync()?;
     times.group_ids += t.elapsed();
-    let t = Instant::now();
     let accumulation = if opts.shared_memory { Accumulation::Shared } else { Accumulation::Global };
+    let (keys, values) = aggregate_groups(
+        gpu,
+        stream,
+        (keys, ids.reps.as_ref()),
+        (columns, reductions, accumulation),
+        ids.group_of_row.as_ref(),
+        rows,
+        ids.groups,
+        times,
+    )?;
+    Ok(GroupByOutput { keys, values, groups: ids.groups, rounds: ids.rounds, method })
+}
+
+/// The common end of every group-by method: each reduction over `columns` (in the order `gid`
+/// refers to), then the output keys gathered from each group's representative row (`reps`; none
+/// without key columns), each phase timed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn aggregate_groups(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    (keys, reps): (&[Arc<DeviceColumn>], Option<&DeviceBuffer>),
+    (columns, reductions, accumulation): (&[Arc<DeviceColumn>], &[Reduction], Accumulation),
+    gid: Option<&DeviceBuffer>,
+    rows: u64,
+    groups: u64,
+    times: &mut GroupByTimes,
+) -> Result<(Vec<DeviceColumn>, Vec<DeviceColumn>)> {
+    let sync = || stream.synchronize().gpu("waiting for the GPU group-by");
+    let t = Instant::now();
     let values = reductions
         .iter()
-        .map(|r| reduce(gpu, stream, columns, r, ids.group_of_row.as_ref(), rows, ids.groups, accumulation))
+        .map(|r| reduce(gpu, stream, columns, r, gid, rows, groups, accumulation))
         .collect::<Result<Vec<_>>>()?;
     sync()?;
     times.aggregate += t.elapsed();
     let t = Instant::now();
-    let keys = match &ids.reps {
+    let keys = match reps {
         Some(reps) => {
             let specs =
                 keys.iter().map(|c| GatherSpec::Rows { col: c.as_ref(), rows: reps, may_be_null: false }).collect();
-            gather_columns(gpu, stream, specs, ids.groups)?
+            gather_columns(gpu, stream, specs, groups)?
         }
         None => Vec::new(),
     };
     sync()?;
     times.materialize += t.elapsed();
-    Ok(GroupByOutput { keys, values, groups: ids.groups, rounds: ids.rounds, method })
+    Ok((keys, values))
 }

@@ -22,15 +22,15 @@ use std::time::Instant;
 use cudarc::driver::{CudaStream, LaunchConfig};
 
 use super::groups::key_words;
-use super::reduce::{Accumulation, reduce};
-use super::{GroupByOptions, GroupByOutput, GroupByTimes, GroupIdMethod, Reduction};
+use super::reduce::Accumulation;
+use super::{GroupByOptions, GroupByOutput, GroupByTimes, GroupIdMethod, Reduction, aggregate_groups};
 use crate::columns::DeviceColumn;
 use crate::device::{Gpu, KArg, ptr};
 use crate::error::{CudaResultExt, Result, gpu_error};
 use crate::join::keys::{KeyEncoding, verify_pairs};
 use crate::join::materialize::{GatherSpec, gather_columns};
 use crate::join::phj::boundaries;
-use crate::primitives::radix::{ValueWidth, radix_sort_multi};
+use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_multi};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::{iota, select_where};
 
@@ -54,6 +54,11 @@ pub fn partition_bits(rows: u64) -> u32 {
     }
     let parts = rows.div_ceil(TARGET_ROWS);
     (64 - (parts - 1).leading_zeros()).min(MAX_BITS)
+}
+
+/// Dynamic shared memory of the numbering kernel: the table's keys and values, and one more value.
+fn table_bytes(width: KeyWidth) -> u64 {
+    SLOTS * (width.bytes() as u64 + 4) + 4
 }
 
 /// Whether column `col` can travel through the radix passes (4- or 8-byte values, no nulls).
@@ -88,6 +93,11 @@ pub fn group_by(
         return Err(gpu_error("group-by key words must cover every row"));
     }
     let width = plan.encoding.width();
+    let smem = table_bytes(width);
+    if (gpu.info().shared_memory_per_block_optin.max(0) as u64) < smem + 1024 {
+        // A GPU without the shared memory for the tables: the hash path groups the batch.
+        return Ok(None);
+    }
     let bits = partition_bits(rows);
     let parts = 1u64 << bits;
 
@@ -131,11 +141,6 @@ pub fn group_by(
     let counts = gpu.alloc(stream, parts as usize * 4, "partition group counts")?;
     let overflow = gpu.alloc_filled(stream, 4, 0, "partition overflow flag")?;
     let sms = gpu.info().sm_count.max(1) as u64;
-    let smem = SLOTS * (width.bytes() as u64 + 4) + 4;
-    if (gpu.info().shared_memory_per_block_optin.max(0) as u64) < smem + 1024 {
-        // A GPU without the shared memory for the tables: the hash path groups the batch.
-        return Ok(None);
-    }
     let cfg = LaunchConfig {
         grid_dim: (parts.min(sms * 4) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -187,15 +192,7 @@ pub fn group_by(
     drop((rep_pos, counts, goff, offsets));
     if plan.encoding == KeyEncoding::Wide {
         // Hash words: every row must have its representative's key.
-        let rep_of = gpu.alloc(stream, rows as usize * 4, "group representatives")?;
-        // gp_rep_of(gid, rep, n, rep_of)
-        gpu.launch_n(
-            stream,
-            "groupby",
-            "gp_rep_of",
-            rows,
-            &[ptr(&gid, stream), ptr(&reps, stream), KArg::U64(rows), ptr(&rep_of, stream)],
-        )?;
+        let rep_of = crate::primitives::gather(gpu, stream, &reps, &gid, rows, 4)?;
         let eq = verify_pairs(gpu, stream, &plan, &side, &side, &rep_of, &perm, rows)?;
         let (_, differ) = select_where(gpu, stream, &eq, rows, 0)?;
         if differ != 0 {
@@ -206,7 +203,8 @@ pub fn group_by(
     times.group_ids += t.elapsed();
 
     // Reductions over the columns in partitioned order: carried ones as moved, the others
-    // (nullable, 1-, 2- or 16-byte, FILTER flags) gathered through the permutation.
+    // (nullable, 1-, 2- or 16-byte, FILTER flags) gathered through the permutation, timed with
+    // the aggregation.
     let t = Instant::now();
     let mut ordered: Vec<Arc<DeviceColumn>> = columns.to_vec();
     for (i, buf) in carried.iter().zip(moved) {
@@ -230,19 +228,19 @@ pub fn group_by(
             ordered[*i] = Arc::new(c);
         }
     }
-    let accumulation = if opts.shared_memory { Accumulation::Clustered } else { Accumulation::Global };
-    let values = reductions
-        .iter()
-        .map(|r| reduce(gpu, stream, &ordered, r, Some(&gid), rows, groups, accumulation))
-        .collect::<Result<Vec<_>>>()?;
     sync()?;
     times.aggregate += t.elapsed();
-
-    let t = Instant::now();
-    let specs = keys.iter().map(|c| GatherSpec::Rows { col: c.as_ref(), rows: &reps, may_be_null: false }).collect();
-    let keys = gather_columns(gpu, stream, specs, groups)?;
-    sync()?;
-    times.materialize += t.elapsed();
+    let accumulation = if opts.shared_memory { Accumulation::Clustered } else { Accumulation::Global };
+    let (keys, values) = aggregate_groups(
+        gpu,
+        stream,
+        (keys, Some(&reps)),
+        (&ordered, reductions, accumulation),
+        Some(&gid),
+        rows,
+        groups,
+        times,
+    )?;
     Ok(Some(GroupByOutput { keys, values, groups, rounds: 1, method: GroupIdMethod::Partition }))
 }
 
