@@ -83,3 +83,23 @@ __device__ __forceinline__ u64 mix64(u64 k) {
     k ^= k >> 33;
     return k;
 }
+
+// How a key column's nulls are treated (kernels/keys.cu).
+#define NULLS_ABSENT 0  // the column has no nulls (validity is null)
+#define NULLS_DROP 1    // NULL never equals anything: the row does not take part
+#define NULLS_VALUE 2   // NULL equals NULL: a null bit (narrow) or marker (wide) joins the key
+
+// The key word of row i of one narrow fixed-width key column whose rows all take part: the
+// value's bits with the null bit above them (NULLS_VALUE), mixed to 32 bits when `width32`, to
+// 64 otherwise. The same word as packing then finishing (kernels/keys.cu), in one step, so that
+// group-by kernels can read a key column directly.
+template <typename U>
+__device__ __forceinline__ u64 single_word(const U* __restrict__ values, const u8* __restrict__ validity, u64 i, u32 null_mode,
+                                           u32 width32) {
+    constexpr u32 bits = 8 * sizeof(U);
+    const bool valid = validity == nullptr || bit_is_set(validity, i);
+    u64 a = (null_mode == NULLS_VALUE && !valid) ? 1ull : 0ull;
+    const u64 v = valid ? (u64)values[i] : 0ull;
+    a = bits >= 64 ? v : ((a << bits) | v);
+    return width32 ? (u64)mix32((u32)a) : mix64(a);
+}

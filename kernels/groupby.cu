@@ -8,8 +8,9 @@
 //     records its slot. A key equal to the all-ones empty marker lives in the extra slot `mask+1`.
 //   - the occupied slots are compacted (primitives/select.rs) into dense group ids, and
 //     `gb_assign` gives every row its group.
+//   With few groups, `gb_small_*` does all of it in one pass (below).
 //   Wide keys (hash words) are then confirmed against the representative's key columns; rows
-//   whose hash collided with another key take another round (src/aggregate/hash.rs).
+//   whose hash collided with another key take another round (src/aggregate/groups.rs).
 //
 // Accumulators: one kernel per operation (`agg_*`), the input's element type chosen at run time
 // (uniform over the launch). A row takes part when its value is valid and its FILTER column is
@@ -36,12 +37,13 @@ __device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32*
         u64 s;
         if (k == empty) {
             s = mask + 1;
-            atomicCAS(&slot_row[s], NULL_ROW, row);
+            if (__ldcg(&slot_row[s]) == NULL_ROW) atomicCAS(&slot_row[s], NULL_ROW, row);
         } else {
             s = (u64)k & mask;
             u64 probes = 0;
             while (true) {
-                const K prev = slot_keys[s] == k ? k : atomicCAS(&slot_keys[s], empty, k);
+                const K cur = slot_keys[s];
+                const K prev = cur == k ? k : cur != empty ? cur : atomicCAS(&slot_keys[s], empty, k);
                 if (prev == empty) {
                     slot_row[s] = row;
                     if (bounded && atomicAdd(filled, 1u) >= max_fill) *(volatile u32*)overflow = 1;
@@ -103,6 +105,197 @@ extern "C" __global__ void gb_assign(const u32* __restrict__ active, u64 n, cons
         if (rep_of) rep_of[i] = rep_all[g];
     }
 }
+
+// One-pass group ids for few groups (a block meets fewer than GB_CACHE_FILL distinct words):
+// each row's key word (read, or computed from one narrow key column) is looked up in the block's
+// shared-memory cache of (word, group id); a miss goes to the global open-addressing table, where
+// the row that claims a slot takes the next dense id from counters[0] and publishes it in
+// slot_gid[slot] (rows of the same key elsewhere wait for it). Rows get their group straight
+// away: no slot array, no compaction pass, no assign pass, and frequent keys cost a
+// shared-memory read instead of global atomics. More groups (a block's cache past
+// GB_CACHE_FILL, more than max_fill in the table, or a long probe) set counters[1] and stop; the
+// caller then runs the general path. The all-ones word lives in slot mask+1, claimed through
+// counters[2].
+
+#define GB_THREADS 1024     // threads per block; the caller launches two per SM
+#define GB_CACHE 8192       // cached words per block, in dynamic shared memory (sizeof(K) + 4 bytes each)
+#define GB_CACHE_PROBES 4   // a word not found (or not placed) within this many slots goes global
+#define GB_CACHE_FILL (GB_CACHE / 2)  // a block that caches this many words gives up (short probes)
+#define GB_LOST 0xfffffffeu // the slot's claimer found the table full
+
+// A block's cache of (key word, group id), open addressing over GB_CACHE slots, words and ids
+// in two arrays. The first thread of the block to miss a word places it (its id pending) and
+// fetches the id from the global table; the block's other threads with that word wait for it in
+// shared memory instead of all going to the global table at once (at the start every thread
+// misses: with few groups, hundreds of thousands of threads would otherwise fight over a few
+// global slots). A word that finds no slot within GB_CACHE_PROBES is fetched without caching.
+#define GB_PENDING 0xfffffffdu
+
+template <typename K>
+struct GroupCache {
+    K* keys;
+    u32* gid;
+    __device__ __forceinline__ GroupCache(u8* smem) : keys((K*)smem), gid((u32*)(smem + GB_CACHE * sizeof(K))) {}
+    __device__ __forceinline__ void clear(u32 j) {
+        keys[j] = (K)~(K)0;
+        gid[j] = GB_PENDING;
+    }
+    // The id of word k (never the empty word), from home slot c on; `placed` when this thread
+    // took a new slot for it.
+    template <typename F>
+    __device__ __forceinline__ u32 get(K k, u32 c, bool& placed, F fetch) {
+        const K empty = (K)~(K)0;
+        volatile K* vk = keys;
+        volatile u32* vg = gid;
+        for (u32 p = 0; p < GB_CACHE_PROBES; p++) {
+            K cur = vk[c];
+            if (cur == empty) {
+                cur = atomicCAS(&keys[c], empty, k);
+                if (cur == empty) {
+                    const u32 g = fetch();
+                    vg[c] = g;
+                    placed = true;
+                    return g;
+                }
+            }
+            if (cur == k) {
+                u32 g = vg[c];
+                while (g == GB_PENDING) g = vg[c];
+                return g;
+            }
+            c = (c + 1) & (GB_CACHE - 1);
+        }
+        return fetch();
+    }
+};
+
+// Where a row's key word comes from.
+template <typename K>
+struct WordArray {
+    const K* keys;
+    __device__ __forceinline__ K at(u64 i) const { return keys[i]; }
+};
+template <typename K, typename U>
+struct NarrowColumn {
+    const U* values;
+    const u8* validity;
+    u32 null_mode;
+    __device__ __forceinline__ K at(u64 i) const { return (K)single_word<U>(values, validity, i, null_mode, sizeof(K) == 4); }
+};
+
+// The dense group id of word k from the global table (claimed for `row` when new), or GB_LOST.
+template <typename K>
+__device__ __forceinline__ u32 gb_global_id(K k, u32 row, K* __restrict__ slot_keys, u64 mask, u32* __restrict__ slot_gid,
+                                            u32* __restrict__ reps, u32* __restrict__ counters, u32 max_fill) {
+    const K empty = (K)~(K)0;
+    u64 s;
+    bool mine = false;
+    if (k == empty) {
+        s = mask + 1;
+        mine = __ldcg(&counters[2]) == 0u && atomicCAS(&counters[2], 0u, 1u) == 0u;
+    } else {
+        s = (u64)k & mask;
+        for (u32 probes = 0;; probes++) {
+            // A stale read (cached while the slot was empty) only costs the compare-and-swap.
+            const K cur = slot_keys[s];
+            if (cur == k) break;
+            if (cur == empty) {
+                const K prev = atomicCAS(&slot_keys[s], empty, k);
+                if (prev == empty) {
+                    mine = true;
+                    break;
+                }
+                if (prev == k) break;
+            }
+            s = (s + 1) & mask;
+            if (probes >= 64) {
+                *(volatile u32*)&counters[1] = 1;
+                return GB_LOST;
+            }
+        }
+    }
+    if (mine) {
+        const u32 g = atomicAdd(&counters[0], 1u);
+        if (g >= max_fill) {
+            *(volatile u32*)&counters[1] = 1;
+            atomicExch(&slot_gid[s], GB_LOST);
+            return GB_LOST;
+        }
+        reps[g] = row;
+        __threadfence();
+        atomicExch(&slot_gid[s], g);
+        return g;
+    }
+    // The claimer publishes the id (or GB_LOST) right after its claim: wait for it. A slot's id
+    // changes once, from NULL_ROW, so a cached read is either final or NULL_ROW.
+    u32 g = slot_gid[s];
+    while (g == NULL_ROW) g = *(volatile u32*)&slot_gid[s];
+    return g;
+}
+
+template <typename K, typename Src>
+__device__ __forceinline__ void gb_small(Src src, u64 n, K* __restrict__ slot_keys, u64 mask, u32* __restrict__ slot_gid,
+                                         u32* __restrict__ reps, u32* __restrict__ group_of_row, u32* __restrict__ rep_of,
+                                         u32* __restrict__ counters, u32 max_fill) {
+    extern __shared__ __align__(16) u8 gb_smem[];
+    GroupCache<K> cache(gb_smem);
+    __shared__ u32 c_fill;
+    const K empty = (K)~(K)0;
+    for (u32 j = threadIdx.x; j < GB_CACHE; j += blockDim.x) cache.clear(j);
+    if (threadIdx.x == 0) c_fill = 0;
+    __syncthreads();
+    u32 iter = 0;
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        // Stop soon after another thread found the table full (a claim past max_fill, or a long
+        // probe, returns at once; other rows' work is then wasted, not wrong).
+        if ((++iter & 31) == 0 && *(volatile u32*)&counters[1]) return;
+        const K k = src.at(i);
+        const auto fetch = [&]() { return gb_global_id<K>(k, (u32)i, slot_keys, mask, slot_gid, reps, counters, max_fill); };
+        u32 g;
+        if (k == empty) {
+            g = fetch();
+        } else {
+            bool placed = false;
+            g = cache.get(k, (u32)k & (GB_CACHE - 1), placed, fetch);
+            // A block that meets more words than its cache holds well: too many groups for
+            // this path (every row would go to the global table); the general path runs.
+            if (placed && atomicAdd(&c_fill, 1u) + 1 >= GB_CACHE_FILL) {
+                *(volatile u32*)&counters[1] = 1;
+                return;
+            }
+        }
+        if (g == GB_LOST) return;
+        group_of_row[i] = g;
+        if (rep_of) rep_of[i] = __ldcg(&reps[g]);
+    }
+}
+
+// gb_small_kX(keys, n, slot_keys, mask, slot_gid, reps, group_of_row, rep_of, counters, max_fill)
+extern "C" __global__ void __launch_bounds__(GB_THREADS) gb_small_k32(const u32* keys, u64 n, u32* slot_keys, u64 mask, u32* slot_gid, u32* reps, u32* group_of_row,
+                                        u32* rep_of, u32* counters, u32 max_fill) {
+    gb_small<u32>(WordArray<u32>{keys}, n, slot_keys, mask, slot_gid, reps, group_of_row, rep_of, counters, max_fill);
+}
+extern "C" __global__ void __launch_bounds__(GB_THREADS) gb_small_k64(const u64* keys, u64 n, unsigned long long* slot_keys, u64 mask, u32* slot_gid, u32* reps,
+                                        u32* group_of_row, u32* rep_of, u32* counters, u32 max_fill) {
+    gb_small<unsigned long long>(WordArray<unsigned long long>{(const unsigned long long*)keys}, n, slot_keys, mask, slot_gid, reps,
+                                 group_of_row, rep_of, counters, max_fill);
+}
+// gb_small_wN_kX(values, validity, null_mode, n, slot_keys, mask, slot_gid, reps, group_of_row,
+// rep_of, counters, max_fill): the words of one narrow column, computed on the fly.
+#define GB_SMALL_COLUMN(NAME, U, K)                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(GB_THREADS)                                                                          \
+        NAME(const U* values, const u8* validity, u32 null_mode, u64 n, K* slot_keys, u64 mask, u32* slot_gid,                        \
+                                    u32* reps, u32* group_of_row, u32* rep_of, u32* counters, u32 max_fill) {                         \
+        gb_small<K>(NarrowColumn<K, U>{values, validity, null_mode}, n, slot_keys, mask, slot_gid, reps, group_of_row, rep_of,        \
+                    counters, max_fill);                                                                                              \
+    }
+GB_SMALL_COLUMN(gb_small_w1_k32, u8, u32)
+GB_SMALL_COLUMN(gb_small_w2_k32, unsigned short, u32)
+GB_SMALL_COLUMN(gb_small_w4_k32, u32, u32)
+GB_SMALL_COLUMN(gb_small_w1_k64, u8, unsigned long long)
+GB_SMALL_COLUMN(gb_small_w2_k64, unsigned short, unsigned long long)
+GB_SMALL_COLUMN(gb_small_w4_k64, u32, unsigned long long)
+GB_SMALL_COLUMN(gb_small_w8_k64, u64, unsigned long long)
 
 // Sort group-by: flags[j] = 1 where sorted position j starts a run of equal key words.
 template <typename K>

@@ -10,11 +10,6 @@
 // never matches and is left out of the join's matching (outer joins still emit it unmatched).
 #include "common.cuh"
 
-// How a key column's nulls are treated.
-#define NULLS_ABSENT 0  // the column has no nulls (validity is null)
-#define NULLS_DROP 1    // NULL never equals anything: the row does not take part
-#define NULLS_VALUE 2   // NULL equals NULL: a null bit (narrow) or marker (wide) joins the key
-
 #define HASH_SEED 0x243f6a8885a308d3ull
 #define NULL_MARKER 0x9ddfea08eb382d69ull
 
@@ -68,14 +63,10 @@ KEY_PACK(key_pack_w8, u64)
 template <typename U>
 __device__ __forceinline__ void key_single(const U* __restrict__ values, const u8* __restrict__ validity, u64 n, u32 null_mode, u32 width32,
                                            void* __restrict__ keys) {
-    constexpr u32 bits = 8 * sizeof(U);
     for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
-        const bool valid = validity == nullptr || bit_is_set(validity, i);
-        u64 a = (null_mode == NULLS_VALUE && !valid) ? 1ull : 0ull;
-        const u64 v = valid ? (u64)values[i] : 0ull;
-        a = bits >= 64 ? v : ((a << bits) | v);
-        if (width32) ((u32*)keys)[i] = mix32((u32)a);
-        else ((u64*)keys)[i] = mix64(a);
+        const u64 w = single_word<U>(values, validity, i, null_mode, width32);
+        if (width32) ((u32*)keys)[i] = (u32)w;
+        else ((u64*)keys)[i] = w;
     }
 }
 

@@ -7,19 +7,23 @@
 //! representative, and rows whose hash collided with another key take another round.
 //!
 //! - Hash: a global open-addressing table of key words (seed 002, Algorithm 1's first step).
+//!   With few groups (up to 4096) one pass gives every row its dense id,
+//!   through a per-block shared-memory cache in front of the table; a single narrow key column
+//!   is read directly, without its key words. More groups take the general rounds: insert,
+//!   number the occupied slots, assign.
 //! - Sort: an LSD radix sort of (key word, row id); runs of equal words are groups. Wide keys
 //!   whose hashes collide (found by comparing sorted neighbours) are regrouped by the hash path,
 //!   which resolves collisions round by round.
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaStream, LaunchConfig};
 
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
-use crate::join::keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, verify_pairs};
-use crate::primitives::radix::{ValueWidth, radix_sort_pairs};
+use crate::join::keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, single_narrow, verify_pairs};
+use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_pairs};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::{iota, select_where};
 
@@ -61,6 +65,13 @@ pub struct GroupIds {
     pub rounds: u32,
 }
 
+/// Blocks per SM of the one-pass group-id kernel (1024 threads each: the SM's 2048 threads).
+const ONE_PASS_BLOCKS_PER_SM: u64 = 2;
+
+/// The most groups the one-pass group ids take (kernels/groupby.cu GB_CACHE_FILL: a block's
+/// cache holds half of its 8192 slots); more go to the general rounds.
+const ONE_PASS_GROUPS: u64 = 4096;
+
 /// Groups the first hash table is sized for.
 const FIRST_TABLE_GROUPS: u64 = 1 << 15;
 
@@ -89,17 +100,35 @@ pub fn group_ids(
         let empty = || gpu.alloc(stream, 0, "group ids");
         return Ok(GroupIds { group_of_row: Some(empty()?), reps: Some(empty()?), groups: 0, rounds: 0 });
     }
+    // One narrow key column and few groups: group ids straight from the column, without its
+    // key words. When that finds too many groups, the hash path below does not try again.
+    let mut one_pass = true;
+    if matches!(method, GroupIdMethod::Hash | GroupIdMethod::Partition) && test.hash_bits.is_none() {
+        let plan = KeyPlan::for_group_by(keys).map_err(gpu_error)?;
+        if let (Some((tag, null_mode)), [col]) = (single_narrow(&plan, keys), keys) {
+            let group_of_row = gpu.alloc(stream, rows as usize * 4, "group ids")?;
+            let reps = gpu.alloc(stream, rows as usize * 4, "group representatives")?;
+            let out = GroupIdsOut { group_of_row: &group_of_row, reps: &reps, offset: 0 };
+            let source = WordSource::Column { col, tag, null_mode };
+            if let Some((groups, _)) =
+                one_pass_group_ids(gpu, stream, source, plan.encoding.width(), false, rows, &out)?
+            {
+                return Ok(GroupIds { group_of_row: Some(group_of_row), reps: Some(reps), groups, rounds: 1 });
+            }
+            one_pass = false;
+        }
+    }
     let (plan, side) = key_words(gpu, stream, keys, rows, test)?;
     match method {
         // The partition group-by numbers groups inside its own pipeline (super::partition); on
         // its own, its group ids are the hash path's.
-        GroupIdMethod::Hash | GroupIdMethod::Partition => hash_group_ids(gpu, stream, &plan, &side, rows),
+        GroupIdMethod::Hash | GroupIdMethod::Partition => hash_group_ids(gpu, stream, &plan, &side, rows, one_pass),
         GroupIdMethod::Sort => {
             if let Some(ids) = sort_group_ids(gpu, stream, &plan, &side, rows)? {
                 return Ok(ids);
             }
             // Colliding hashes: the hash path resolves them.
-            hash_group_ids(gpu, stream, &plan, &side, rows)
+            hash_group_ids(gpu, stream, &plan, &side, rows, true)
         }
     }
 }
@@ -131,20 +160,23 @@ pub(crate) fn key_words(
     Ok((plan, side))
 }
 
+/// Hash group ids; `one_pass`: try the one-pass kernel first (the caller has not already found
+/// too many groups for it).
 pub(crate) fn hash_group_ids(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     plan: &KeyPlan,
     side: &KeySide,
     rows: u64,
+    one_pass: bool,
 ) -> Result<GroupIds> {
     let width = plan.encoding.width();
     let wide = plan.encoding == KeyEncoding::Wide;
     let group_of_row = gpu.alloc(stream, rows as usize * 4, "group ids")?;
-    let row_slot = gpu.alloc(stream, rows as usize * 4, "group-by table slots")?;
     // Every round's representatives, in group order (at most one group per row).
     let reps = gpu.alloc(stream, rows as usize * 4, "group representatives")?;
     let all_rows = if wide { Some(iota(gpu, stream, rows)?) } else { None };
+    let mut row_slot = None;
     let mut active: Option<DeviceBuffer> = None;
     let mut n = rows;
     let mut groups = 0u64;
@@ -154,91 +186,21 @@ pub(crate) fn hash_group_ids(
         if rounds as u64 > rows + 1 {
             return Err(gpu_error("the GPU group-by's collision rounds did not converge"));
         }
-        // A table for at most FIRST_TABLE_GROUPS groups first (a few MiB, cheap to clear); more
-        // groups overflow it and the insert is redone with a table of twice the rows.
-        let full = (2 * n).max(1024).next_power_of_two();
-        let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
-        let (slot_keys, slot_row) = loop {
-            let mask = slots - 1;
-            let slot_keys =
-                gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
-            let slot_row = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
-            let counters = gpu.alloc_filled(stream, 8, 0, "the group-by hash table")?;
-            let max_fill = if slots < full { (slots / 2) as u32 } else { u32::MAX };
-            // gb_insert_kX(keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill, overflow)
-            gpu.launch_n(
-                stream,
-                "groupby",
-                &format!("gb_insert_{}", width.tag()),
-                n,
-                &[
-                    ptr(&side.keys, stream),
-                    opt_ptr(active.as_ref(), stream),
-                    KArg::U64(n),
-                    ptr(&slot_keys, stream),
-                    KArg::U64(mask),
-                    ptr(&slot_row, stream),
-                    ptr(&row_slot, stream),
-                    ptr(&counters, stream),
-                    KArg::U32(max_fill),
-                    KArg::U64(counters.raw_ptr(stream) + 4),
-                ],
-            )?;
-            let overflow = gpu.read::<u32>(stream, &counters, 1, 1)?[0] != 0;
-            if !overflow {
-                break (slot_keys, slot_row);
-            }
-            if slots >= full {
-                return Err(gpu_error(format!("the group-by hash table of {slots} slots overflowed with {n} rows")));
-            }
-            slots = full;
+        let out = GroupIdsOut { group_of_row: &group_of_row, reps: &reps, offset: groups };
+        let found = match active {
+            None if one_pass => one_pass_group_ids(gpu, stream, WordSource::Words(&side.keys), width, wide, n, &out)?,
+            _ => None,
         };
-        drop(slot_keys);
-        let flags = gpu.alloc(stream, slots as usize + 1, "the group-by hash table")?;
-        // gb_occupied(const u32* slot_row, u64 n, u8* flags)
-        gpu.launch_n(
-            stream,
-            "groupby",
-            "gb_occupied",
-            slots + 1,
-            &[ptr(&slot_row, stream), KArg::U64(slots + 1), ptr(&flags, stream)],
-        )?;
-        let (occupied, new_groups) = select_where(gpu, stream, &flags, slots + 1, 1)?;
-        drop(flags);
-        let new_groups = new_groups as u64;
-        let dense = gpu.alloc(stream, (slots as usize + 1) * 4, "the group-by hash table")?;
-        // gb_dense(const u32* slots, u64 groups, const u32* slot_row, u32* dense, u32* rep)
-        gpu.launch_n(
-            stream,
-            "groupby",
-            "gb_dense",
-            new_groups,
-            &[
-                ptr(&occupied, stream),
-                KArg::U64(new_groups),
-                ptr(&slot_row, stream),
-                ptr(&dense, stream),
-                KArg::U64(reps.raw_ptr(stream) + 4 * groups),
-            ],
-        )?;
-        let rep_of = if wide { Some(gpu.alloc(stream, n as usize * 4, "group representatives")?) } else { None };
-        // gb_assign(active, n, row_slot, dense, offset, rep_all, group_of_row, rep_of)
-        gpu.launch_n(
-            stream,
-            "groupby",
-            "gb_assign",
-            n,
-            &[
-                opt_ptr(active.as_ref(), stream),
-                KArg::U64(n),
-                ptr(&row_slot, stream),
-                ptr(&dense, stream),
-                KArg::U32(groups as u32),
-                ptr(&reps, stream),
-                ptr(&group_of_row, stream),
-                opt_ptr(rep_of.as_ref(), stream),
-            ],
-        )?;
+        let (new_groups, rep_of) = match found {
+            Some(found) => found,
+            None => {
+                let row_slot = match &mut row_slot {
+                    Some(b) => b,
+                    slot => slot.insert(gpu.alloc(stream, rows as usize * 4, "group-by table slots")?),
+                };
+                table_round(gpu, stream, &side.keys, width, wide, active.as_ref(), n, row_slot, &out)?
+            }
+        };
         groups += new_groups;
         let (Some(rep_of), Some(all)) = (rep_of, all_rows.as_ref()) else { break };
         // Confirm each row against its representative; the rows that differ go round again.
@@ -253,6 +215,187 @@ pub(crate) fn hash_group_ids(
         n = m as u64;
     }
     Ok(GroupIds { group_of_row: Some(group_of_row), reps: Some(reps), groups, rounds })
+}
+
+/// Where a round's group ids and representatives go: group `g` of the round is
+/// `offset + g` overall.
+struct GroupIdsOut<'a> {
+    group_of_row: &'a DeviceBuffer,
+    reps: &'a DeviceBuffer,
+    offset: u64,
+}
+
+/// Where the one-pass kernel reads a row's key word.
+enum WordSource<'a> {
+    Words(&'a DeviceBuffer),
+    /// One narrow key column (see [`single_narrow`]), its words computed on the fly.
+    Column {
+        col: &'a DeviceColumn,
+        tag: &'static str,
+        null_mode: u32,
+    },
+}
+
+/// Group ids of all `n` rows in one pass when they have few groups (`gb_small_*`): the new
+/// groups and, for wide keys, each row's representative (for the collision check); `None` when
+/// the bounded table filled, and the general round must run.
+fn one_pass_group_ids(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    source: WordSource<'_>,
+    width: KeyWidth,
+    wide: bool,
+    n: u64,
+    out: &GroupIdsOut<'_>,
+) -> Result<Option<(u64, Option<DeviceBuffer>)>> {
+    if out.offset != 0 {
+        return Err(gpu_error("the one-pass group ids run only as the first round"));
+    }
+    // A resident grid, each block's cache warming once (kernels/groupby.cu GB_THREADS, GB_CACHE:
+    // 8192 entries of 8 bytes, or 12 for 64-bit words).
+    let smem = 8192 * if width == KeyWidth::U32 { 8 } else { 12 };
+    if (gpu.info().shared_memory_per_block_optin.max(0) as usize) < smem + 1024 {
+        return Ok(None);
+    }
+    let slots = (2 * n).max(1024).next_power_of_two().min(4 * ONE_PASS_GROUPS);
+    let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
+    let slot_gid = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
+    let counters = gpu.alloc_filled(stream, 12, 0, "the group-by hash table")?;
+    let rep_of = if wide { Some(gpu.alloc(stream, n as usize * 4, "group representatives")?) } else { None };
+    let mut args = match source {
+        WordSource::Words(keys) => vec![ptr(keys, stream)],
+        WordSource::Column { col, null_mode, .. } => vec![
+            ptr(crate::join::keys::buffer(col, 0)?, stream),
+            opt_ptr(col.validity.as_ref(), stream),
+            KArg::U32(null_mode),
+        ],
+    };
+    let kernel = match source {
+        WordSource::Words(_) => format!("gb_small_{}", width.tag()),
+        // A 64-bit column never packs into a 32-bit word.
+        WordSource::Column { tag: "w8", .. } if width == KeyWidth::U32 => return Ok(None),
+        WordSource::Column { tag, .. } => format!("gb_small_{tag}_{}", width.tag()),
+    };
+    // gb_small_*(<source>, n, slot_keys, mask, slot_gid, reps, group_of_row, rep_of, counters, max_fill)
+    args.extend([
+        KArg::U64(n),
+        ptr(&slot_keys, stream),
+        KArg::U64(slots - 1),
+        ptr(&slot_gid, stream),
+        KArg::U64(out.reps.raw_ptr(stream) + 4 * out.offset),
+        ptr(out.group_of_row, stream),
+        opt_ptr(rep_of.as_ref(), stream),
+        ptr(&counters, stream),
+        KArg::U32(ONE_PASS_GROUPS as u32),
+    ]);
+    // A resident grid: each block's cache warms once.
+    let blocks = ((gpu.info().sm_count.max(1) as u64) * ONE_PASS_BLOCKS_PER_SM).min(n.div_ceil(1024)) as u32;
+    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: smem as u32 };
+    gpu.launch(stream, "groupby", &kernel, cfg, &args)?;
+    let c = gpu.read::<u32>(stream, &counters, 0, 2)?;
+    Ok((c[1] == 0).then_some((c[0] as u64, rep_of)))
+}
+
+/// One round of the general path over the `n` rows `active` (all rows when `None`): insert into
+/// a table (a bounded one first, grown when it overflows), number the occupied slots, and give
+/// every row its group. Returns the round's new groups and, for wide keys, each row's
+/// representative.
+#[allow(clippy::too_many_arguments)]
+fn table_round(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &DeviceBuffer,
+    width: KeyWidth,
+    wide: bool,
+    active: Option<&DeviceBuffer>,
+    n: u64,
+    row_slot: &DeviceBuffer,
+    out: &GroupIdsOut<'_>,
+) -> Result<(u64, Option<DeviceBuffer>)> {
+    // A table for at most FIRST_TABLE_GROUPS groups first (a few MiB, cheap to clear); more
+    // groups overflow it and the insert is redone with a table of twice the rows.
+    let full = (2 * n).max(1024).next_power_of_two();
+    let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
+    let slot_row = loop {
+        let mask = slots - 1;
+        let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
+        let slot_row = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
+        let counters = gpu.alloc_filled(stream, 8, 0, "the group-by hash table")?;
+        let max_fill = if slots < full { (slots / 2) as u32 } else { u32::MAX };
+        // gb_insert_kX(keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill, overflow)
+        gpu.launch_n(
+            stream,
+            "groupby",
+            &format!("gb_insert_{}", width.tag()),
+            n,
+            &[
+                ptr(keys, stream),
+                opt_ptr(active, stream),
+                KArg::U64(n),
+                ptr(&slot_keys, stream),
+                KArg::U64(mask),
+                ptr(&slot_row, stream),
+                ptr(row_slot, stream),
+                ptr(&counters, stream),
+                KArg::U32(max_fill),
+                KArg::U64(counters.raw_ptr(stream) + 4),
+            ],
+        )?;
+        let overflow = gpu.read::<u32>(stream, &counters, 1, 1)?[0] != 0;
+        if !overflow {
+            break slot_row;
+        }
+        if slots >= full {
+            return Err(gpu_error(format!("the group-by hash table of {slots} slots overflowed with {n} rows")));
+        }
+        slots = full;
+    };
+    let flags = gpu.alloc(stream, slots as usize + 1, "the group-by hash table")?;
+    // gb_occupied(const u32* slot_row, u64 n, u8* flags)
+    gpu.launch_n(
+        stream,
+        "groupby",
+        "gb_occupied",
+        slots + 1,
+        &[ptr(&slot_row, stream), KArg::U64(slots + 1), ptr(&flags, stream)],
+    )?;
+    let (occupied, new_groups) = select_where(gpu, stream, &flags, slots + 1, 1)?;
+    drop(flags);
+    let new_groups = new_groups as u64;
+    let dense = gpu.alloc(stream, (slots as usize + 1) * 4, "the group-by hash table")?;
+    // gb_dense(const u32* slots, u64 groups, const u32* slot_row, u32* dense, u32* rep)
+    gpu.launch_n(
+        stream,
+        "groupby",
+        "gb_dense",
+        new_groups,
+        &[
+            ptr(&occupied, stream),
+            KArg::U64(new_groups),
+            ptr(&slot_row, stream),
+            ptr(&dense, stream),
+            KArg::U64(out.reps.raw_ptr(stream) + 4 * out.offset),
+        ],
+    )?;
+    let rep_of = if wide { Some(gpu.alloc(stream, n as usize * 4, "group representatives")?) } else { None };
+    // gb_assign(active, n, row_slot, dense, offset, rep_all, group_of_row, rep_of)
+    gpu.launch_n(
+        stream,
+        "groupby",
+        "gb_assign",
+        n,
+        &[
+            opt_ptr(active, stream),
+            KArg::U64(n),
+            ptr(row_slot, stream),
+            ptr(&dense, stream),
+            KArg::U32(out.offset as u32),
+            ptr(out.reps, stream),
+            ptr(out.group_of_row, stream),
+            opt_ptr(rep_of.as_ref(), stream),
+        ],
+    )?;
+    Ok((new_groups, rep_of))
 }
 
 /// Sort group ids, or `None` when wide keys' hashes collide (sorted neighbours with equal words

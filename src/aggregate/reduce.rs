@@ -174,8 +174,10 @@ pub fn reduce(
     let (mode, groups_arg) = match accumulation {
         _ if gid.is_none() => (0u32, groups as u32),
         Accumulation::Shared if smem <= SMEM_LIMIT => {
-            // Each block flushes every group once: a few blocks per SM are enough.
-            cfg.grid_dim.0 = cfg.grid_dim.0.min(gpu.info().sm_count.max(1) as u32 * 4);
+            // Each block flushes every group once: a resident grid, as many blocks per SM as
+            // their shared memory lets in (at most the SM's 2048 threads).
+            let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 8) as u32;
+            cfg.grid_dim.0 = cfg.grid_dim.0.min(gpu.info().sm_count.max(1) as u32 * per_sm);
             cfg.shared_mem_bytes = smem as u32;
             (1, groups as u32)
         }

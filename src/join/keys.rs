@@ -197,15 +197,23 @@ fn narrow_kernel(kind: KeyColumnKind) -> Result<&'static str> {
     })
 }
 
-/// The one-pass word kernel of a single narrow fixed-width key column.
-fn single_kernel(kind: KeyColumnKind) -> Option<&'static str> {
-    Some(match kind {
-        KeyColumnKind::Fixed(1) => "key_single_w1",
-        KeyColumnKind::Fixed(2) => "key_single_w2",
-        KeyColumnKind::Fixed(4) => "key_single_w4",
-        KeyColumnKind::Fixed(8) => "key_single_w8",
+/// A single narrow key column whose words can be computed in one step (`single_word` in
+/// kernels/common.cuh): the width tag of its kernels (`w1`..`w8`) and its null mode. Every row
+/// must take part, and a dictionary must have been decoded.
+pub(crate) fn single_narrow(plan: &KeyPlan, cols: &[Arc<DeviceColumn>]) -> Option<(&'static str, u32)> {
+    let ([kind], [col], KeyEncoding::Narrow32 | KeyEncoding::Narrow64) = (plan.columns.as_slice(), cols, plan.encoding)
+    else {
+        return None;
+    };
+    let tag = match kind {
+        KeyColumnKind::Fixed(1) => "w1",
+        KeyColumnKind::Fixed(2) => "w2",
+        KeyColumnKind::Fixed(4) => "w4",
+        KeyColumnKind::Fixed(8) => "w8",
         _ => return None,
-    })
+    };
+    let all_take_part = plan.null_mode(0) != NULLS_DROP || col.null_count == 0;
+    (all_take_part && !matches!(col.data_type, DataType::Dictionary(..))).then_some((tag, plan.null_mode(0)))
 }
 
 fn hash_kernel(kind: KeyColumnKind) -> Result<&'static str> {
@@ -222,7 +230,7 @@ fn hash_kernel(kind: KeyColumnKind) -> Result<&'static str> {
     })
 }
 
-fn buffer(col: &DeviceColumn, i: usize) -> Result<&DeviceBuffer> {
+pub(crate) fn buffer(col: &DeviceColumn, i: usize) -> Result<&DeviceBuffer> {
     col.buffers.get(i).ok_or_else(|| gpu_error(format!("a {} key column lacks buffer {i}", col.data_type)))
 }
 
@@ -263,30 +271,26 @@ pub fn prepare_keys(
         }
     }
     let width = plan.encoding.width();
-    if let ([kind], [col], KeyEncoding::Narrow32 | KeyEncoding::Narrow64) =
-        (plan.columns.as_slice(), columns.as_slice(), plan.encoding)
-    {
-        if let (Some(kernel), true) = (single_kernel(*kind), plan.null_mode(0) != NULLS_DROP || col.null_count == 0) {
-            // One narrow column whose rows all take part: its words in one pass (the same words
-            // as the packing below).
-            let keys = gpu.alloc(stream, rows as usize * width.bytes(), "join keys")?;
-            // key_single_X(values, validity, n, null_mode, width32, keys)
-            gpu.launch_n(
-                stream,
-                "keys",
-                kernel,
-                rows,
-                &[
-                    ptr(buffer(col, 0)?, stream),
-                    opt_ptr(col.validity.as_ref(), stream),
-                    KArg::U64(rows),
-                    KArg::U32(plan.null_mode(0)),
-                    KArg::U32(u32::from(plan.encoding == KeyEncoding::Narrow32)),
-                    ptr(&keys, stream),
-                ],
-            )?;
-            return Ok(KeySide { keys, items: rows, rows, item_rows: None, takes_part: None, columns });
-        }
+    if let (Some((tag, null_mode)), [col]) = (single_narrow(plan, &columns), columns.as_slice()) {
+        // One narrow column whose rows all take part: its words in one pass (the same words as
+        // the packing below).
+        let keys = gpu.alloc(stream, rows as usize * width.bytes(), "join keys")?;
+        // key_single_X(values, validity, n, null_mode, width32, keys)
+        gpu.launch_n(
+            stream,
+            "keys",
+            &format!("key_single_{tag}"),
+            rows,
+            &[
+                ptr(buffer(col, 0)?, stream),
+                opt_ptr(col.validity.as_ref(), stream),
+                KArg::U64(rows),
+                KArg::U32(null_mode),
+                KArg::U32(u32::from(plan.encoding == KeyEncoding::Narrow32)),
+                ptr(&keys, stream),
+            ],
+        )?;
+        return Ok(KeySide { keys, items: rows, rows, item_rows: None, takes_part: None, columns });
     }
     let acc = gpu.alloc(stream, rows as usize * 8, "join key hashes")?;
     let ok = gpu.alloc(stream, rows as usize, "join key null flags")?;
