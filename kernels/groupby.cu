@@ -21,9 +21,12 @@
 // Group ids.
 
 // A first table sized for few groups may be too small: after `max_fill` groups (or a probe around
-// the whole table) the insert sets *overflow and stops, and the caller retries with a table of
-// twice the rows. That one cannot overflow and is passed max_fill = ~0: it counts nothing (one
+// the whole table) the insert sets *overflow and stops, and the caller retries with a larger
+// table, at last one of twice the rows. That one cannot overflow and is passed max_fill = ~0: it counts nothing (one
 // counter taking an atomic per group would serialise millions of groups).
+#define FILL_SHARDS 32  // counters of a bounded table's groups
+#define FILL_STRIDE 32  // u32s between two counters (one 128-byte line each)
+
 template <typename K>
 __device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32* __restrict__ active, u64 n, K* __restrict__ slot_keys,
                                           u64 mask, u32* __restrict__ slot_row, u32* __restrict__ row_slot, u32* __restrict__ filled,
@@ -46,7 +49,11 @@ __device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32*
                 const K prev = cur == k ? k : cur != empty ? cur : atomicCAS(&slot_keys[s], empty, k);
                 if (prev == empty) {
                     slot_row[s] = row;
-                    if (bounded && atomicAdd(filled, 1u) >= max_fill) *(volatile u32*)overflow = 1;
+                    // The groups are counted in FILL_SHARDS counters (by slot), each allowed
+                    // max_fill of them: one counter would serialise hundreds of thousands of
+                    // groups on one address.
+                    if (bounded && atomicAdd(&filled[(s & (FILL_SHARDS - 1)) * FILL_STRIDE], 1u) >= max_fill)
+                        *(volatile u32*)overflow = 1;
                     break;
                 }
                 if (prev == k) break;

@@ -75,6 +75,12 @@ const ONE_PASS_GROUPS: u64 = 4096;
 /// Groups the first hash table is sized for.
 const FIRST_TABLE_GROUPS: u64 = 1 << 15;
 
+/// Group counters of a bounded hash table (kernels/groupby.cu FILL_SHARDS).
+const FILL_SHARDS: usize = 32;
+
+/// Slots of the second, still bounded, hash table (2^19 groups; 4 or 8 MiB of key words).
+const LARGER_TABLE_SLOTS: u64 = 1 << 20;
+
 /// Test hook: cut wide hash words to this many bits, so that collisions happen.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CollisionTest {
@@ -313,15 +319,21 @@ fn table_round(
     out: &GroupIdsOut<'_>,
 ) -> Result<(u64, Option<DeviceBuffer>)> {
     // A table for at most FIRST_TABLE_GROUPS groups first (a few MiB, cheap to clear); more
-    // groups overflow it and the insert is redone with a table of twice the rows.
+    // groups overflow it and the insert is redone with a table of LARGER_TABLE_SLOTS (which stays
+    // in L2; one of twice the rows is mostly empty and its probes miss the caches), then with one
+    // of twice the rows, which cannot overflow. (Bounded tables of 2^24 slots cost more in failed
+    // attempts at 2^26 groups than they saved at 2^22: H100, 2026-11-23.)
     let full = (2 * n).max(1024).next_power_of_two();
     let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
     let slot_row = loop {
         let mask = slots - 1;
         let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
         let slot_row = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
-        let counters = gpu.alloc_filled(stream, 8, 0, "the group-by hash table")?;
-        let max_fill = if slots < full { (slots / 2) as u32 } else { u32::MAX };
+        // The overflow flag, then FILL_SHARDS group counters 128 bytes apart (kernels/groupby.cu),
+        // each allowing its share of 5/8 of the slots (room for the shards' uneven counts when the
+        // groups are half the slots).
+        let counters = gpu.alloc_filled(stream, 128 * (FILL_SHARDS + 1), 0, "the group-by hash table")?;
+        let max_fill = if slots < full { (slots * 5 / 8 / FILL_SHARDS as u64) as u32 } else { u32::MAX };
         // gb_insert_kX(keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill, overflow)
         gpu.launch_n(
             stream,
@@ -336,19 +348,19 @@ fn table_round(
                 KArg::U64(mask),
                 ptr(&slot_row, stream),
                 ptr(row_slot, stream),
-                ptr(&counters, stream),
+                KArg::U64(counters.raw_ptr(stream) + 128),
                 KArg::U32(max_fill),
-                KArg::U64(counters.raw_ptr(stream) + 4),
+                ptr(&counters, stream),
             ],
         )?;
-        let overflow = gpu.read::<u32>(stream, &counters, 1, 1)?[0] != 0;
+        let overflow = gpu.read::<u32>(stream, &counters, 0, 1)?[0] != 0;
         if !overflow {
             break slot_row;
         }
         if slots >= full {
             return Err(gpu_error(format!("the group-by hash table of {slots} slots overflowed with {n} rows")));
         }
-        slots = full;
+        slots = if slots < LARGER_TABLE_SLOTS { LARGER_TABLE_SLOTS.min(full) } else { full };
     };
     let flags = gpu.alloc(stream, slots as usize + 1, "the group-by hash table")?;
     // gb_occupied(const u32* slot_row, u64 n, u8* flags)
