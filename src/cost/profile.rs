@@ -123,23 +123,23 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
     static C: OnceLock<BTreeMap<String, Vec<f64>>> = OnceLock::new();
     C.get_or_init(|| {
         let mut m = BTreeMap::new();
-        // Fitted on the H100 to sweep B (96 points, seed 11) by `bench sweep --calibrate
-        // --from-json`; checked on sweep A (seed 7) and a fresh sweep (seed 13):
-        // benches/results/2026-11-22-h100-cost-model.md and -cost-profile.json.
-        m.insert("aggregate.cpu".into(), vec![0.001783, 9.1e-10, 5.826e-09, 4.905e-09]);
-        // The GPU group-by models were refitted on the H100 when the partition group-by and
-        // 32-bit key words for null-free narrow keys came (sweep of 39 group-by points, seed 21;
-        // checked on seed 23: benches/results/2026-11-23-h100-partition-groupby.md).
-        m.insert("aggregate.hash".into(), vec![1.591e-4, 0.567, 1.117]);
-        m.insert("aggregate.partition".into(), vec![4.489e-4, 0.0, 7.463]);
-        m.insert("aggregate.sort".into(), vec![5.191e-4, 0.0, 0.942]);
+        // The group-by models (GPU and CPU) and the transfer model were refitted on the H100
+        // after the one-pass hash group ids (39 group-by points, seed 25; checked on seed 27:
+        // benches/results/2026-11-23-h100-one-pass-groupby.md).
+        m.insert("aggregate.cpu".into(), vec![0.00194, 9.368e-10, 3.518e-09, 1.15e-08]);
+        m.insert("aggregate.hash".into(), vec![5.772e-05, 0.0, 1.535]);
+        m.insert("aggregate.partition".into(), vec![0.0003684, 0.0, 6.647]);
+        m.insert("aggregate.sort".into(), vec![0.0004676, 0.0, 1.013]);
+        // The join models: fitted on the H100 to sweep B (96 points, seed 11) by
+        // `bench sweep --calibrate --from-json`; checked on sweep A (seed 7) and a fresh sweep
+        // (seed 13): benches/results/2026-11-22-h100-cost-model.md and -cost-profile.json.
         m.insert("join.cpu".into(), vec![0.0004226, 6.759e-09, 0.0, 5.257e-09, 6.635e-10]);
         m.insert("join.npj".into(), vec![0.0001956, 0.0, 3.354, 0.7514]);
         m.insert("join.phj_gftr".into(), vec![0.0003399, 3.988, 9.008, 0.173]);
         m.insert("join.phj_gfur".into(), vec![0.0003072, 6.095, 0.0, 0.8983]);
         m.insert("join.smj_gftr".into(), vec![0.0006507, 3.284, 0.0, 1.037]);
         m.insert("join.smj_gfur".into(), vec![0.0004532, 4.267, 0.0, 0.6141]);
-        m.insert("transfer".into(), vec![4.551e-11, 0.0001935, 2.176e-11]);
+        m.insert("transfer".into(), vec![4.254e-11, 0.000206, 2.342e-11]);
         m
     })
 }
