@@ -47,7 +47,10 @@ impl fmt::Display for FallbackReason {
             FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
             FallbackReason::Unsupported(what) => write!(f, "{what}"),
             FallbackReason::Cost(estimates) => {
-                write!(f, "the cost model expects the CPU to be faster: {estimates} (gpu.placement = always overrides)")
+                write!(
+                    f,
+                    "the cost model expects the CPU to be faster: {estimates} (SET gpu.placement = 'always' puts it on the GPU anyway)"
+                )
             }
             FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit } => {
                 let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
