@@ -508,6 +508,76 @@ fn group_ids_resolve_hash_collisions_and_accumulators_agree() {
     }
 }
 
+/// Device-level: the key whose word is all ones (the tables' empty marker, kept in a slot of its
+/// own) groups like any other, through the one-pass ids (few groups) and the general rounds (more
+/// than the one-pass path takes), for 32-bit words (a null-free Int32 key) and 64-bit ones (Int64).
+#[test]
+fn group_ids_handle_the_key_whose_word_is_all_ones() {
+    let _g = gpu_lock();
+    let Some(gpu) = gpu_or_skip("group_ids_handle_the_key_whose_word_is_all_ones") else { return };
+    let seed = fresh_seed("group_ids_handle_the_key_whose_word_is_all_ones");
+    let mut rng = StdRng::seed_from_u64(seed);
+    // The preimages of all ones under kernels/common.cuh's mix32 and mix64.
+    const ALL_ONES_I32: i64 = 857_579_651;
+    const ALL_ONES_I64: i64 = -8_528_264_022_506_211_158;
+    let rows = 60_000;
+    let stream = gpu.stream();
+    let reductions = [
+        Reduction { op: AccOp::Count, input: None, filter: None, out_type: DataType::Int64, nullable: false },
+        Reduction { op: AccOp::SumI64, input: Some(1), filter: None, out_type: DataType::Int64, nullable: true },
+    ];
+    for (special, wide_type) in [(ALL_ONES_I32, false), (ALL_ONES_I64, true)] {
+        for domain in [8i64, 20_000] {
+            // A tenth of the rows have the special key; the rest are spread over `domain` keys.
+            let keys: Vec<i64> =
+                (0..rows).map(|_| if rng.random_bool(0.1) { special } else { rng.random_range(0..domain) }).collect();
+            let vals: Vec<i64> = (0..rows).map(|_| rng.random_range(-1000..1000)).collect();
+            let mut want: HashMap<i64, (i64, i64)> = HashMap::new();
+            for (k, v) in keys.iter().zip(&vals) {
+                let e = want.entry(*k).or_insert((0, 0));
+                e.0 += 1;
+                e.1 += v;
+            }
+            let key_array: ArrayRef = if wide_type {
+                Arc::new(Int64Array::from(keys))
+            } else {
+                Arc::new(Int32Array::from(keys.iter().map(|&k| k as i32).collect::<Vec<_>>()))
+            };
+            let batch =
+                RecordBatch::try_from_iter([("k", key_array), ("v", Arc::new(Int64Array::from(vals)) as ArrayRef)])
+                    .unwrap();
+            let dev = DeviceBatch::upload(&gpu, &stream, &batch).unwrap();
+            for method in [GroupIdMethod::Hash, GroupIdMethod::Sort, GroupIdMethod::Partition] {
+                let opts = GroupByOptions { method, shared_memory: true, test: CollisionTest::default() };
+                let mut times = GroupByTimes::default();
+                let cols = dev.columns();
+                let out =
+                    group_by(&gpu, &stream, &cols[..1], cols, &reductions, rows as u64, &opts, &mut times).unwrap();
+                let columns = out.keys.into_iter().chain(out.values).map(Arc::new).collect();
+                let key_type = batch.schema().field(0).data_type().clone();
+                let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+                    datafusion::arrow::datatypes::Field::new("k", key_type, false),
+                    datafusion::arrow::datatypes::Field::new("c", DataType::Int64, false),
+                    datafusion::arrow::datatypes::Field::new("s", DataType::Int64, true),
+                ]));
+                let host =
+                    DeviceBatch::try_new(schema, columns, out.groups as usize, Arc::clone(&gpu), Arc::clone(&stream))
+                        .unwrap()
+                        .download()
+                        .unwrap();
+                let k = datafusion::arrow::compute::cast(host.column(0), &DataType::Int64).unwrap();
+                let k = k.as_any().downcast_ref::<Int64Array>().unwrap();
+                let c = host.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+                let s = host.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+                let got: HashMap<i64, (i64, i64)> =
+                    (0..host.num_rows()).map(|r| (k.value(r), (c.value(r), s.value(r)))).collect();
+                assert_eq!(host.num_rows(), want.len(), "seed {seed}: {method:?}, key {special}, domain {domain}");
+                assert_eq!(got, want, "seed {seed}: {method:?}, key {special}, domain {domain}");
+            }
+        }
+    }
+}
+
 #[test]
 fn algorithm_settings_parse() {
     for (text, want) in [
