@@ -257,12 +257,18 @@ fn one_pass_group_ids(
     if out.offset != 0 {
         return Err(gpu_error("the one-pass group ids run only as the first round"));
     }
-    // A resident grid, each block's cache warming once (kernels/groupby.cu GB_THREADS, GB_CACHE:
-    // 8192 entries of 8 bytes, or 12 for 64-bit words).
+    // Each block's cache (kernels/groupby.cu GB_CACHE): 8192 entries of 8 bytes, or 12 for
+    // 64-bit words.
     let smem = 8192 * if width == KeyWidth::U32 { 8 } else { 12 };
     if (gpu.info().shared_memory_per_block_optin.max(0) as usize) < smem + 1024 {
         return Ok(None);
     }
+    let kernel = match source {
+        WordSource::Words(_) => format!("gb_small_{}", width.tag()),
+        // A 64-bit column never packs into a 32-bit word.
+        WordSource::Column { tag: "w8", .. } if width == KeyWidth::U32 => return Ok(None),
+        WordSource::Column { tag, .. } => format!("gb_small_{tag}_{}", width.tag()),
+    };
     let slots = (2 * n).max(1024).next_power_of_two().min(4 * ONE_PASS_GROUPS);
     let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
     let slot_gid = gpu.alloc_filled(stream, (slots as usize + 1) * 4, 0xff, "the group-by hash table")?;
@@ -276,12 +282,6 @@ fn one_pass_group_ids(
             KArg::U32(null_mode),
         ],
     };
-    let kernel = match source {
-        WordSource::Words(_) => format!("gb_small_{}", width.tag()),
-        // A 64-bit column never packs into a 32-bit word.
-        WordSource::Column { tag: "w8", .. } if width == KeyWidth::U32 => return Ok(None),
-        WordSource::Column { tag, .. } => format!("gb_small_{tag}_{}", width.tag()),
-    };
     // gb_small_*(<source>, n, slot_keys, mask, slot_gid, reps, group_of_row, rep_of, counters, max_fill)
     args.extend([
         KArg::U64(n),
@@ -294,7 +294,7 @@ fn one_pass_group_ids(
         ptr(&counters, stream),
         KArg::U32(ONE_PASS_GROUPS as u32),
     ]);
-    // A resident grid: each block's cache warms once.
+    // A resident grid (kernels/groupby.cu GB_THREADS): each block's cache warms once.
     let blocks = ((gpu.info().sm_count.max(1) as u64) * ONE_PASS_BLOCKS_PER_SM).min(n.div_ceil(1024)) as u32;
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: smem as u32 };
     gpu.launch(stream, "groupby", &kernel, cfg, &args)?;
