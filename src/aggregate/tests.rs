@@ -434,6 +434,37 @@ async fn gpu_and_cpu_aggregate_stages_exchange_states() {
     }
 }
 
+/// Device-level: COUNT(*) and SUM(v) of `dev`'s columns (key, v) grouped by its key with `opts`,
+/// downloaded as (k, c, s), with the run's output (keys and values moved out).
+fn count_and_sum(
+    gpu: &Arc<crate::device::Gpu>,
+    stream: &Arc<cudarc::driver::CudaStream>,
+    dev: &DeviceBatch,
+    key_field: datafusion::arrow::datatypes::Field,
+    opts: &GroupByOptions,
+) -> (RecordBatch, GroupByOutput) {
+    let reductions = [
+        Reduction { op: AccOp::Count, input: None, filter: None, out_type: DataType::Int64, nullable: false },
+        Reduction { op: AccOp::SumI64, input: Some(1), filter: None, out_type: DataType::Int64, nullable: true },
+    ];
+    let mut times = GroupByTimes::default();
+    let cols = dev.columns();
+    let rows = dev.num_rows() as u64;
+    let mut out = group_by(gpu, stream, &cols[..1], cols, &reductions, rows, opts, &mut times).unwrap();
+    let columns =
+        std::mem::take(&mut out.keys).into_iter().chain(std::mem::take(&mut out.values)).map(Arc::new).collect();
+    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+        key_field,
+        datafusion::arrow::datatypes::Field::new("c", DataType::Int64, false),
+        datafusion::arrow::datatypes::Field::new("s", DataType::Int64, true),
+    ]));
+    let host = DeviceBatch::try_new(schema, columns, out.groups as usize, Arc::clone(gpu), Arc::clone(stream))
+        .unwrap()
+        .download()
+        .unwrap();
+    (host, out)
+}
+
 /// Device-level: wide keys whose hashes are cut to a few bits collide constantly; both methods
 /// still find the right groups, and shared-memory and global accumulators agree.
 #[test]
@@ -463,27 +494,11 @@ fn group_ids_resolve_hash_collisions_and_accumulators_agree() {
     .unwrap();
     let stream = gpu.stream();
     let dev = DeviceBatch::upload(&gpu, &stream, &batch).unwrap();
-    let reductions = [
-        Reduction { op: AccOp::Count, input: None, filter: None, out_type: DataType::Int64, nullable: false },
-        Reduction { op: AccOp::SumI64, input: Some(1), filter: None, out_type: DataType::Int64, nullable: true },
-    ];
     for method in [GroupIdMethod::Hash, GroupIdMethod::Sort, GroupIdMethod::Partition] {
         for (bits, shared_memory) in [(Some(4), true), (Some(9), false), (None, true)] {
             let opts = GroupByOptions { method, shared_memory, test: CollisionTest { hash_bits: bits } };
-            let mut times = GroupByTimes::default();
-            let cols = dev.columns();
-            let out = group_by(&gpu, &stream, &cols[..1], cols, &reductions, rows as u64, &opts, &mut times).unwrap();
-            let columns = out.keys.into_iter().chain(out.values).map(Arc::new).collect();
-            let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
-                datafusion::arrow::datatypes::Field::new("k", DataType::Utf8, true),
-                datafusion::arrow::datatypes::Field::new("c", DataType::Int64, false),
-                datafusion::arrow::datatypes::Field::new("s", DataType::Int64, true),
-            ]));
-            let host =
-                DeviceBatch::try_new(schema, columns, out.groups as usize, Arc::clone(&gpu), Arc::clone(&stream))
-                    .unwrap()
-                    .download()
-                    .unwrap();
+            let key = datafusion::arrow::datatypes::Field::new("k", DataType::Utf8, true);
+            let (host, out) = count_and_sum(&gpu, &stream, &dev, key, &opts);
             let k = host.column(0).as_any().downcast_ref::<StringArray>().unwrap();
             let c = host.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
             let s = host.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
@@ -522,10 +537,6 @@ fn group_ids_handle_the_key_whose_word_is_all_ones() {
     const ALL_ONES_I64: i64 = -8_528_264_022_506_211_158;
     let rows = 60_000;
     let stream = gpu.stream();
-    let reductions = [
-        Reduction { op: AccOp::Count, input: None, filter: None, out_type: DataType::Int64, nullable: false },
-        Reduction { op: AccOp::SumI64, input: Some(1), filter: None, out_type: DataType::Int64, nullable: true },
-    ];
     for (special, wide_type) in [(ALL_ONES_I32, false), (ALL_ONES_I64, true)] {
         for domain in [8i64, 20_000] {
             // A tenth of the rows have the special key; the rest are spread over `domain` keys.
@@ -549,22 +560,8 @@ fn group_ids_handle_the_key_whose_word_is_all_ones() {
             let dev = DeviceBatch::upload(&gpu, &stream, &batch).unwrap();
             for method in [GroupIdMethod::Hash, GroupIdMethod::Sort, GroupIdMethod::Partition] {
                 let opts = GroupByOptions { method, shared_memory: true, test: CollisionTest::default() };
-                let mut times = GroupByTimes::default();
-                let cols = dev.columns();
-                let out =
-                    group_by(&gpu, &stream, &cols[..1], cols, &reductions, rows as u64, &opts, &mut times).unwrap();
-                let columns = out.keys.into_iter().chain(out.values).map(Arc::new).collect();
-                let key_type = batch.schema().field(0).data_type().clone();
-                let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
-                    datafusion::arrow::datatypes::Field::new("k", key_type, false),
-                    datafusion::arrow::datatypes::Field::new("c", DataType::Int64, false),
-                    datafusion::arrow::datatypes::Field::new("s", DataType::Int64, true),
-                ]));
-                let host =
-                    DeviceBatch::try_new(schema, columns, out.groups as usize, Arc::clone(&gpu), Arc::clone(&stream))
-                        .unwrap()
-                        .download()
-                        .unwrap();
+                let key = batch.schema().field(0).clone();
+                let (host, _) = count_and_sum(&gpu, &stream, &dev, key, &opts);
                 let k = datafusion::arrow::compute::cast(host.column(0), &DataType::Int64).unwrap();
                 let k = k.as_any().downcast_ref::<Int64Array>().unwrap();
                 let c = host.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
