@@ -787,3 +787,71 @@ extern "C" __global__ void agg_validity(const u64* __restrict__ counts, u64 n, u
         if (zeros) atomicAdd(nulls, (unsigned long long)zeros);
     }
 }
+
+// ---- COUNT(DISTINCT x): DataFusion keeps each group's distinct values as a List; these build it.
+
+// rows[j] = the list holding value j of a List column of `lists` lists whose i32 offsets start at
+// 0 (binary search, so a long list does not serialise onto one thread); NULL_ROW for a value of a
+// NULL list.
+extern "C" __global__ void dc_list_rows(const int* __restrict__ offsets, const u8* __restrict__ validity, u64 lists, u64 values,
+                                        u32* __restrict__ rows) {
+    for (u64 j = global_thread_id(); j < values; j += grid_stride()) {
+        // The last list l with offsets[l] <= j: offsets[0] = 0 <= j < offsets[lists] = values.
+        u64 lo = 0, hi = lists;
+        while (hi - lo > 1) {
+            const u64 mid = (lo + hi) / 2;
+            if ((u64)offsets[mid] <= j) lo = mid;
+            else hi = mid;
+        }
+        rows[j] = (validity && !bit_is_set(validity, lo)) ? NULL_ROW : (u32)lo;
+    }
+}
+
+// keep[i] = 1 when value i counts: not NULL, in a list that is not NULL (`rows`, when the values
+// come from lists), and its FILTER (if any) true.
+extern "C" __global__ void dc_keep(const u8* __restrict__ validity, const u32* __restrict__ rows, const u8* __restrict__ fvalues,
+                                   const u8* __restrict__ fvalidity, u64 n, u8* __restrict__ keep) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        keep[i] = takes_part(validity, fvalues, fvalidity, i) && (!rows || rows[i] != NULL_ROW);
+    }
+}
+
+// One atomic per group present in a warp: `peers` are the lanes with this lane's group, `rank`
+// its place among them; the group's leader adds their number to counter[g] and every peer gets
+// the counter's old value.
+__device__ __forceinline__ u32 dc_warp_add(u32* counter, u32 g, bool active, u32* rank) {
+    const u32 peers = __match_any_sync(0xffffffffu, active ? g : NULL_ROW);
+    const u32 lane = threadIdx.x & 31;
+    const u32 leader = __ffs(peers) - 1;
+    *rank = __popc(peers & lanemask_lt());
+    u32 base = 0;
+    if (active && lane == leader) base = atomicAdd(&counter[g], (u32)__popc(peers));
+    return __shfl_sync(0xffffffffu, base, leader);
+}
+
+// counts[gid[p]] += 1 for each of the n distinct (group, value) pairs (group 0 without gid).
+extern "C" __global__ void dc_count(const u32* __restrict__ gid, u64 n, u32* __restrict__ counts) {
+    const u64 lane = threadIdx.x & 31;
+    for (u64 w = global_thread_id() - lane; w < n; w += grid_stride()) {
+        const u64 p = w + lane;
+        const bool active = p < n;
+        const u32 g = active && gid ? gid[p] : 0u;
+        u32 rank;
+        dc_warp_add(counts, g, active, &rank);
+    }
+}
+
+// out[offsets[g] + k] = reps[p] for the k-th pair p of group g (in no particular order): the
+// rows whose values fill each group's list.
+extern "C" __global__ void dc_scatter(const u32* __restrict__ gid, const u32* __restrict__ reps, u64 n, const int* __restrict__ offsets,
+                                      u32* __restrict__ cursor, u32* __restrict__ out) {
+    const u64 lane = threadIdx.x & 31;
+    for (u64 w = global_thread_id() - lane; w < n; w += grid_stride()) {
+        const u64 p = w + lane;
+        const bool active = p < n;
+        const u32 g = active && gid ? gid[p] : 0u;
+        u32 rank;
+        const u32 base = dc_warp_add(cursor, g, active, &rank);
+        if (active) out[(u64)offsets[g] + base + rank] = reps[p];
+    }
+}

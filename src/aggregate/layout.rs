@@ -12,7 +12,9 @@
 //! | SUM(x) | sum T | wrapping SUM | wrapping SUM |
 //! | MIN(x), MAX(x) | T | MIN/MAX | MIN/MAX |
 //! | AVG(x) | count UInt64, sum Float64 or Decimal128 | COUNT, SUM | SUM, SUM |
+//! | COUNT(DISTINCT x) | List of x's distinct values | distinct lists ([`super::distinct`]) | distinct lists of the merged lists |
 //!
+//! COUNT(DISTINCT x)'s final value is its list's length.
 //! SUM, MIN and MAX are NULL for a group without non-NULL inputs. AVG's final value is computed
 //! from its merged state by DataFusion's own accumulator on the host (one row per group), so its
 //! division, rounding and decimal rules are DataFusion's exactly.
@@ -27,8 +29,10 @@ use datafusion::physical_plan::InputOrderMode;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode, AggregateOutputMode};
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 
+use super::distinct::DistinctSpec;
 use super::reduce::{AccOp, Reduction};
 use crate::columns::is_supported as can_upload;
+use crate::columns::is_supported_list;
 use crate::join::keys::KeyColumnKind;
 use crate::join::materialize::can_gather;
 
@@ -62,6 +66,8 @@ pub enum Finalize {
     State(usize),
     /// DataFusion's accumulator of aggregate `agg` evaluates the state columns `states`.
     Evaluate { agg: usize, states: std::ops::Range<usize> },
+    /// COUNT(DISTINCT): the length of the List state at this position.
+    ListLength(usize),
 }
 
 /// An `AggregateExec`'s GPU plan.
@@ -80,6 +86,10 @@ pub struct AggregateLayout {
     pub first: Vec<Reduction>,
     /// Reductions over a state batch (keys then states), giving state columns.
     pub merge: Vec<Reduction>,
+    /// COUNT(DISTINCT) states over an uploaded input batch, and over a state batch, each with
+    /// its position in the state schema (the reductions give the other state columns, in order).
+    pub first_distinct: Vec<(usize, DistinctSpec)>,
+    pub merge_distinct: Vec<(usize, DistinctSpec)>,
     /// Group fields then every aggregate's state fields.
     pub state_schema: SchemaRef,
     /// Output final values (else the states are the output).
@@ -232,6 +242,36 @@ fn update_reductions(
     })
 }
 
+/// The COUNT(DISTINCT) of aggregate `a` over raw rows, whose state is `state` (a List).
+/// `position` maps an input column to its uploaded position.
+fn distinct_spec(
+    a: &AggregateFunctionExpr,
+    schema: &Schema,
+    state: &FieldRef,
+    filter: Option<usize>,
+    position: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> usize,
+) -> Result<DistinctSpec, String> {
+    let args = a.expressions();
+    let [arg] = args.as_slice() else {
+        return Err(format!("aggregate `{}` has {} arguments", a.name(), args.len()));
+    };
+    let DataType::List(item) = state.data_type() else {
+        return Err(format!("`{}` keeps a {} state", a.name(), state.data_type()));
+    };
+    // A cast is not read through here: the list holds the cast values.
+    let (expr, from, value) = column_arg(arg, schema)?;
+    let (expr, from) = if from == value { (expr, from) } else { (Arc::clone(arg), value) };
+    KeyColumnKind::of(&from).map_err(|e| format!("COUNT(DISTINCT) of `{arg}`: {e}"))?;
+    let listed = match &from {
+        DataType::Dictionary(_, v) => v.as_ref(),
+        other => other,
+    };
+    if !can_gather(&from) || !can_upload(&from) || listed != item.data_type() {
+        return Err(format!("COUNT(DISTINCT) of `{arg}` ({from}) into a list of {}", item.data_type()));
+    }
+    Ok(DistinctSpec { input: position(&expr), filter, list_type: state.data_type().clone() })
+}
+
 impl AggregateLayout {
     /// What this aggregate uploads of an input batch: its columns, and the host-evaluated
     /// expressions computed by DataFusion.
@@ -280,10 +320,19 @@ impl AggregateLayout {
         for a in agg.aggr_expr() {
             let kind = AggKind::of(a.fun().name())
                 .ok_or_else(|| format!("aggregate function `{}` does not run on the GPU yet", a.name()))?;
-            if a.is_distinct() {
-                return Err(format!("`{}`: DISTINCT aggregates do not run on the GPU yet", a.name()));
-            }
             let states = a.state_fields().map_err(|e| e.to_string())?;
+            if a.is_distinct() {
+                if kind != AggKind::Count {
+                    return Err(format!(
+                        "`{}`: of the DISTINCT aggregates, COUNT(DISTINCT x) runs on the GPU",
+                        a.name()
+                    ));
+                }
+                match states.as_slice() {
+                    [f] if is_supported_list(f.data_type()) => {}
+                    _ => return Err(format!("`{}` keeps a state that is not one List", a.name())),
+                }
+            }
             per_agg.push((kind, states.clone()));
             state_fields.extend(states);
         }
@@ -291,15 +340,21 @@ impl AggregateLayout {
 
         // Merge reductions: state columns k.. of a state batch.
         let mut merge = Vec::new();
+        let mut merge_distinct = Vec::new();
         let mut pos = k;
-        for (kind, states) in &per_agg {
+        for ((kind, states), a) in per_agg.iter().zip(agg.aggr_expr()) {
             for (i, f) in states.iter().enumerate() {
-                merge.push(merge_reduction(*kind, i, pos, f.data_type())?);
+                if a.is_distinct() {
+                    let spec = DistinctSpec { input: pos, filter: None, list_type: f.data_type().clone() };
+                    merge_distinct.push((pos, spec));
+                } else {
+                    merge.push(merge_reduction(*kind, i, pos, f.data_type())?);
+                }
                 pos += 1;
             }
         }
 
-        let (upload, first) = if raw {
+        let (upload, first, first_distinct) = if raw {
             let mut upload: Vec<Arc<dyn PhysicalExpr>> = group_exprs.clone();
             let mut position = |e: &Arc<dyn PhysicalExpr>| match upload.iter().position(|u| u == e) {
                 Some(p) => p,
@@ -309,6 +364,8 @@ impl AggregateLayout {
                 }
             };
             let mut first = Vec::new();
+            let mut first_distinct = Vec::new();
+            let mut state_pos = k;
             for ((a, (kind, states)), filter) in agg.aggr_expr().iter().zip(&per_agg).zip(agg.filter_expr()) {
                 let filter = match filter {
                     None => None,
@@ -320,9 +377,15 @@ impl AggregateLayout {
                         Some(position(f))
                     }
                 };
-                first.extend(update_reductions(*kind, a, &input_schema, states, filter, &mut position)?);
+                if a.is_distinct() {
+                    let spec = distinct_spec(a, &input_schema, &states[0], filter, &mut position)?;
+                    first_distinct.push((state_pos, spec));
+                } else {
+                    first.extend(update_reductions(*kind, a, &input_schema, states, filter, &mut position)?);
+                }
+                state_pos += states.len();
             }
-            (upload, first)
+            (upload, first, first_distinct)
         } else {
             // State input: the group columns then the states, as this aggregate's own state layout.
             let input_types: Vec<&DataType> = input_schema.fields().iter().map(|f| f.data_type()).collect();
@@ -338,7 +401,7 @@ impl AggregateLayout {
                 .enumerate()
                 .map(|(i, f)| Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
                 .collect();
-            (columns, merge.clone())
+            (columns, merge.clone(), merge_distinct.clone())
         };
         let mut upload_fields = Vec::new();
         let mut host_evaluated = Vec::new();
@@ -352,7 +415,8 @@ impl AggregateLayout {
                     Field::new(e.to_string(), dt, nullable)
                 }
             };
-            if !can_upload(field.data_type()) {
+            let state_list = !raw && is_supported_list(field.data_type());
+            if !can_upload(field.data_type()) && !state_list {
                 return Err(format!("input `{e}` of type {} cannot be uploaded", field.data_type()));
             }
             upload_fields.push(field);
@@ -362,8 +426,13 @@ impl AggregateLayout {
         // Final values: states, except AVG's, which DataFusion's accumulator evaluates.
         let mut finalize = Vec::new();
         let mut pos = k;
-        for (i, (kind, states)) in per_agg.iter().enumerate() {
-            finalize.push(if *kind == AggKind::Avg {
+        for (i, ((kind, states), a)) in per_agg.iter().zip(agg.aggr_expr()).enumerate() {
+            finalize.push(if a.is_distinct() {
+                if a.field().data_type() != &DataType::Int64 {
+                    return Err(format!("`{}` returns {}, not Int64", a.name(), a.field().data_type()));
+                }
+                Finalize::ListLength(pos)
+            } else if *kind == AggKind::Avg {
                 Finalize::Evaluate { agg: i, states: pos..pos + states.len() }
             } else {
                 Finalize::State(pos)
@@ -389,6 +458,8 @@ impl AggregateLayout {
             groups: k,
             first,
             merge,
+            first_distinct,
+            merge_distinct,
             state_schema,
             final_output,
             finalize,

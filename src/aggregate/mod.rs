@@ -6,6 +6,7 @@
 //! partition's input in chunks of `gpu.batch_rows` rows and merges the chunks' partial states
 //! with the same code over the state columns.
 
+pub mod distinct;
 pub mod groups;
 pub mod layout;
 pub mod partition;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaStream;
 use datafusion::error::DataFusionError;
 
+pub use distinct::{DistinctSpec, distinct_lists};
 pub use groups::{CollisionTest, GroupIdMethod, GroupIds, group_ids};
 pub use reduce::{AccOp, Accumulation, Reduction, reduce};
 
@@ -110,6 +112,8 @@ pub struct GroupByTimes {
 pub struct GroupByOutput {
     pub keys: Vec<DeviceColumn>,
     pub values: Vec<DeviceColumn>,
+    /// The List state of each COUNT(DISTINCT), in the order asked for.
+    pub distinct: Vec<DeviceColumn>,
     pub groups: u64,
     pub rounds: u32,
     /// The method that numbered the groups (the partition group-by hands a batch it cannot
@@ -117,7 +121,8 @@ pub struct GroupByOutput {
     pub method: GroupIdMethod,
 }
 
-/// Groups `rows` rows by `keys` and computes `reductions` over `columns`.
+/// Groups `rows` rows by `keys` and computes `reductions` and the COUNT(DISTINCT) lists of
+/// `distinct` over `columns`.
 #[allow(clippy::too_many_arguments)]
 pub fn group_by(
     gpu: &Gpu,
@@ -125,14 +130,18 @@ pub fn group_by(
     keys: &[Arc<DeviceColumn>],
     columns: &[Arc<DeviceColumn>],
     reductions: &[Reduction],
+    distinct: &[DistinctSpec],
     rows: u64,
     opts: &GroupByOptions,
     times: &mut GroupByTimes,
 ) -> Result<GroupByOutput> {
     let sync = || stream.synchronize().gpu("waiting for the GPU group-by");
     let mut method = opts.method;
+    // The partition group-by numbers groups in its own row order; COUNT(DISTINCT) needs each
+    // input row's group, which the hash path gives.
     if method == GroupIdMethod::Partition {
-        if !keys.is_empty()
+        if distinct.is_empty()
+            && !keys.is_empty()
             && rows > 0
             && let Some(out) = partition::group_by(gpu, stream, keys, columns, reductions, rows, opts, times)?
         {
@@ -155,7 +164,14 @@ pub fn group_by(
         ids.groups,
         times,
     )?;
-    Ok(GroupByOutput { keys, values, groups: ids.groups, rounds: ids.rounds, method })
+    let t = Instant::now();
+    let distinct = distinct
+        .iter()
+        .map(|d| distinct_lists(gpu, stream, columns, d, ids.group_of_row.as_ref(), rows, ids.groups, opts.test))
+        .collect::<Result<Vec<_>>>()?;
+    sync()?;
+    times.aggregate += t.elapsed();
+    Ok(GroupByOutput { keys, values, distinct, groups: ids.groups, rounds: ids.rounds, method })
 }
 
 /// The common end of every group-by method: each reduction over `columns` (in the order `gid`

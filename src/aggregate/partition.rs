@@ -241,7 +241,7 @@ pub fn group_by(
         groups,
         times,
     )?;
-    Ok(Some(GroupByOutput { keys, values, groups, rounds: 1, method: GroupIdMethod::Partition }))
+    Ok(Some(GroupByOutput { keys, values, distinct: Vec::new(), groups, rounds: 1, method: GroupIdMethod::Partition }))
 }
 
 #[cfg(test)]

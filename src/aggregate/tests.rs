@@ -2,7 +2,7 @@
 //! same SQL over the same random data (seed printed; replay with DFG_TEST_SEED), group keys of
 //! every supported kind (integers, strings, decimals, dates, Booleans, dictionaries, several
 //! columns, none), group counts from 1 to all-distinct and Zipf skew, NULLs in keys and values,
-//! empty input, COUNT/SUM/MIN/MAX/AVG with FILTER, both algorithms, Partial/Final and Single
+//! empty input, COUNT/SUM/MIN/MAX/AVG and COUNT(DISTINCT) with FILTER, both algorithms, Partial/Final and Single
 //! modes, chunked input whose states are merged, and plans that mix GPU and CPU stages.
 
 use std::collections::HashMap;
@@ -350,6 +350,55 @@ async fn gpu_aggregate_evaluates_expressions_on_the_host() {
     assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
 }
 
+/// COUNT(DISTINCT) over integers, strings, decimals, dates, Booleans, dictionaries and a
+/// computed value, with NULLs, FILTER, other aggregates beside it, grouped and global. Several
+/// distinct columns keep DataFusion from rewriting them into two group-bys, so the List states
+/// go between Partial and Final (and through chunk merges with small `batch_rows`).
+const DISTINCT_QUERIES: &[&str] = &[
+    "SELECT k_i8, count(DISTINCT k_i32) d0, count(DISTINCT k_str) d1, count(DISTINCT v_i8) d2, \
+     count(DISTINCT k_dict) d3, sum(v_i64) s, avg(v_f64) a, count(*) c FROM t GROUP BY k_i8 ORDER BY k_i8 NULLS FIRST",
+    "SELECT k_bool, count(DISTINCT k_dec) d0, count(DISTINCT v_date) FILTER (WHERE flag) d1, \
+     count(DISTINCT k_u16) d2, count(DISTINCT v_i32 % 100) d3, max(v_i32) m FROM t GROUP BY k_bool \
+     ORDER BY k_bool NULLS FIRST",
+    "SELECT count(DISTINCT k_i64) d0, count(DISTINCT v_str) d1, count(DISTINCT k_date) d2, count(*) c FROM t",
+    "SELECT k_str, k_i8, count(DISTINCT v_i8) d0, count(DISTINCT k_bool) d1 FROM t GROUP BY k_str, k_i8 \
+     ORDER BY k_str NULLS FIRST, k_i8 NULLS FIRST",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_count_distinct_matches_cpu() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_count_distinct_matches_cpu") else { return };
+    let seed = fresh_seed("gpu_count_distinct_matches_cpu");
+    let mut rng = StdRng::seed_from_u64(seed);
+    use AggregateAlgorithmSetting::{Hash, Partition, Sort};
+    let configs = [
+        (Hash, 4, 1 << 22),
+        (Sort, 4, 1 << 22),
+        (Partition, 4, 1 << 22),
+        (Hash, 1, 7_000),
+        (Sort, 1, 7_000),
+        (Partition, 1, 7_000),
+    ];
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for dist in [Dist::Groups(1), Dist::Groups(16), Dist::Groups(1024), Dist::Distinct, Dist::Zipf(1.5)] {
+        let rows = rng.random_range(40_000..60_000);
+        let batch = table(&mut rng, dist, rows);
+        for sql in DISTINCT_QUERIES {
+            failures.extend(check(&batch, sql, &format!("{dist:?} {sql}"), &configs).await);
+            runs += configs.len();
+        }
+    }
+    let empty = table(&mut rng, Dist::Groups(4), 0);
+    for sql in DISTINCT_QUERIES {
+        failures.extend(check(&empty, sql, &format!("empty input {sql}"), &configs).await);
+        runs += configs.len();
+    }
+    let _ = writeln!(std::io::stderr(), "{runs} GPU COUNT(DISTINCT) aggregations compared, {} failed", failures.len());
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_aggregate_matches_cpu_with_millions_of_groups() {
     let _g = gpu_lock();
@@ -409,27 +458,29 @@ async fn gpu_and_cpu_aggregate_stages_exchange_states() {
     let seed = fresh_seed("gpu_and_cpu_aggregate_stages_exchange_states");
     let mut rng = StdRng::seed_from_u64(seed);
     let batch = table(&mut rng, Dist::Groups(5000), 50_000);
-    let sql = query(&["k_str", "k_i64"]);
-    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
-    register(&cpu, &batch, 4);
-    let want = cpu.sql(&sql).await.unwrap().collect().await.unwrap();
-    let ctx = gpu_ctx(AggregateAlgorithmSetting::Hash, 4, 1 << 22);
-    register(&ctx, &batch, 4);
     let finals = [AggregateMode::Final, AggregateMode::FinalPartitioned];
-    for (label, modes) in
-        [("GPU partial, CPU final", &finals[..]), ("CPU partial, GPU final", &[AggregateMode::Partial][..])]
-    {
-        let plan = ctx.sql(&sql).await.unwrap().create_physical_plan().await.unwrap();
-        let plan = cpu_for(plan, modes);
-        let (g, c) = (count_nodes(&plan, "GpuAggregateExec"), count_nodes(&plan, "AggregateExec"));
-        assert!(
-            g == 1 && c == 1,
-            "{label}: {g} GPU and {c} CPU aggregates:\n{}",
-            displayable(plan.as_ref()).indent(true)
-        );
-        let got = collect(plan, ctx.task_ctx()).await.unwrap();
-        if let Some(f) = compare(&want, &got, label) {
-            panic!("seed {seed}: {f}");
+    // COUNT(DISTINCT)'s state is a List of values: the second query exchanges those.
+    for sql in [query(&["k_str", "k_i64"]), DISTINCT_QUERIES[0].to_string()] {
+        let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+        register(&cpu, &batch, 4);
+        let want = cpu.sql(&sql).await.unwrap().collect().await.unwrap();
+        let ctx = gpu_ctx(AggregateAlgorithmSetting::Hash, 4, 1 << 22);
+        register(&ctx, &batch, 4);
+        for (label, modes) in
+            [("GPU partial, CPU final", &finals[..]), ("CPU partial, GPU final", &[AggregateMode::Partial][..])]
+        {
+            let plan = ctx.sql(&sql).await.unwrap().create_physical_plan().await.unwrap();
+            let plan = cpu_for(plan, modes);
+            let (g, c) = (count_nodes(&plan, "GpuAggregateExec"), count_nodes(&plan, "AggregateExec"));
+            assert!(
+                g == 1 && c == 1,
+                "{label}: {g} GPU and {c} CPU aggregates:\n{}",
+                displayable(plan.as_ref()).indent(true)
+            );
+            let got = collect(plan, ctx.task_ctx()).await.unwrap();
+            if let Some(f) = compare(&want, &got, label) {
+                panic!("seed {seed}: {sql}: {f}");
+            }
         }
     }
 }
@@ -450,7 +501,7 @@ fn count_and_sum(
     let mut times = GroupByTimes::default();
     let cols = dev.columns();
     let rows = dev.num_rows() as u64;
-    let mut out = group_by(gpu, stream, &cols[..1], cols, &reductions, rows, opts, &mut times).unwrap();
+    let mut out = group_by(gpu, stream, &cols[..1], cols, &reductions, &[], rows, opts, &mut times).unwrap();
     let columns =
         std::mem::take(&mut out.keys).into_iter().chain(std::mem::take(&mut out.values)).map(Arc::new).collect();
     let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![

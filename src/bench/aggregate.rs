@@ -136,7 +136,8 @@ pub(crate) fn gpu_group_by(
     let cols = batch.columns();
     let mut times = GroupByTimes::default();
     let t = Instant::now();
-    let out = group_by(gpu, stream, &cols[..1], cols, &reductions(aggs), batch.num_rows() as u64, opts, &mut times)?;
+    let out =
+        group_by(gpu, stream, &cols[..1], cols, &reductions(aggs), &[], batch.num_rows() as u64, opts, &mut times)?;
     stream.synchronize().gpu("synchronising")?;
     let seconds = t.elapsed().as_secs_f64();
     let groups = out.groups;

@@ -11,6 +11,8 @@
 //! - Utf8View/BinaryView: stored as LargeUtf8/LargeBinary (one contiguous byte buffer suits GPU
 //!   kernels better than views); the logical type is kept and restored on unpack;
 //! - Dictionary: `[keys]` plus one child column, the values.
+//! - List (of a supported type, for COUNT(DISTINCT)'s state only: see [`is_supported_list`]):
+//!   `[i32 offsets (len + 1, starting at 0)]` plus one child column, the referenced values.
 //!
 //! Validity is a separate LSB-first bitmap, absent when the column has no nulls.
 
@@ -70,6 +72,13 @@ pub fn is_supported(dt: &DataType) -> bool {
     }
 }
 
+/// Whether `dt` is a List whose items the device layer can hold: the state of COUNT(DISTINCT),
+/// uploaded and downloaded by the GPU aggregate. Kernels other than COUNT(DISTINCT)'s do not read
+/// lists, so [`is_supported`] (what the planner accepts elsewhere) does not include them.
+pub fn is_supported_list(dt: &DataType) -> bool {
+    matches!(dt, DataType::List(f) if is_supported(f.data_type()))
+}
+
 fn unsupported(dt: &DataType) -> DataFusionError {
     DataFusionError::NotImplemented(format!("GPU columns of type {dt} are not supported"))
 }
@@ -83,7 +92,7 @@ fn bits_from_zero(buf: &Buffer, offset: usize, len: usize) -> Buffer {
 /// Packs `array` (any offset, any length) into device layout.
 pub fn pack(array: &dyn Array) -> Result<HostColumn> {
     let dt = array.data_type().clone();
-    if !is_supported(&dt) {
+    if !is_supported(&dt) && !is_supported_list(&dt) {
         return Err(unsupported(&dt));
     }
     if matches!(dt, DataType::Utf8View | DataType::BinaryView) {
@@ -103,6 +112,11 @@ pub fn pack(array: &dyn Array) -> Result<HostColumn> {
         DataType::Boolean => (vec![bits_from_zero(&data.buffers()[0], offset, len)], vec![]),
         DataType::Utf8 | DataType::Binary => (pack_bytes::<i32>(&data, offset, len), vec![]),
         DataType::LargeUtf8 | DataType::LargeBinary => (pack_bytes::<i64>(&data, offset, len), vec![]),
+        DataType::List(_) => {
+            let (offsets, first, last) = rebased_offsets::<i32>(&data, offset, len);
+            let values = make_array(data.child_data()[0].clone()).slice(first, last - first);
+            (vec![offsets], vec![pack(values.as_ref())?])
+        }
         DataType::Dictionary(k, _) => {
             let width = k.primitive_width().ok_or_else(|| unsupported(&dt))?;
             let keys = data.buffers()[0].slice_with_length(offset * width, len * width);
@@ -119,11 +133,17 @@ pub fn pack(array: &dyn Array) -> Result<HostColumn> {
 
 /// Offsets rebased to start at zero, and the referenced bytes only.
 fn pack_bytes<O: OffsetInt>(data: &ArrayData, offset: usize, len: usize) -> Vec<Buffer> {
+    let (offsets, first, last) = rebased_offsets::<O>(data, offset, len);
+    vec![offsets, data.buffers()[1].slice_with_length(first, last - first)]
+}
+
+/// The `len + 1` offsets from `offset` of `data`'s first buffer, rebased to start at zero, with
+/// the first and last offsets before rebasing.
+fn rebased_offsets<O: OffsetInt>(data: &ArrayData, offset: usize, len: usize) -> (Buffer, usize, usize) {
     let offsets: &[O] = &data.buffer::<O>(0)[offset..offset + len + 1];
     let first = offsets[0].as_offset();
     let last = offsets[len].as_offset();
-    let values = data.buffers()[1].slice_with_length(first, last - first);
-    let offsets = if first == 0 {
+    let rebased = if first == 0 {
         data.buffers()[0].slice_with_length(offset * O::WIDTH, (len + 1) * O::WIDTH)
     } else {
         let mut out = MutableBuffer::with_capacity((len + 1) * O::WIDTH);
@@ -132,7 +152,7 @@ fn pack_bytes<O: OffsetInt>(data: &ArrayData, offset: usize, len: usize) -> Vec<
         }
         out.into()
     };
-    vec![offsets, values]
+    (rebased, first, last)
 }
 
 /// The two Arrow offset widths.
@@ -234,10 +254,55 @@ mod tests {
 
     #[test]
     fn unsupported_types_are_refused_with_a_message() {
-        use datafusion::arrow::array::ListArray;
-        use datafusion::arrow::datatypes::Int32Type;
-        let list = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![Some(vec![Some(1)])]);
-        let err = pack(&list).unwrap_err().to_string();
+        use datafusion::arrow::array::{Int32Array, StructArray};
+        use datafusion::arrow::datatypes::Field;
+        let strukt = StructArray::from(vec![(
+            Arc::new(Field::new("a", DataType::Int32, false)),
+            Arc::new(Int32Array::from(vec![1])) as ArrayRef,
+        )]);
+        let err = pack(&strukt).unwrap_err().to_string();
         assert!(err.contains("not supported"), "{err}");
+    }
+
+    /// Lists (COUNT(DISTINCT)'s state) of integers and strings, sliced, with empty and NULL lists
+    /// and NULL items, come back as they went.
+    #[test]
+    fn lists_roundtrip_sliced_with_empty_and_null_lists() {
+        use datafusion::arrow::array::{Int64Builder, ListBuilder, StringBuilder};
+        let mut ints = ListBuilder::new(Int64Builder::new());
+        let mut strs = ListBuilder::new(StringBuilder::new());
+        for i in 0..40i64 {
+            match i % 5 {
+                0 => {
+                    ints.append(true);
+                    strs.append(true);
+                }
+                1 => {
+                    ints.append_null();
+                    strs.append_null();
+                }
+                _ => {
+                    for j in 0..i % 4 {
+                        ints.values().append_option((j != 2).then_some(i * 10 + j));
+                        strs.values().append_option((j != 1).then(|| format!("v{i}-{j}")));
+                    }
+                    ints.append(true);
+                    strs.append(true);
+                }
+            }
+        }
+        for list in [Arc::new(ints.finish()) as ArrayRef, Arc::new(strs.finish()) as ArrayRef] {
+            for (offset, len) in [(0, 40), (3, 20), (7, 0), (39, 1)] {
+                let sliced = list.slice(offset, len);
+                let packed = pack(sliced.as_ref()).unwrap();
+                assert_eq!(packed.buffers[0].typed_data::<i32>()[0], 0);
+                let back = unpack(packed).unwrap();
+                assert_same_array(
+                    sliced.as_ref(),
+                    back.as_ref(),
+                    &format!("{} slice {offset}+{len}", list.data_type()),
+                );
+            }
+        }
     }
 }

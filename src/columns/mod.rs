@@ -8,4 +8,4 @@ pub mod device;
 pub mod host;
 
 pub use device::{DeviceBatch, DeviceColumn, download_columns, upload_columns};
-pub use host::{HostColumn, is_supported, pack, unpack};
+pub use host::{HostColumn, is_supported, is_supported_list, pack, unpack};

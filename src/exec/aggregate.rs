@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -35,8 +35,10 @@ use futures::StreamExt;
 use super::blocking;
 use super::fuse::FusedInput;
 use crate::aggregate::layout::{AggregateLayout, Finalize};
-use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, Reduction, group_by};
-use crate::columns::DeviceBatch;
+use crate::aggregate::{
+    AggregateAlgorithmSetting, DistinctSpec, GroupByOptions, GroupByTimes, GroupIdMethod, group_by,
+};
+use crate::columns::{DeviceBatch, DeviceColumn};
 use crate::config::GpuConfig;
 use crate::cost::Profile;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
@@ -425,7 +427,7 @@ impl Run {
                 pending.clear();
                 pending_rows = 0;
                 self.metrics.chunks.add(1);
-                let state = self.group_by(host, layout.first.clone(), true).await?;
+                let state = self.group_by(host, true).await?;
                 parts_rows += state.num_rows();
                 parts.push(state);
                 if parts.len() > 1 && parts_rows >= self.chunk_rows {
@@ -443,7 +445,7 @@ impl Run {
             parts.pop().ok_or_else(|| DataFusionError::Internal("a GPU aggregate lost its state".into()))?
         } else if parts.is_empty() {
             let empty = RecordBatch::new_empty(chunk_schema);
-            self.group_by(empty, layout.first.clone(), true).await?
+            self.group_by(empty, true).await?
         } else {
             self.merge(parts).await?
         };
@@ -466,12 +468,12 @@ impl Run {
     async fn merge(&self, parts: Vec<RecordBatch>) -> Result<RecordBatch> {
         self.metrics.merges.add(1);
         let host = concat_batches(&self.layout.state_schema, &parts)?;
-        self.group_by(host, self.layout.merge.clone(), false).await
+        self.group_by(host, false).await
     }
 
-    /// Uploads `host` (group columns first), groups it and downloads the state batch. A chunk of
-    /// input rows (`input`) goes through the fused filters and projections first.
-    async fn group_by(&self, host: RecordBatch, reductions: Vec<Reduction>, input: bool) -> Result<RecordBatch> {
+    /// Uploads `host` (group columns first), groups it and downloads the state batch: a chunk of
+    /// input rows (`input`, through the fused filters and projections first) or of states.
+    async fn group_by(&self, host: RecordBatch, input: bool) -> Result<RecordBatch> {
         let opts = *self.opts.lock().map_err(|_| DataFusionError::Internal("a GPU aggregate's options lock".into()))?;
         let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
         let in_rows = host.num_rows() as u64;
@@ -490,14 +492,27 @@ impl Run {
                 None => (dev.columns().to_vec(), dev.num_rows() as u64),
             };
             let mut times = GroupByTimes::default();
-            let out = group_by(&gpu, &stream, &cols[..layout.groups], &cols, &reductions, rows, &opts, &mut times)?;
+            let (reductions, distinct) =
+                if input { (&layout.first, &layout.first_distinct) } else { (&layout.merge, &layout.merge_distinct) };
+            let specs: Vec<DistinctSpec> = distinct.iter().map(|(_, d)| d.clone()).collect();
+            let out =
+                group_by(&gpu, &stream, &cols[..layout.groups], &cols, reductions, &specs, rows, &opts, &mut times)?;
             m.group_ids_time.add_duration(times.group_ids);
             m.aggregate_time.add_duration(times.aggregate);
             m.materialize_time.add_duration(times.materialize);
             if out.method != opts.method {
                 m.hash_fallbacks.add(1);
             }
-            let columns = out.keys.into_iter().chain(out.values).map(Arc::new).collect();
+            // State columns in the state schema's order: keys, then each state from the
+            // reductions (in order) or from COUNT(DISTINCT)'s lists.
+            let mut columns: Vec<Arc<DeviceColumn>> = out.keys.into_iter().map(Arc::new).collect();
+            let (mut values, mut lists) = (out.values.into_iter(), out.distinct.into_iter());
+            for p in layout.groups..layout.state_schema.fields().len() {
+                let next = if distinct.iter().any(|(at, _)| *at == p) { lists.next() } else { values.next() };
+                columns.push(Arc::new(next.ok_or_else(|| {
+                    DataFusionError::Internal(format!("a GPU aggregate produced no state column {p}"))
+                })?));
+            }
             let state = DeviceBatch::try_new(
                 Arc::clone(&layout.state_schema),
                 columns,
@@ -541,6 +556,16 @@ impl Run {
         for f in &self.layout.finalize {
             columns.push(match f {
                 Finalize::State(p) => Arc::clone(state.column(*p)),
+                Finalize::ListLength(p) => {
+                    let lists = state.column(*p).as_list_opt::<i32>().ok_or_else(|| {
+                        DataFusionError::Internal(format!(
+                            "COUNT(DISTINCT)'s state is {}",
+                            state.column(*p).data_type()
+                        ))
+                    })?;
+                    let lengths: Int64Array = lists.value_offsets().windows(2).map(|w| (w[1] - w[0]) as i64).collect();
+                    Arc::new(lengths)
+                }
                 Finalize::Evaluate { agg, states } => {
                     let mut acc = a.aggr_expr()[*agg].create_groups_accumulator()?;
                     let groups: Vec<usize> = (0..n).collect();

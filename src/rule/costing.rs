@@ -128,7 +128,8 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         groups,
         key_bytes,
         value_bytes: value_bytes_per_row,
-        accumulators: layout.first.len().max(1) as f64,
+        // A COUNT(DISTINCT) is priced as one more accumulator (its pairs group-by is not modelled).
+        accumulators: (layout.first.len() + layout.first_distinct.len()).max(1) as f64,
         chunks: partitions.max((rows / cfg.batch_rows.max(1) as f64).ceil()),
     };
     let choice = agg_cost::choose(&shape, profile);
