@@ -16,6 +16,7 @@ use cudarc::driver::CudaStream;
 use datafusion::arrow::datatypes::DataType;
 
 use super::groups::{CollisionTest, GroupIdMethod, group_ids};
+use super::reduce::filter_column;
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
@@ -105,16 +106,7 @@ pub fn distinct_lists(
             item.data_type()
         )));
     }
-    let filter = match spec.filter {
-        Some(i) => {
-            let f = columns.get(i).ok_or_else(|| gpu_error(format!("FILTER column {i} of {}", columns.len())))?;
-            if f.data_type != DataType::Boolean {
-                return Err(gpu_error(format!("a FILTER column of type {}", f.data_type)));
-            }
-            Some(f)
-        }
-        None => None,
-    };
+    let filter = filter_column(columns, spec.filter)?;
 
     // 1. The values that count.
     let keep = gpu.alloc(stream, n as usize, "COUNT(DISTINCT) flags")?;

@@ -113,6 +113,16 @@ pub enum Accumulation {
     Clustered,
 }
 
+/// The Boolean column of a FILTER clause at position `filter` of `columns`, if any.
+pub(crate) fn filter_column(columns: &[Arc<DeviceColumn>], filter: Option<usize>) -> Result<Option<&DeviceColumn>> {
+    let Some(i) = filter else { return Ok(None) };
+    let f = columns.get(i).ok_or_else(|| gpu_error(format!("FILTER column {i} of {}", columns.len())))?;
+    if f.data_type != DataType::Boolean {
+        return Err(gpu_error(format!("a FILTER column of type {}", f.data_type)));
+    }
+    Ok(Some(f))
+}
+
 /// Computes `red` per group. `gid` gives each row's group (`None`: one group).
 #[allow(clippy::too_many_arguments)]
 pub fn reduce(
@@ -131,16 +141,7 @@ pub fn reduce(
         }
         None => None,
     };
-    let filter = match red.filter {
-        Some(i) => {
-            let f = columns.get(i).ok_or_else(|| gpu_error(format!("FILTER column {i} of {}", columns.len())))?;
-            if f.data_type != DataType::Boolean {
-                return Err(gpu_error(format!("a FILTER column of type {}", f.data_type)));
-            }
-            Some(f)
-        }
-        None => None,
-    };
+    let filter = filter_column(columns, red.filter)?;
     let src = match (red.op, input) {
         (AccOp::Count, _) | (_, None) => 0,
         (_, Some(c)) => source_code(&c.data_type)
