@@ -86,10 +86,13 @@ pub struct AggregateLayout {
     pub first: Vec<Reduction>,
     /// Reductions over a state batch (keys then states), giving state columns.
     pub merge: Vec<Reduction>,
-    /// COUNT(DISTINCT) states over an uploaded input batch, and over a state batch, each with
-    /// its position in the state schema (the reductions give the other state columns, in order).
-    pub first_distinct: Vec<(usize, DistinctSpec)>,
-    pub merge_distinct: Vec<(usize, DistinctSpec)>,
+    /// COUNT(DISTINCT) states over an uploaded input batch, and over a state batch, in the
+    /// order of `distinct_states`.
+    pub first_distinct: Vec<DistinctSpec>,
+    pub merge_distinct: Vec<DistinctSpec>,
+    /// Positions of the COUNT(DISTINCT) states in the state schema (the reductions give the
+    /// other state columns, in order).
+    pub distinct_states: Vec<usize>,
     /// Group fields then every aggregate's state fields.
     pub state_schema: SchemaRef,
     /// Output final values (else the states are the output).
@@ -341,12 +344,13 @@ impl AggregateLayout {
         // Merge reductions: state columns k.. of a state batch.
         let mut merge = Vec::new();
         let mut merge_distinct = Vec::new();
+        let mut distinct_states = Vec::new();
         let mut pos = k;
         for ((kind, states), a) in per_agg.iter().zip(agg.aggr_expr()) {
             for (i, f) in states.iter().enumerate() {
                 if a.is_distinct() {
-                    let spec = DistinctSpec { input: pos, filter: None, list_type: f.data_type().clone() };
-                    merge_distinct.push((pos, spec));
+                    merge_distinct.push(DistinctSpec { input: pos, filter: None, list_type: f.data_type().clone() });
+                    distinct_states.push(pos);
                 } else {
                     merge.push(merge_reduction(*kind, i, pos, f.data_type())?);
                 }
@@ -365,7 +369,6 @@ impl AggregateLayout {
             };
             let mut first = Vec::new();
             let mut first_distinct = Vec::new();
-            let mut state_pos = k;
             for ((a, (kind, states)), filter) in agg.aggr_expr().iter().zip(&per_agg).zip(agg.filter_expr()) {
                 let filter = match filter {
                     None => None,
@@ -378,12 +381,10 @@ impl AggregateLayout {
                     }
                 };
                 if a.is_distinct() {
-                    let spec = distinct_spec(a, &input_schema, &states[0], filter, &mut position)?;
-                    first_distinct.push((state_pos, spec));
+                    first_distinct.push(distinct_spec(a, &input_schema, &states[0], filter, &mut position)?);
                 } else {
                     first.extend(update_reductions(*kind, a, &input_schema, states, filter, &mut position)?);
                 }
-                state_pos += states.len();
             }
             (upload, first, first_distinct)
         } else {
@@ -460,6 +461,7 @@ impl AggregateLayout {
             merge,
             first_distinct,
             merge_distinct,
+            distinct_states,
             state_schema,
             final_output,
             finalize,

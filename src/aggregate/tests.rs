@@ -274,23 +274,24 @@ async fn check(
     failures
 }
 
+/// Each algorithm with Partial + FinalPartitioned over 4 partitions, and Single over 1 partition
+/// in chunks small enough that chunk states are merged: (algorithm, partitions, batch_rows).
+const EVERY_MODE: [(AggregateAlgorithmSetting, usize, usize); 6] = [
+    (AggregateAlgorithmSetting::Hash, 4, 1 << 22),
+    (AggregateAlgorithmSetting::Sort, 4, 1 << 22),
+    (AggregateAlgorithmSetting::Partition, 4, 1 << 22),
+    (AggregateAlgorithmSetting::Hash, 1, 7_000),
+    (AggregateAlgorithmSetting::Sort, 1, 7_000),
+    (AggregateAlgorithmSetting::Partition, 1, 7_000),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_aggregate_matches_cpu_for_every_key_type_and_distribution() {
     let _g = gpu_lock();
     let Some(_gpu) = gpu_or_skip("gpu_aggregate_matches_cpu_for_every_key_type_and_distribution") else { return };
     let seed = fresh_seed("gpu_aggregate_matches_cpu_for_every_key_type_and_distribution");
     let mut rng = StdRng::seed_from_u64(seed);
-    use AggregateAlgorithmSetting::{Hash, Partition, Sort};
-    // Partial + FinalPartitioned over 4 partitions, and Single over 1 partition in chunks small
-    // enough that chunk states are merged.
-    let configs = [
-        (Hash, 4, 1 << 22),
-        (Sort, 4, 1 << 22),
-        (Partition, 4, 1 << 22),
-        (Hash, 1, 7_000),
-        (Sort, 1, 7_000),
-        (Partition, 1, 7_000),
-    ];
+    let configs = EVERY_MODE;
     let dists = [
         Dist::Groups(1),
         Dist::Groups(16),
@@ -371,15 +372,7 @@ async fn gpu_count_distinct_matches_cpu() {
     let Some(_gpu) = gpu_or_skip("gpu_count_distinct_matches_cpu") else { return };
     let seed = fresh_seed("gpu_count_distinct_matches_cpu");
     let mut rng = StdRng::seed_from_u64(seed);
-    use AggregateAlgorithmSetting::{Hash, Partition, Sort};
-    let configs = [
-        (Hash, 4, 1 << 22),
-        (Sort, 4, 1 << 22),
-        (Partition, 4, 1 << 22),
-        (Hash, 1, 7_000),
-        (Sort, 1, 7_000),
-        (Partition, 1, 7_000),
-    ];
+    let configs = EVERY_MODE;
     let mut failures = Vec::new();
     let mut runs = 0;
     for dist in [Dist::Groups(1), Dist::Groups(16), Dist::Groups(1024), Dist::Distinct, Dist::Zipf(1.5)] {

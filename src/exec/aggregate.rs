@@ -35,9 +35,7 @@ use futures::StreamExt;
 use super::blocking;
 use super::fuse::FusedInput;
 use crate::aggregate::layout::{AggregateLayout, Finalize};
-use crate::aggregate::{
-    AggregateAlgorithmSetting, DistinctSpec, GroupByOptions, GroupByTimes, GroupIdMethod, group_by,
-};
+use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, group_by};
 use crate::columns::{DeviceBatch, DeviceColumn};
 use crate::config::GpuConfig;
 use crate::cost::Profile;
@@ -494,9 +492,8 @@ impl Run {
             let mut times = GroupByTimes::default();
             let (reductions, distinct) =
                 if input { (&layout.first, &layout.first_distinct) } else { (&layout.merge, &layout.merge_distinct) };
-            let specs: Vec<DistinctSpec> = distinct.iter().map(|(_, d)| d.clone()).collect();
             let out =
-                group_by(&gpu, &stream, &cols[..layout.groups], &cols, reductions, &specs, rows, &opts, &mut times)?;
+                group_by(&gpu, &stream, &cols[..layout.groups], &cols, reductions, distinct, rows, &opts, &mut times)?;
             m.group_ids_time.add_duration(times.group_ids);
             m.aggregate_time.add_duration(times.aggregate);
             m.materialize_time.add_duration(times.materialize);
@@ -508,7 +505,7 @@ impl Run {
             let mut columns: Vec<Arc<DeviceColumn>> = out.keys.into_iter().map(Arc::new).collect();
             let (mut values, mut lists) = (out.values.into_iter(), out.distinct.into_iter());
             for p in layout.groups..layout.state_schema.fields().len() {
-                let next = if distinct.iter().any(|(at, _)| *at == p) { lists.next() } else { values.next() };
+                let next = if layout.distinct_states.contains(&p) { lists.next() } else { values.next() };
                 columns.push(Arc::new(next.ok_or_else(|| {
                     DataFusionError::Internal(format!("a GPU aggregate produced no state column {p}"))
                 })?));
