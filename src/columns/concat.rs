@@ -1,8 +1,17 @@
-//! Concatenating row ranges of host columns into device columns (kernels/spill.cu), as the
-//! out-of-core join restores a partition from the chunks it was spilled in: fixed-width values
-//! and string bytes by DMA copies at their offsets, validity and Boolean bitmaps bit by bit (ranges
-//! need not start or end on a byte), and string offsets moved behind the bytes of the ranges
-//! before them. Dictionaries are not handled: their pieces may hold different dictionaries.
+//! Concatenating columns on the device.
+//!
+//! [`upload_row_ranges`] joins row ranges of host columns into device columns, as the out-of-core
+//! join restores a partition from the chunks it was spilled in: fixed-width values and string
+//! bytes by DMA copies at their offsets, validity and Boolean bitmaps bit by bit (ranges need not
+//! start or end on a byte), and string offsets moved behind the bytes of the ranges before them.
+//! Dictionaries are not handled: their pieces may hold different dictionaries.
+//!
+//! [`concat_columns`] joins whole device columns the same way without leaving the device (as a
+//! GPU aggregate merges the states of its chunks and partitions), Lists included (their offsets
+//! moved behind the child rows before them, the children concatenated in turn). It relies on the
+//! device layout's invariant that string and List offsets start at 0 and end at the length of
+//! their byte buffer or child, as packing and every kernel that makes such columns write them.
+//! Dictionary columns go through the host.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -11,7 +20,7 @@ use cudarc::driver::CudaStream;
 use datafusion::arrow::buffer::{BooleanBuffer, Buffer};
 use datafusion::arrow::datatypes::DataType;
 
-use super::{DeviceColumn, HostColumn};
+use super::{DeviceColumn, HostColumn, download_columns, pack, unpack, upload_columns};
 use crate::device::transfer::UploadPiece;
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
@@ -257,6 +266,172 @@ pub fn upload_row_ranges(
     Ok(DeviceColumn { data_type: dt, len, null_count, validity, buffers, children: vec![] })
 }
 
+/// Whether [`concat_columns`] joins columns of type `dt` on the device (else through the host).
+fn concat_on_device(dt: &DataType) -> bool {
+    match dt {
+        DataType::Dictionary(..) => false,
+        DataType::List(item) => concat_on_device(item.data_type()),
+        other => crate::columns::is_supported(other),
+    }
+}
+
+/// A bitmap of every part's bits behind those of the parts before (`None`: all bits set).
+fn concat_bitmaps(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    parts: &[(Option<&DeviceBuffer>, usize)],
+    len: usize,
+) -> Result<DeviceBuffer> {
+    let out = gpu.alloc_filled(stream, bitmap_bytes(len as u64), 0, "a concatenated bitmap")?;
+    let mut at = 0u64;
+    for &(bits, n) in parts {
+        if let Some(b) = bits.filter(|b| b.len() < n.div_ceil(8)) {
+            return Err(gpu_error(format!("a bitmap of {} bytes for {n} rows", b.len())));
+        }
+        if n > 0 {
+            // concat_bits(const u8* src, u64 first, u64 n, u64 at, u32* dst)
+            gpu.launch_n(
+                stream,
+                "spill",
+                "concat_bits",
+                n as u64,
+                &[
+                    KArg::U64(bits.map_or(0, |b| b.raw_ptr(stream))),
+                    KArg::U64(0),
+                    KArg::U64(n as u64),
+                    KArg::U64(at),
+                    ptr(&out, stream),
+                ],
+            )?;
+        }
+        at += n as u64;
+    }
+    Ok(out)
+}
+
+/// Offsets of `len` rows made of each part's `rows + 1` offsets moved by `deltas` (`ow` bytes each).
+fn concat_offsets(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    parts: &[(&DeviceBuffer, usize)],
+    deltas: &[i64],
+    len: usize,
+    ow: usize,
+) -> Result<DeviceBuffer> {
+    let out = gpu.alloc(stream, (len + 1) * ow, "concatenated offsets")?;
+    let kernel = if ow == 4 { "concat_offsets_i32" } else { "concat_offsets_i64" };
+    let mut row = 0usize;
+    // In order on one stream: a part's first offset overwrites the last one of the part before,
+    // which is the same value by the layout's invariant.
+    for (&(offsets, n), &delta) in parts.iter().zip(deltas) {
+        if offsets.len() < (n + 1) * ow {
+            return Err(gpu_error(format!("{} bytes of offsets for {n} rows", offsets.len())));
+        }
+        // concat_offsets_iXX(const O* src, u64 n, i64 delta, O* dst)
+        gpu.launch_n(
+            stream,
+            "spill",
+            kernel,
+            n as u64 + 1,
+            &[
+                ptr(offsets, stream),
+                KArg::U64(n as u64 + 1),
+                KArg::U64(delta as u64),
+                KArg::U64(out.raw_ptr(stream) + (row * ow) as u64),
+            ],
+        )?;
+        row += n;
+    }
+    Ok(out)
+}
+
+/// One device column holding every row of `parts` in order (whole columns of one type), built
+/// on `stream` (the parts' own work must be complete or ordered before it). Dictionaries go
+/// through the host (arrow's concatenation), everything else stays on the device.
+pub fn concat_columns(gpu: &Gpu, stream: &Arc<CudaStream>, parts: &[&DeviceColumn]) -> Result<DeviceColumn> {
+    let first = parts.first().ok_or_else(|| gpu_error("concatenating no device columns"))?;
+    let dt = first.data_type.clone();
+    if let Some(p) = parts.iter().find(|p| p.data_type != dt) {
+        return Err(gpu_error(format!("concatenating a {} device column with a {dt} column", p.data_type)));
+    }
+    if !concat_on_device(&dt) {
+        let hosts = download_columns(gpu, stream, parts)?;
+        let arrays = hosts.into_iter().map(unpack).collect::<datafusion::error::Result<Vec<_>>>()?;
+        let refs: Vec<&dyn datafusion::arrow::array::Array> = arrays.iter().map(|a| a.as_ref()).collect();
+        let joined = datafusion::arrow::compute::concat(&refs)?;
+        return upload_columns(gpu, stream, &[pack(joined.as_ref())?])?
+            .pop()
+            .ok_or_else(|| gpu_error("an upload returned no column"));
+    }
+    let len: usize = parts.iter().map(|p| p.len).sum();
+    let null_count: usize = parts.iter().map(|p| p.null_count).sum();
+    let validity = if null_count > 0 {
+        let bits: Vec<_> = parts
+            .iter()
+            .map(|p| (if p.null_count > 0 { p.validity.as_ref() } else { None }, p.len))
+            .collect();
+        if let Some(p) = parts.iter().find(|p| p.null_count > 0 && p.validity.is_none()) {
+            return Err(gpu_error(format!("a {dt} device column with {} nulls and no validity", p.null_count)));
+        }
+        Some(concat_bitmaps(gpu, stream, &bits, len)?)
+    } else {
+        None
+    };
+    fn buffer(p: &DeviceColumn, i: usize) -> Result<&DeviceBuffer> {
+        p.buffers.get(i).ok_or_else(|| gpu_error(format!("a {} device column without buffer {i}", p.data_type)))
+    }
+    let (buffers, children) = if dt == DataType::Boolean {
+        let bits = parts.iter().map(|p| Ok((Some(buffer(p, 0)?), p.len))).collect::<Result<Vec<_>>>()?;
+        (vec![concat_bitmaps(gpu, stream, &bits, len)?], vec![])
+    } else if let Some(ow) = offset_width(&dt) {
+        let mut deltas = Vec::with_capacity(parts.len());
+        let mut at = 0usize;
+        for p in parts {
+            deltas.push(at as i64);
+            at += buffer(p, 1)?.len();
+        }
+        if ow == 4 && at > i32::MAX as usize {
+            return Err(gpu_error(format!(
+                "concatenated {dt} values hold {at} bytes, more than 32-bit offsets address; lower gpu.batch_rows"
+            )));
+        }
+        let mut values = gpu.alloc(stream, at, "concatenated string bytes")?;
+        for (p, &d) in parts.iter().zip(&deltas) {
+            let b = buffer(p, 1)?;
+            gpu.copy_device_at(stream, b, &mut values, d as usize, b.len())?;
+        }
+        let offsets = parts.iter().map(|p| Ok((buffer(p, 0)?, p.len))).collect::<Result<Vec<_>>>()?;
+        (vec![concat_offsets(gpu, stream, &offsets, &deltas, len, ow)?, values], vec![])
+    } else if let DataType::List(_) = &dt {
+        let items: Vec<&DeviceColumn> = parts
+            .iter()
+            .map(|p| p.children.first().ok_or_else(|| gpu_error(format!("a {dt} device column without values"))))
+            .collect::<Result<_>>()?;
+        let mut deltas = Vec::with_capacity(parts.len());
+        let mut at = 0usize;
+        for c in &items {
+            deltas.push(at as i64);
+            at += c.len;
+        }
+        if at > i32::MAX as usize {
+            return Err(gpu_error(format!("concatenated lists hold {at} values, more than 32-bit offsets address")));
+        }
+        let offsets = parts.iter().map(|p| Ok((buffer(p, 0)?, p.len))).collect::<Result<Vec<_>>>()?;
+        let offsets = concat_offsets(gpu, stream, &offsets, &deltas, len, 4)?;
+        (vec![offsets], vec![concat_columns(gpu, stream, &items)?])
+    } else {
+        let width = dt.primitive_width().ok_or_else(|| gpu_error(format!("no device concatenation for {dt}")))?;
+        let mut out = gpu.alloc(stream, len * width, "a concatenated column")?;
+        let mut at = 0usize;
+        for p in parts {
+            gpu.copy_device_at(stream, buffer(p, 0)?, &mut out, at, p.len * width)?;
+            at += p.len * width;
+        }
+        (vec![out], vec![])
+    };
+    Ok(DeviceColumn { data_type: dt, len, null_count, validity, buffers, children })
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::{Array, ArrayRef};
@@ -265,7 +440,6 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::columns::{pack, unpack};
     use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip, random_array};
 
     /// Random row ranges of several host columns of each type, with and without nulls, come out
@@ -335,6 +509,71 @@ mod tests {
                         "{dt}, nulls {nulls}, pinned {pinned}, ranges {ranges:?}"
                     );
                     assert_eq!(got.null_count(), want.null_count());
+                }
+            }
+        }
+    }
+
+    /// Whole device columns of every kind the aggregate's states hold (Lists and dictionaries
+    /// too), empty ones among them, concatenate on the device as Arrow concatenates them.
+    #[test]
+    fn gpu_device_columns_concatenate_like_arrow() {
+        use datafusion::arrow::array::ListArray;
+        use datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};
+        use datafusion::arrow::datatypes::Field;
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_device_columns_concatenate_like_arrow") else { return };
+        let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_device_columns_concatenate_like_arrow"));
+        let stream = gpu.stream();
+        let item = Arc::new(Field::new("item", DataType::Int64, true));
+        let types = [
+            DataType::Int8,
+            DataType::Int64,
+            DataType::Boolean,
+            DataType::Utf8,
+            DataType::LargeUtf8,
+            DataType::Utf8View,
+            DataType::Decimal128(38, 10),
+            DataType::Date32,
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            DataType::List(Arc::clone(&item)),
+        ];
+        for dt in &types {
+            for nulls in [0.0, 0.3] {
+                for parts in [1usize, 2, 5] {
+                    let arrays: Vec<ArrayRef> = (0..parts)
+                        .map(|_| {
+                            let n = if rng.random_bool(0.2) { 0 } else { rng.random_range(1..3000) };
+                            match dt {
+                                DataType::List(_) => {
+                                    let lengths: Vec<usize> = (0..n).map(|_| rng.random_range(0..4)).collect();
+                                    let values = random_array(&mut rng, &DataType::Int64, lengths.iter().sum(), 0.1);
+                                    let valid: Vec<bool> = (0..n).map(|_| !rng.random_bool(nulls)).collect();
+                                    let list = ListArray::new(
+                                        Arc::clone(&item),
+                                        OffsetBuffer::from_lengths(lengths),
+                                        values,
+                                        (nulls > 0.0).then(|| NullBuffer::from(valid)),
+                                    );
+                                    Arc::new(list) as ArrayRef
+                                }
+                                DataType::Dictionary(..) => {
+                                    let v = random_array(&mut rng, &DataType::Utf8, n, nulls);
+                                    datafusion::arrow::compute::cast(&v, dt).unwrap()
+                                }
+                                _ => random_array(&mut rng, dt, n, nulls),
+                            }
+                        })
+                        .collect();
+                    let hosts: Vec<HostColumn> = arrays.iter().map(|a| pack(a.as_ref()).unwrap()).collect();
+                    let devs = upload_columns(&gpu, &stream, &hosts).unwrap();
+                    let refs: Vec<&DeviceColumn> = devs.iter().collect();
+                    let joined = concat_columns(&gpu, &stream, &refs).unwrap();
+                    assert_eq!(joined.len, arrays.iter().map(|a| a.len()).sum::<usize>());
+                    let got = unpack(download_columns(&gpu, &stream, &[&joined]).unwrap().remove(0)).unwrap();
+                    let want = concat(&arrays.iter().map(|a| a.as_ref()).collect::<Vec<&dyn Array>>()).unwrap();
+                    assert_eq!(got.as_ref(), want.as_ref(), "{dt}, nulls {nulls}, {parts} parts");
+                    assert_eq!(got.null_count(), want.null_count(), "{dt}, nulls {nulls}, {parts} parts");
                 }
             }
         }

@@ -168,6 +168,38 @@ impl DeviceBatch {
         Ok(RecordBatch::try_new_with_options(Arc::clone(&self.schema), arrays, &opts)?)
     }
 
+    /// One batch of `schema` holding every row of `parts` in order, built on `stream` (the parts'
+    /// work must be complete: a part made on another stream is synchronised first). A single part
+    /// is shared, not copied.
+    pub fn concat(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, schema: SchemaRef, parts: &[DeviceBatch]) -> Result<Self> {
+        let rows = parts.iter().map(|p| p.num_rows).sum();
+        if let [one] = parts {
+            return DeviceBatch::try_new(schema, one.columns.clone(), rows, Arc::clone(gpu), Arc::clone(&one.stream));
+        }
+        for p in parts {
+            if p.columns.len() != schema.fields().len() {
+                return Err(gpu_error(format!(
+                    "concatenating a batch of {} columns into a schema of {}",
+                    p.columns.len(),
+                    schema.fields().len()
+                )));
+            }
+            if !Arc::ptr_eq(&p.stream, stream) {
+                p.stream.synchronize().map_err(|e| gpu_error(format!("synchronising a batch's stream: {e}")))?;
+            }
+        }
+        let columns = (0..schema.fields().len())
+            .map(|i| {
+                let cols: Vec<&DeviceColumn> = parts.iter().map(|p| p.columns[i].as_ref()).collect();
+                if cols.is_empty() {
+                    return Err(gpu_error("concatenating no device batches"));
+                }
+                super::concat::concat_columns(gpu, stream, &cols).map(Arc::new)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        DeviceBatch::try_new(schema, columns, rows, Arc::clone(gpu), Arc::clone(stream))
+    }
+
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
     }

@@ -266,6 +266,30 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Copies the first `len` bytes of `src` into `dst` at byte `at` (a stream-ordered DMA copy).
+    pub fn copy_device_at(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &DeviceBuffer,
+        dst: &mut DeviceBuffer,
+        at: usize,
+        len: usize,
+    ) -> Result<()> {
+        if len > src.len() || at + len > dst.len() {
+            return Err(gpu_error(format!(
+                "device copy of {len} bytes to byte {at} overruns buffers of {} and {} bytes",
+                src.len(),
+                dst.len()
+            )));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let (Some(s), Some(d)) = (src.slice(), dst.slice_mut()) else { return Ok(()) };
+        let (from, mut to) = (s.slice(0..len), d.slice_mut(at..at + len));
+        stream.memcpy_dtod(&from, &mut to).gpu(format!("copying {len} bytes on the device"))
+    }
+
     /// Copies `len` bytes between device buffers with the `copy` kernels (16-byte vectors, then a
     /// byte tail), checking the launches.
     pub fn copy_device(
