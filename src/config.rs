@@ -215,6 +215,8 @@ gpu_options! {
         pub fuse_expressions: bool, default = true
         /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate on the GPU too (uploading every row). Off by default: a selective filter is cheaper on the CPU, where it shrinks the upload (TPC-H SF10 q15 and q20 ran 2x slower with it on an H100), and DataFusion's in-memory statistics cannot tell a selective filter from one that keeps every row.
         pub fuse_filters: bool, default = false
+        /// Merge a GPU Partial aggregate's states into the GPU Final aggregate above it on the device, removing the RepartitionExec or CoalescePartitionsExec between them (one GPU does all the work, so states never cross PCIe; the output keeps the exchange's hash partitioning); false keeps DataFusion's exchange on the host.
+        pub aggregate_exchange: bool, default = true
     }
 }
 

@@ -168,7 +168,18 @@ fn register(ctx: &SessionContext, batch: &RecordBatch, parts: usize) {
 }
 
 fn gpu_ctx(algorithm: AggregateAlgorithmSetting, partitions: usize, batch_rows: usize) -> SessionContext {
+    gpu_ctx_with(algorithm, partitions, batch_rows, true)
+}
+
+/// As [`gpu_ctx`], with the device exchange between GPU aggregate stages on or off.
+fn gpu_ctx_with(
+    algorithm: AggregateAlgorithmSetting,
+    partitions: usize,
+    batch_rows: usize,
+    exchange: bool,
+) -> SessionContext {
     let mut cfg = GpuConfig::default();
+    cfg.aggregate_exchange = exchange;
     cfg.min_rows = 0;
     cfg.placement = PlacementSetting::Always;
     cfg.aggregate_algorithm = algorithm;
@@ -276,8 +287,12 @@ async fn check(
 
 /// Each algorithm with Partial + FinalPartitioned over 4 partitions, and Single over 1 partition
 /// in chunks small enough that chunk states are merged: (algorithm, partitions, batch_rows).
-const EVERY_MODE: [(AggregateAlgorithmSetting, usize, usize); 6] = [
+/// Algorithm x partitions x `gpu.batch_rows`: 4 partitions run Partial and FinalPartitioned,
+/// whose states meet on the device (in 7000-row chunks too: the partial chunks' states merge, and
+/// the Final takes the partitions' states in several chunks); 1 partition runs Single in chunks.
+const EVERY_MODE: [(AggregateAlgorithmSetting, usize, usize); 7] = [
     (AggregateAlgorithmSetting::Hash, 4, 1 << 22),
+    (AggregateAlgorithmSetting::Hash, 4, 7_000),
     (AggregateAlgorithmSetting::Sort, 4, 1 << 22),
     (AggregateAlgorithmSetting::Partition, 4, 1 << 22),
     (AggregateAlgorithmSetting::Hash, 1, 7_000),
@@ -443,6 +458,55 @@ fn cpu_for(plan: Arc<dyn ExecutionPlan>, modes: &[AggregateMode]) -> Arc<dyn Exe
     .data
 }
 
+/// With the device exchange, a GPU Final aggregate takes the place of the exchange and the GPU
+/// Partial below it (EXPLAIN says so); its output keeps the exchange's hash partitioning, so a
+/// partitioned join above it, whose other side DataFusion repartitions by the same hash, still
+/// finds every match; and the host exchange (the option off) gives the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_stages_exchange_states_on_the_device() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_stages_exchange_states_on_the_device") else { return };
+    let seed = fresh_seed("gpu_aggregate_stages_exchange_states_on_the_device");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let batch = table(&mut rng, Dist::Zipf(1.0), 60_000);
+    let grouped = "SELECT k_str, k_i64, count(*) AS c, sum(v_i32) AS s FROM t GROUP BY k_str, k_i64";
+    let queries = [
+        // FinalPartitioned whose hash partitions meet a repartitioned side in a partitioned join.
+        format!(
+            "SELECT a.k_str, a.k_i64, a.c, a.s, b.v_i32 FROM ({grouped}) a JOIN t b \
+             ON a.k_str = b.k_str AND a.k_i64 = b.k_i64 ORDER BY 1, 2, 5 NULLS FIRST"
+        ),
+        // Final over a CoalescePartitionsExec (no group columns), with COUNT(DISTINCT).
+        "SELECT count(*), count(DISTINCT k_str), sum(v_i32), avg(v_f64) FROM t".to_string(),
+        query(&["k_dec", "k_bool"]),
+    ];
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, &batch, 4);
+    for sql in &queries {
+        let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
+        for (exchange, batch_rows) in [(true, 1 << 22), (true, 5_000), (false, 1 << 22)] {
+            let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, batch_rows, exchange);
+            // Keep the join partitioned, as it is between large tables.
+            for opt in ["hash_join_single_partition_threshold", "hash_join_single_partition_threshold_rows"] {
+                ctx.sql(&format!("SET datafusion.optimizer.{opt} = 0")).await.unwrap().collect().await.unwrap();
+            }
+            register(&ctx, &batch, 4);
+            let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+            let text = displayable(plan.as_ref()).indent(true).to_string();
+            let merged = text.matches("merges on the device the states of [GpuAggregateExec: mode=Partial").count();
+            assert_eq!(merged, usize::from(exchange), "exchange {exchange}:\n{text}");
+            assert_eq!(count_nodes(&plan, "AggregateExec"), 0, "{text}");
+            if exchange && sql.contains("JOIN") {
+                assert!(text.contains("mode=FinalPartitioned") && text.contains("mode=Partitioned"), "{text}");
+            }
+            let got = collect(plan, ctx.task_ctx()).await.unwrap();
+            if let Some(f) = compare(&want, &got, &format!("exchange {exchange}, batch_rows {batch_rows}")) {
+                panic!("seed {seed}: {sql}: {f}\n{text}");
+            }
+        }
+    }
+}
+
 /// A GPU Partial aggregate feeds a CPU Final one and the reverse: the states are DataFusion's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_and_cpu_aggregate_stages_exchange_states() {
@@ -457,7 +521,8 @@ async fn gpu_and_cpu_aggregate_stages_exchange_states() {
         let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
         register(&cpu, &batch, 4);
         let want = cpu.sql(&sql).await.unwrap().collect().await.unwrap();
-        let ctx = gpu_ctx(AggregateAlgorithmSetting::Hash, 4, 1 << 22);
+        // The exchange stays DataFusion's, so that either stage can be swapped for the CPU's.
+        let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, 1 << 22, false);
         register(&ctx, &batch, 4);
         for (label, modes) in
             [("GPU partial, CPU final", &finals[..]), ("CPU partial, GPU final", &[AggregateMode::Partial][..])]

@@ -4,10 +4,15 @@
 //! It keeps the original aggregate for its children, properties, statistics and display. Each
 //! partition's input is coalesced on the host into chunks of about `gpu.batch_rows` rows; a
 //! chunk is uploaded and reduced to DataFusion's intermediate state (group keys and state
-//! columns), which comes back to the host. Chunk states are merged on the GPU by the same
-//! group-by over the state columns whenever they add up to a chunk, and once more at the end;
-//! the final values are the merged states (AVG's evaluated by DataFusion's own accumulator, one
-//! row per group).
+//! columns), which stays on the device. Chunk states are concatenated and merged on the GPU by
+//! the same group-by over the state columns whenever they add up to a chunk, and once more at
+//! the end; the merged state is downloaded once, and the final values are computed from it
+//! (AVG's by DataFusion's own accumulator, one row per group).
+//!
+//! A Final aggregate above a GPU Partial one (across the `RepartitionExec` or
+//! `CoalescePartitionsExec` DataFusion put between them) takes the exchange's place
+//! (`gpu.aggregate_exchange`): it runs every partial partition as a task, takes their device
+//! states as its input, and splits its output by the exchange's hash, so no state crosses PCIe.
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,16 +26,22 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
-use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::repartition::{BatchPartitioner, RepartitionExec};
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
 use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties,
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PhysicalExpr, PlanProperties,
+    displayable,
 };
-use futures::StreamExt;
+use tokio::sync::OnceCell;
+use futures::{Stream, StreamExt};
 
 use super::blocking;
 use super::fuse::FusedInput;
@@ -41,6 +52,7 @@ use crate::config::GpuConfig;
 use crate::cost::Profile;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::device::Gpu;
+use crate::error::gpu_error;
 
 #[derive(Debug)]
 pub struct GpuAggregateExec {
@@ -54,7 +66,41 @@ pub struct GpuAggregateExec {
     /// The filters and projections below it that run on the GPU, when they can; else why not.
     fused: Option<Arc<FusedInput>>,
     fuse_note: Option<String>,
+    /// The GPU Partial aggregate below this Final one, when their exchange runs on the device.
+    exchange: Option<Arc<Exchange>>,
     metrics: ExecutionPlanMetricsSet,
+}
+
+/// A Final aggregate's partial stage on the same GPU, the exchange between them (DataFusion's
+/// `RepartitionExec` or `CoalescePartitionsExec`) removed: every partial partition's state stays
+/// on the device and the Final merges them there, so no state crosses PCIe. One GPU does all the
+/// work, so the exchange's hashing adds nothing; the Final's output keeps the partitioning its
+/// parents were planned for, split on the host by DataFusion's own hash partitioner.
+#[derive(Debug)]
+struct Exchange {
+    partial: Arc<GpuAggregateExec>,
+    /// The removed exchange, for EXPLAIN.
+    removed: String,
+    /// Position in the partial's state of each column the Final reads, in its upload order.
+    columns: Vec<usize>,
+    /// The exchange's hash partitioning, over the group columns (which the Final's output holds
+    /// at the same positions); `None` for one output partition.
+    hash: Option<(Vec<Arc<dyn PhysicalExpr>>, usize)>,
+    /// The output of every partition, made once.
+    output: OnceCell<Vec<Vec<RecordBatch>>>,
+}
+
+impl Exchange {
+    /// The same exchange over a new partial stage, with its output not yet made.
+    fn with_partial(&self, partial: Arc<GpuAggregateExec>) -> Exchange {
+        Exchange {
+            partial,
+            removed: self.removed.clone(),
+            columns: self.columns.clone(),
+            hash: self.hash.clone(),
+            output: OnceCell::new(),
+        }
+    }
 }
 
 fn aggregate(plan: &Arc<dyn ExecutionPlan>) -> Result<&AggregateExec> {
@@ -88,6 +134,7 @@ impl GpuAggregateExec {
             estimate: None,
             fused: None,
             fuse_note: None,
+            exchange: None,
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
@@ -157,6 +204,168 @@ impl GpuAggregateExec {
     pub fn layout(&self) -> &AggregateLayout {
         &self.layout
     }
+
+    /// The GPU Partial aggregate this Final one merges on the device, if any.
+    pub fn partial_stage(&self) -> Option<&GpuAggregateExec> {
+        self.exchange.as_ref().map(|e| e.partial.as_ref())
+    }
+
+    /// This Final aggregate merging the states of the GPU Partial aggregate below it on the
+    /// device, the exchange between them (a hash `RepartitionExec` or a
+    /// `CoalescePartitionsExec`) removed, when the plan allows (`gpu.aggregate_exchange`);
+    /// otherwise unchanged.
+    pub fn with_exchange(mut self) -> Self {
+        match self.exchange_below() {
+            Ok(ex) => {
+                self.exchange = Some(Arc::new(ex));
+                self
+            }
+            Err(_) => self,
+        }
+    }
+
+    /// The exchange [`Self::with_exchange`] removes, or why there is none.
+    fn exchange_below(&self) -> std::result::Result<Exchange, String> {
+        let a = aggregate(&self.agg).map_err(|e| e.to_string())?;
+        if !matches!(a.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned) {
+            return Err(format!("a {:?} aggregate has no partial stage", a.mode()));
+        }
+        if self.fused.is_some() {
+            return Err("its input is fused".into());
+        }
+        let exchange = a.input();
+        let out_partitions = self.agg.output_partitioning().partition_count();
+        let (below, hash) = if let Some(r) = exchange.downcast_ref::<RepartitionExec>() {
+            let Partitioning::Hash(exprs, n) = r.partitioning() else {
+                return Err(format!("the exchange below is a {} repartition", r.partitioning()));
+            };
+            if r.preserve_order() || *n != out_partitions {
+                return Err("the repartition below keeps an order or changes the partition count".into());
+            }
+            (r.input(), Some((exprs.clone(), *n)))
+        } else if let Some(c) = exchange.downcast_ref::<CoalescePartitionsExec>() {
+            if c.fetch().is_some() || out_partitions != 1 {
+                return Err("the coalesce below has a fetch".into());
+            }
+            (c.input(), None)
+        } else {
+            return Err(format!("its input is a {}, not an exchange", exchange.name()));
+        };
+        let partial = below
+            .downcast_ref::<GpuAggregateExec>()
+            .ok_or_else(|| format!("the exchange's input is a {}, not a GPU aggregate", below.name()))?;
+        let p = aggregate(&partial.agg).map_err(|e| e.to_string())?;
+        if p.mode() != &AggregateMode::Partial || partial.layout.final_output {
+            return Err(format!("the aggregate below the exchange is {:?}", p.mode()));
+        }
+        // The Final reads plain columns of the partial's state, group columns in place.
+        let state = &partial.layout.state_schema;
+        let mut columns = Vec::with_capacity(self.layout.upload.len());
+        for (i, (e, f)) in self.layout.upload.iter().zip(self.layout.upload_schema.fields()).enumerate() {
+            let c = e.downcast_ref::<Column>().ok_or_else(|| format!("the Final reads `{e}`, not a column"))?;
+            let want = state.fields().get(c.index()).map(|s| s.data_type());
+            if want != Some(f.data_type()) || (i < self.layout.groups && c.index() != i) {
+                return Err(format!("the Final's column `{e}` does not match the partial state"));
+            }
+            columns.push(c.index());
+        }
+        if let Some((exprs, _)) = &hash {
+            for e in exprs {
+                match e.downcast_ref::<Column>() {
+                    Some(c) if c.index() < self.layout.groups => {}
+                    _ => return Err(format!("the exchange hashes `{e}`, not a group column")),
+                }
+            }
+        }
+        Ok(Exchange {
+            partial: Arc::new(partial.duplicate(ExecutionPlanMetricsSet::new())),
+            removed: displayable(exchange.as_ref()).one_line().to_string().trim_end().to_string(),
+            columns,
+            hash,
+            output: OnceCell::new(),
+        })
+    }
+
+    /// A copy of this exec (the same plan, its exchange's output not yet made) with `metrics`.
+    fn duplicate(&self, metrics: ExecutionPlanMetricsSet) -> GpuAggregateExec {
+        GpuAggregateExec {
+            agg: Arc::clone(&self.agg),
+            layout: Arc::clone(&self.layout),
+            setting: self.setting,
+            method: self.method,
+            estimate: self.estimate.clone(),
+            fused: self.fused.clone(),
+            fuse_note: self.fuse_note.clone(),
+            exchange: self.exchange.as_ref().map(|e| Arc::new(e.with_partial(Arc::clone(&e.partial)))),
+            metrics,
+        }
+    }
+
+    /// The input stream of `partition` (through the fused input when there is one).
+    fn execute_input(&self, partition: usize, context: &Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        match &self.fused {
+            Some(f) => f.input.execute(partition, Arc::clone(context)),
+            None => aggregate(&self.agg)?.input().execute(partition, Arc::clone(context)),
+        }
+    }
+
+    /// The work of one partition.
+    fn new_run(&self, partition: usize, context: &Arc<TaskContext>) -> Result<Run> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_config(&cfg)?;
+        // Under `auto` the plan's group count is often DataFusion's fallback (the input's rows,
+        // without distinct counts): the first chunk runs the hash group-by, and the cost model
+        // chooses again for the next chunks and merges from the group count it found.
+        let adaptive = match (&self.estimate, self.setting) {
+            (Some(e), AggregateAlgorithmSetting::Auto) => {
+                Some((e.shape, Arc::new(crate::cost::profile::load(gpu.info(), &cfg.profile_dir))))
+            }
+            _ => None,
+        };
+        Ok(Run {
+            gpu,
+            fused: self.fused.clone(),
+            layout: Arc::clone(&self.layout),
+            agg: Arc::clone(&self.agg),
+            opts: std::sync::Mutex::new(GroupByOptions { method: self.first_method(), ..GroupByOptions::default() }),
+            adaptive,
+            chunk_rows: cfg.batch_rows.max(1),
+            batch_size: context.session_config().batch_size().max(1),
+            metrics: Metrics::new(&self.metrics, partition),
+        })
+    }
+
+    /// The output of every partition of a Final aggregate with its partial stage on the device:
+    /// each input partition of the partial stage reduced to a device state by its own task, the
+    /// states merged by the Final as they come, and the result split by the exchange's hash.
+    async fn exchange_output(&self, ex: &Exchange, context: Arc<TaskContext>) -> Result<Vec<Vec<RecordBatch>>> {
+        let partial = &ex.partial;
+        let inputs = partial.children().first().map_or(1, |c| c.output_partitioning().partition_count());
+        let tasks = futures::stream::FuturesUnordered::new();
+        for i in 0..inputs {
+            let mut run = partial.new_run(i, &context)?;
+            // One exec does both stages: the partial's work shows in this exec's metrics.
+            run.metrics = Metrics::new(&self.metrics, i);
+            let input = partial.execute_input(i, &context)?;
+            tasks.push(SpawnedTask::spawn(async move {
+                let pieces = run.host_pieces(input);
+                run.reduce(pieces).await
+            }));
+        }
+        let run = self.new_run(0, &context)?;
+        let (schema, columns) = (Arc::clone(&self.layout.upload_schema), ex.columns.clone());
+        let states = tasks.map(move |joined| {
+            let state = joined.map_err(|e| DataFusionError::Execution(format!("a GPU partial aggregate failed: {e}")))??;
+            let cols = columns.iter().map(|&c| Arc::clone(&state.columns()[c])).collect();
+            let b = DeviceBatch::try_new(Arc::clone(&schema), cols, state.num_rows(), Arc::clone(state.gpu()), Arc::clone(state.stream()))?;
+            Ok(Piece::Device(b))
+        });
+        let state = run.reduce(states).await?;
+        // The host work the exchange's partitions did in parallel (finalising, hashing) is
+        // spread over as many tasks.
+        let threads = ex.hash.as_ref().map_or(1, |(_, n)| *n).max(inputs);
+        run.finish_split(state, ex.hash.clone(), threads).await
+    }
 }
 
 impl DisplayAs for GpuAggregateExec {
@@ -186,6 +395,15 @@ impl DisplayAs for GpuAggregateExec {
                         e.verdict.describe()
                     )?,
                     None => write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.method.name(), self.setting)?,
+                }
+                if let Some(ex) = &self.exchange {
+                    let partial = displayable(ex.partial.as_ref()).one_line().to_string();
+                    write!(
+                        f,
+                        ", merges on the device the states of [{}] (exchange removed: {})",
+                        partial.trim_end(),
+                        ex.removed
+                    )?;
                 }
                 match (&self.fused, &self.fuse_note) {
                     (Some(fused), _) => write!(f, ", fused on the GPU=[{}]", fused.describe())?,
@@ -218,6 +436,9 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        if let Some(ex) = &self.exchange {
+            return ex.partial.children();
+        }
         match &self.fused {
             Some(f) => vec![&f.input],
             None => self.agg.children(),
@@ -228,7 +449,10 @@ impl ExecutionPlan for GpuAggregateExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        self.agg.apply_expressions(f)
+        match &self.exchange {
+            Some(ex) => self.agg.apply_expressions(f)?.visit_sibling(|| ex.partial.apply_expressions(f)),
+            None => self.agg.apply_expressions(f),
+        }
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
@@ -236,10 +460,25 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 
     fn input_distribution_requirements(&self) -> InputDistributionRequirements {
+        if let Some(ex) = &self.exchange {
+            return ex.partial.input_distribution_requirements();
+        }
         self.agg.input_distribution_requirements()
     }
 
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(ex) = &self.exchange {
+            // The Final keeps its original chain (display, statistics); the partial stage reads
+            // the new input.
+            let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+            let partial = (Arc::clone(&ex.partial) as Arc<dyn ExecutionPlan>).replace_children(children, recompute)?;
+            let partial = partial.downcast_ref::<GpuAggregateExec>().ok_or_else(|| {
+                DataFusionError::Internal("a GPU aggregate's partial stage is no longer one".into())
+            })?;
+            let partial = Arc::new(partial.duplicate(ExecutionPlanMetricsSet::new()));
+            let exchange = Some(Arc::new(ex.with_partial(partial)));
+            return Ok(Arc::new(GpuAggregateExec { exchange, ..self.duplicate(ExecutionPlanMetricsSet::new()) }));
+        }
         let (agg, fused) = match &self.fused {
             // The aggregate keeps its original chain (display, statistics); the fusion reads the
             // new input.
@@ -254,70 +493,32 @@ impl ExecutionPlan for GpuAggregateExec {
                 (Arc::clone(&self.agg).replace_children(children, recompute)?, None)
             }
         };
-        Ok(Arc::new(GpuAggregateExec {
-            agg,
-            layout: Arc::clone(&self.layout),
-            setting: self.setting,
-            method: self.method,
-            estimate: self.estimate.clone(),
-            fused,
-            fuse_note: self.fuse_note.clone(),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(GpuAggregateExec { agg, fused, ..self.duplicate(ExecutionPlanMetricsSet::new()) }))
     }
 
     fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(GpuAggregateExec {
-            agg: Arc::clone(&self.agg),
-            layout: Arc::clone(&self.layout),
-            setting: self.setting,
-            method: self.method,
-            estimate: self.estimate.clone(),
-            fused: self.fused.clone(),
-            fuse_note: self.fuse_note.clone(),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(self.duplicate(ExecutionPlanMetricsSet::new())))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_config(&cfg)?;
-        let a = aggregate(&self.agg)?;
-        let input = match &self.fused {
-            Some(f) => f.input.execute(partition, Arc::clone(&context))?,
-            None => a.input().execute(partition, Arc::clone(&context))?,
-        };
-        // Under `auto` the plan's group count is often DataFusion's fallback (the input's rows,
-        // without distinct counts): the first chunk runs the hash group-by, and the cost model
-        // chooses again for the next chunks and merges from the group count it found.
-        let adaptive = match (&self.estimate, self.setting) {
-            (Some(e), AggregateAlgorithmSetting::Auto) => {
-                Some((e.shape, Arc::new(crate::cost::profile::load(gpu.info(), &cfg.profile_dir))))
-            }
-            _ => None,
-        };
-        let first = self.first_method();
-        let run = Run {
-            gpu,
-            fused: self.fused.clone(),
-            layout: Arc::clone(&self.layout),
-            agg: Arc::clone(&self.agg),
-            opts: std::sync::Mutex::new(GroupByOptions { method: first, ..GroupByOptions::default() }),
-            adaptive,
-            chunk_rows: cfg.batch_rows.max(1),
-            batch_size: context.session_config().batch_size().max(1),
-            metrics: Metrics::new(&self.metrics, partition),
-        };
         let schema = self.schema();
-        let batches = futures::stream::once(run.run(input))
-            .map(|r| {
-                futures::stream::iter(match r {
-                    Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
-                    Err(e) => vec![Err(e)],
-                })
-            })
-            .flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+        if let Some(ex) = &self.exchange {
+            // A copy that shares this exec's metrics and exchange, for the task that makes the output.
+            let this = GpuAggregateExec { exchange: Some(Arc::clone(ex)), ..self.duplicate(self.metrics.clone()) };
+            let ex = Arc::clone(ex);
+            let batches = futures::stream::once(async move {
+                let all = ex.output.get_or_try_init(|| this.exchange_output(&ex, context)).await?;
+                let mine = all.get(partition).cloned().ok_or_else(|| {
+                    DataFusionError::Internal(format!("a GPU aggregate has no output partition {partition}"))
+                })?;
+                Ok::<_, DataFusionError>(mine)
+            });
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, flatten_batches(batches))));
+        }
+        let run = self.new_run(partition, &context)?;
+        let input = self.execute_input(partition, &context)?;
+        let batches = futures::stream::once(run.run(input));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, flatten_batches(batches))))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -325,6 +526,10 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 
     fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        if let Some(ex) = &self.exchange {
+            // The partial stage reads every input partition for each output one.
+            return ex.partial.child_stats_requests(None);
+        }
         match &self.fused {
             Some(_) => vec![ChildStats::At(partition)],
             None => self.agg.child_stats_requests(partition),
@@ -336,6 +541,10 @@ impl ExecutionPlan for GpuAggregateExec {
         input_stats: &[Arc<Statistics>],
         args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
+        if let Some(ex) = &self.exchange {
+            let partial = ex.partial.statistics_from_inputs(input_stats, args)?;
+            return self.agg.statistics_from_inputs(&[partial], args);
+        }
         match (&self.fused, input_stats) {
             (Some(f), [input]) => self.agg.statistics_from_inputs(&[f.statistics(input, args)?], args),
             _ => self.agg.statistics_from_inputs(input_stats, args),
@@ -352,6 +561,9 @@ struct Metrics {
     aggregate_time: Time,
     materialize_time: Time,
     download_time: Time,
+    concat_time: Time,
+    /// Splitting the output into the removed exchange's hash partitions.
+    partition_time: Time,
     input_rows: Count,
     chunks: Count,
     merges: Count,
@@ -372,6 +584,8 @@ impl Metrics {
             aggregate_time: b().subset_time("aggregate_time", partition),
             materialize_time: b().subset_time("materialize_time", partition),
             download_time: b().subset_time("download_time", partition),
+            concat_time: b().subset_time("concat_time", partition),
+            partition_time: b().subset_time("partition_time", partition),
             input_rows: b().counter("input_rows", partition),
             chunks: b().counter("chunks", partition),
             merges: b().counter("merges", partition),
@@ -397,40 +611,71 @@ struct Run {
     metrics: Metrics,
 }
 
+/// Rows a [`Run`] reduces: host rows (projected to what the aggregate uploads) or device rows
+/// (already in the order the aggregate reads them).
+enum Piece {
+    Host(RecordBatch),
+    Device(DeviceBatch),
+}
+
+impl Piece {
+    fn num_rows(&self) -> usize {
+        match self {
+            Piece::Host(b) => b.num_rows(),
+            Piece::Device(b) => b.num_rows(),
+        }
+    }
+}
+
 impl Run {
-    async fn run(self, mut input: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
-        let layout = Arc::clone(&self.layout);
-        let chunk_schema = match &self.fused {
-            Some(f) => Arc::clone(&f.projection.upload_schema),
-            None => Arc::clone(&layout.upload_schema),
-        };
-        let mut pending: Vec<RecordBatch> = Vec::new();
+    /// This partition's output batches from its host input.
+    async fn run(self, input: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
+        let state = self.reduce(self.host_pieces(input)).await?;
+        self.finish(state).await
+    }
+
+    /// `input`'s batches projected to what this aggregate uploads.
+    fn host_pieces(&self, input: SendableRecordBatchStream) -> impl Stream<Item = Result<Piece>> + Send + Unpin + use<> {
+        let (fused, layout, rows) = (self.fused.clone(), Arc::clone(&self.layout), self.metrics.input_rows.clone());
+        input.map(move |b| {
+            let b = b?;
+            rows.add(b.num_rows());
+            Ok(Piece::Host(match &fused {
+                Some(f) => b.project(&f.projection.inputs)?,
+                None => layout.project(&b)?,
+            }))
+        })
+    }
+
+    /// Reduces `input` to one state batch on the device: pieces are gathered into chunks of about
+    /// `gpu.batch_rows` rows, each chunk grouped to a state, and the states merged whenever they
+    /// add up to a chunk (or, once merging stops shrinking them, to twice the last merge), and
+    /// once more at the end.
+    async fn reduce(&self, mut input: impl Stream<Item = Result<Piece>> + Unpin) -> Result<DeviceBatch> {
+        let mut pending: Vec<Piece> = Vec::new();
         let mut pending_rows = 0usize;
-        let mut parts: Vec<RecordBatch> = Vec::new();
+        let mut parts: Vec<DeviceBatch> = Vec::new();
         let mut parts_rows = 0usize;
+        let mut merge_at = self.chunk_rows;
         loop {
             let next = input.next().await.transpose()?;
             let done = next.is_none();
-            if let Some(b) = next {
-                let b = match &self.fused {
-                    Some(f) => b.project(&f.projection.inputs)?,
-                    None => layout.project(&b)?,
-                };
-                pending_rows += b.num_rows();
-                self.metrics.input_rows.add(b.num_rows());
-                pending.push(b);
+            if let Some(piece) = next {
+                pending_rows += piece.num_rows();
+                pending.push(piece);
             }
             if pending_rows > 0 && (pending_rows >= self.chunk_rows || done) {
-                let host = concat_batches(&chunk_schema, &pending)?;
-                pending.clear();
                 pending_rows = 0;
                 self.metrics.chunks.add(1);
-                let state = self.group_by(host, true).await?;
+                let state = self.group_by(std::mem::take(&mut pending), true).await?;
                 parts_rows += state.num_rows();
                 parts.push(state);
-                if parts.len() > 1 && parts_rows >= self.chunk_rows {
+                if parts.len() > 1 && parts_rows >= merge_at {
                     let merged = self.merge(std::mem::take(&mut parts)).await?;
                     parts_rows = merged.num_rows();
+                    // States that hardly shrink (many groups) are merged again only once as
+                    // many rows have joined them, so each row is merged a bounded number of times.
+                    merge_at = self.chunk_rows.max(2 * parts_rows);
                     parts.push(merged);
                 }
             }
@@ -439,55 +684,144 @@ impl Run {
             }
         }
         // No input at all still makes a state (one row without group keys), and several parts merge.
-        let state = if parts.len() == 1 {
-            parts.pop().ok_or_else(|| DataFusionError::Internal("a GPU aggregate lost its state".into()))?
+        if parts.len() == 1 {
+            parts.pop().ok_or_else(|| DataFusionError::Internal("a GPU aggregate lost its state".into()))
         } else if parts.is_empty() {
-            let empty = RecordBatch::new_empty(chunk_schema);
-            self.group_by(empty, true).await?
+            let schema = match &self.fused {
+                Some(f) => Arc::clone(&f.projection.upload_schema),
+                None => Arc::clone(&self.layout.upload_schema),
+            };
+            self.group_by(vec![Piece::Host(RecordBatch::new_empty(schema))], true).await
         } else {
-            self.merge(parts).await?
-        };
-        let out = self.output(state)?;
-        self.metrics.output_rows.add(out.num_rows());
-        let mut batches = Vec::new();
-        let mut offset = 0;
-        while offset < out.num_rows() {
-            let len = self.batch_size.min(out.num_rows() - offset);
-            batches.push(out.slice(offset, len));
-            offset += len;
+            self.merge(parts).await
         }
-        if batches.is_empty() {
-            batches.push(out);
+    }
+
+    /// The output batches from the merged state (downloaded once).
+    async fn finish(&self, state: DeviceBatch) -> Result<Vec<RecordBatch>> {
+        let mut parts = self.finish_split(state, None, 1).await?;
+        parts.pop().ok_or_else(|| DataFusionError::Internal("a GPU aggregate lost its output".into()))
+    }
+
+    /// The output batches from the merged state (downloaded once), finalised by `threads` host
+    /// tasks over row ranges and, with `hash`, split into its partitions by DataFusion's hash
+    /// partitioner (as the exchange the device merge replaced would have split them).
+    async fn finish_split(
+        &self,
+        state: DeviceBatch,
+        hash: Option<(Vec<Arc<dyn PhysicalExpr>>, usize)>,
+        threads: usize,
+    ) -> Result<Vec<Vec<RecordBatch>>> {
+        let timer = self.metrics.download_time.clone();
+        let state = blocking(move || {
+            let _t = timer.timer();
+            state.download()
+        })
+        .await?;
+        let rows = state.num_rows();
+        self.metrics.output_rows.add(rows);
+        let batch_size = self.batch_size;
+        // Row ranges of whole batches, one per task.
+        let per_task = rows.div_ceil(threads.max(1)).div_ceil(batch_size).max(1) * batch_size;
+        let mut tasks = Vec::new();
+        let mut start = 0;
+        while start < rows || (rows == 0 && tasks.is_empty()) {
+            let len = per_task.min(rows - start);
+            let (slice, agg, layout) = (state.slice(start, len), Arc::clone(&self.agg), Arc::clone(&self.layout));
+            let (hash, timer) = (hash.clone(), self.metrics.partition_time.clone());
+            tasks.push(SpawnedTask::spawn_blocking(move || -> Result<Vec<Vec<RecordBatch>>> {
+                let out = output(&agg, &layout, slice)?;
+                let mut batches = Vec::new();
+                let mut offset = 0;
+                while offset < out.num_rows() {
+                    let len = batch_size.min(out.num_rows() - offset);
+                    batches.push(out.slice(offset, len));
+                    offset += len;
+                }
+                if batches.is_empty() {
+                    batches.push(out);
+                }
+                let Some((exprs, n)) = hash else { return Ok(vec![batches]) };
+                let mut parts = vec![Vec::new(); n];
+                let mut partitioner = BatchPartitioner::new_hash_partitioner(exprs, n, timer)?;
+                for b in batches {
+                    for part in partitioner.partition_iter(b)? {
+                        let (p, b) = part?;
+                        parts[p].push(b);
+                    }
+                }
+                Ok(parts)
+            }));
+            start += len;
+            if rows == 0 {
+                break;
+            }
         }
-        Ok(batches)
+        let mut out: Vec<Vec<RecordBatch>> = Vec::new();
+        for t in tasks {
+            let parts = t.await.map_err(|e| DataFusionError::Execution(format!("a GPU aggregate's output task: {e}")))??;
+            if out.is_empty() {
+                out = parts;
+            } else {
+                for (o, p) in out.iter_mut().zip(parts) {
+                    o.extend(p);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Merges state batches into one.
-    async fn merge(&self, parts: Vec<RecordBatch>) -> Result<RecordBatch> {
+    async fn merge(&self, parts: Vec<DeviceBatch>) -> Result<DeviceBatch> {
         self.metrics.merges.add(1);
-        let host = concat_batches(&self.layout.state_schema, &parts)?;
-        self.group_by(host, false).await
+        self.group_by(parts.into_iter().map(Piece::Device).collect(), false).await
     }
 
-    /// Uploads `host` (group columns first), groups it and downloads the state batch: a chunk of
-    /// input rows (`input`, through the fused filters and projections first) or of states.
-    async fn group_by(&self, host: RecordBatch, input: bool) -> Result<RecordBatch> {
+    /// Groups `pieces` (all host or all device) into a state batch on the device: a chunk of
+    /// input rows (`input`: host ones through the fused filters and projections first) or of states.
+    async fn group_by(&self, pieces: Vec<Piece>, input: bool) -> Result<DeviceBatch> {
         let opts = *self.opts.lock().map_err(|_| DataFusionError::Internal("a GPU aggregate's options lock".into()))?;
         let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
-        let in_rows = host.num_rows() as u64;
+        let in_rows: usize = pieces.iter().map(Piece::num_rows).sum();
         let fused = if input { self.fused.clone() } else { None };
-        let out = blocking(move || {
+        let (mut host, mut device) = (Vec::new(), Vec::new());
+        for p in pieces {
+            match p {
+                Piece::Host(b) => host.push(b),
+                Piece::Device(b) => device.push(b),
+            }
+        }
+        if !host.is_empty() && !device.is_empty() {
+            return Err(DataFusionError::Internal("a GPU aggregate chunk mixes host and device rows".into()));
+        }
+        let host = match host.first() {
+            Some(b) => Some(concat_batches(&b.schema(), &host)?),
+            None => None,
+        };
+        let state = blocking(move || {
             let stream = gpu.stream();
-            let dev = {
-                let _t = m.upload_time.timer();
-                DeviceBatch::upload(&gpu, &stream, &host)?
-            };
-            let (cols, rows) = match &fused {
-                Some(f) => {
-                    let _t = m.project_time.timer();
-                    f.projection.evaluate(&gpu, &stream, dev.columns(), dev.num_rows() as u64)?
+            let (cols, rows) = match host {
+                Some(host) => {
+                    let dev = {
+                        let _t = m.upload_time.timer();
+                        DeviceBatch::upload(&gpu, &stream, &host)?
+                    };
+                    match &fused {
+                        Some(f) => {
+                            let _t = m.project_time.timer();
+                            f.projection.evaluate(&gpu, &stream, dev.columns(), dev.num_rows() as u64)?
+                        }
+                        None => (dev.columns().to_vec(), dev.num_rows() as u64),
+                    }
                 }
-                None => (dev.columns().to_vec(), dev.num_rows() as u64),
+                None => {
+                    let schema = device.first().map(|b| Arc::clone(b.schema())).ok_or_else(|| {
+                        DataFusionError::Internal("a GPU aggregate grouped an empty chunk".into())
+                    })?;
+                    let _t = m.concat_time.timer();
+                    let b = DeviceBatch::concat(&gpu, &stream, schema, &device)?;
+                    (b.columns().to_vec(), b.num_rows() as u64)
+                }
             };
             let mut times = GroupByTimes::default();
             let (reductions, distinct) =
@@ -515,16 +849,18 @@ impl Run {
                 columns,
                 out.groups as usize,
                 Arc::clone(&gpu),
-                stream,
+                Arc::clone(&stream),
             )?;
-            let _t = m.download_time.timer();
-            Ok(state.download()?)
+            // The state is complete before the inputs are freed and before another stream reads it.
+            stream.synchronize().map_err(|e| gpu_error(format!("synchronising a GPU aggregate: {e}")))?;
+            drop((cols, device));
+            Ok(state)
         })
         .await?;
         if input && in_rows > 0 {
-            self.choose_again(in_rows, out.num_rows() as u64)?;
+            self.choose_again(in_rows as u64, state.num_rows() as u64)?;
         }
-        Ok(out)
+        Ok(state)
     }
 
     /// The cost model's choice for the next chunks, from the groups a chunk of `rows` rows had.
@@ -541,38 +877,53 @@ impl Run {
         Ok(())
     }
 
-    /// The exec's output from the merged state batch.
-    fn output(&self, state: RecordBatch) -> Result<RecordBatch> {
-        let a = aggregate(&self.agg)?;
-        let schema: SchemaRef = a.schema();
-        if !self.layout.final_output {
-            return Ok(RecordBatch::try_new(schema, state.columns().to_vec())?);
-        }
-        let n = state.num_rows();
-        let mut columns: Vec<ArrayRef> = state.columns()[..self.layout.groups].to_vec();
-        for f in &self.layout.finalize {
-            columns.push(match f {
-                Finalize::State(p) => Arc::clone(state.column(*p)),
-                Finalize::ListLength(p) => {
-                    let lists = state.column(*p).as_list_opt::<i32>().ok_or_else(|| {
-                        DataFusionError::Internal(format!(
-                            "COUNT(DISTINCT)'s state is {}",
-                            state.column(*p).data_type()
-                        ))
-                    })?;
-                    let lengths: Int64Array = lists.value_offsets().windows(2).map(|w| (w[1] - w[0]) as i64).collect();
-                    Arc::new(lengths)
-                }
-                Finalize::Evaluate { agg, states } => {
-                    let mut acc = a.aggr_expr()[*agg].create_groups_accumulator()?;
-                    let groups: Vec<usize> = (0..n).collect();
-                    acc.merge_batch(&state.columns()[states.clone()], &groups, n)?;
-                    acc.evaluate(EmitTo::All)?
-                }
-            });
-        }
-        Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// An aggregate's output rows from (a slice of) its merged state batch.
+fn output(agg: &Arc<dyn ExecutionPlan>, layout: &AggregateLayout, state: RecordBatch) -> Result<RecordBatch> {
+    let a = aggregate(agg)?;
+    let schema: SchemaRef = a.schema();
+    if !layout.final_output {
+        return Ok(RecordBatch::try_new(schema, state.columns().to_vec())?);
     }
+    let n = state.num_rows();
+    let mut columns: Vec<ArrayRef> = state.columns()[..layout.groups].to_vec();
+    for f in &layout.finalize {
+        columns.push(match f {
+            Finalize::State(p) => Arc::clone(state.column(*p)),
+            Finalize::ListLength(p) => {
+                let lists = state.column(*p).as_list_opt::<i32>().ok_or_else(|| {
+                    DataFusionError::Internal(format!(
+                        "COUNT(DISTINCT)'s state is {}",
+                        state.column(*p).data_type()
+                    ))
+                })?;
+                let lengths: Int64Array = lists.value_offsets().windows(2).map(|w| (w[1] - w[0]) as i64).collect();
+                Arc::new(lengths)
+            }
+            Finalize::Evaluate { agg, states } => {
+                let mut acc = a.aggr_expr()[*agg].create_groups_accumulator()?;
+                let groups: Vec<usize> = (0..n).collect();
+                acc.merge_batch(&state.columns()[states.clone()], &groups, n)?;
+                acc.evaluate(EmitTo::All)?
+            }
+        });
+    }
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// The batches of a stream of batch lists (or its error).
+fn flatten_batches(
+    lists: impl Stream<Item = Result<Vec<RecordBatch>>> + Send + 'static,
+) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
+    lists
+        .map(|r| {
+            futures::stream::iter(match r {
+                Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
+        })
+        .flatten()
 }
 
 /// A group count as EXPLAIN prints it.

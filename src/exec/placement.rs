@@ -81,6 +81,15 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Placement>) {
             on_gpu: true,
             detail: format!("{} group-by", agg.method_name()),
         });
+        // A Final aggregate that merges its partial stage on the device holds both.
+        if let Some(partial) = agg.partial_stage() {
+            out.push(Placement {
+                kind: OperatorKind::Aggregate,
+                operator: "AggregateExec".into(),
+                on_gpu: true,
+                detail: format!("{} group-by, states kept on the device", partial.method_name()),
+            });
+        }
     } else if let Some(kind) = kind_of(plan.name()) {
         out.push(Placement {
             kind,

@@ -133,6 +133,9 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                         } else {
                             g
                         };
+                        // A Final above a GPU Partial merges its states on the device (the
+                        // Partial was replaced first: the rule works bottom-up).
+                        let g = if reasons.is_empty() && cfg.aggregate_exchange { g.with_exchange() } else { g };
                         Arc::new(g) as _
                     })
                 };
