@@ -366,10 +366,8 @@ pub fn concat_columns(gpu: &Gpu, stream: &Arc<CudaStream>, parts: &[&DeviceColum
     let len: usize = parts.iter().map(|p| p.len).sum();
     let null_count: usize = parts.iter().map(|p| p.null_count).sum();
     let validity = if null_count > 0 {
-        let bits: Vec<_> = parts
-            .iter()
-            .map(|p| (if p.null_count > 0 { p.validity.as_ref() } else { None }, p.len))
-            .collect();
+        let bits: Vec<_> =
+            parts.iter().map(|p| (if p.null_count > 0 { p.validity.as_ref() } else { None }, p.len)).collect();
         if let Some(p) = parts.iter().find(|p| p.null_count > 0 && p.validity.is_none()) {
             return Err(gpu_error(format!("a {dt} device column with {} nulls and no validity", p.null_count)));
         }

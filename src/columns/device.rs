@@ -172,6 +172,9 @@ impl DeviceBatch {
     /// work must be complete: a part made on another stream is synchronised first). A single part
     /// is shared, not copied.
     pub fn concat(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, schema: SchemaRef, parts: &[DeviceBatch]) -> Result<Self> {
+        if parts.is_empty() {
+            return Err(gpu_error("concatenating no device batches"));
+        }
         let rows = parts.iter().map(|p| p.num_rows).sum();
         if let [one] = parts {
             return DeviceBatch::try_new(schema, one.columns.clone(), rows, Arc::clone(gpu), Arc::clone(&one.stream));
@@ -191,9 +194,6 @@ impl DeviceBatch {
         let columns = (0..schema.fields().len())
             .map(|i| {
                 let cols: Vec<&DeviceColumn> = parts.iter().map(|p| p.columns[i].as_ref()).collect();
-                if cols.is_empty() {
-                    return Err(gpu_error("concatenating no device batches"));
-                }
                 super::concat::concat_columns(gpu, stream, &cols).map(Arc::new)
             })
             .collect::<Result<Vec<_>>>()?;

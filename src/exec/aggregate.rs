@@ -22,26 +22,26 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Statistics;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
-use datafusion::common::runtime::SpawnedTask;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::repartition::{BatchPartitioner, RepartitionExec};
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
 use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
+use datafusion::physical_plan::repartition::{BatchPartitioner, RepartitionExec};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PhysicalExpr, PlanProperties,
-    displayable,
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PhysicalExpr, PlanProperties, displayable,
 };
-use tokio::sync::OnceCell;
 use futures::{Stream, StreamExt};
+use tokio::sync::OnceCell;
 
 use super::blocking;
 use super::fuse::FusedInput;
@@ -355,9 +355,16 @@ impl GpuAggregateExec {
         let run = self.new_run(0, &context)?;
         let (schema, columns) = (Arc::clone(&self.layout.upload_schema), ex.columns.clone());
         let states = tasks.map(move |joined| {
-            let state = joined.map_err(|e| DataFusionError::Execution(format!("a GPU partial aggregate failed: {e}")))??;
+            let state =
+                joined.map_err(|e| DataFusionError::Execution(format!("a GPU partial aggregate failed: {e}")))??;
             let cols = columns.iter().map(|&c| Arc::clone(&state.columns()[c])).collect();
-            let b = DeviceBatch::try_new(Arc::clone(&schema), cols, state.num_rows(), Arc::clone(state.gpu()), Arc::clone(state.stream()))?;
+            let b = DeviceBatch::try_new(
+                Arc::clone(&schema),
+                cols,
+                state.num_rows(),
+                Arc::clone(state.gpu()),
+                Arc::clone(state.stream()),
+            )?;
             Ok(Piece::Device(b))
         });
         let state = run.reduce(states).await?;
@@ -472,9 +479,9 @@ impl ExecutionPlan for GpuAggregateExec {
             // the new input.
             let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
             let partial = (Arc::clone(&ex.partial) as Arc<dyn ExecutionPlan>).replace_children(children, recompute)?;
-            let partial = partial.downcast_ref::<GpuAggregateExec>().ok_or_else(|| {
-                DataFusionError::Internal("a GPU aggregate's partial stage is no longer one".into())
-            })?;
+            let partial = partial
+                .downcast_ref::<GpuAggregateExec>()
+                .ok_or_else(|| DataFusionError::Internal("a GPU aggregate's partial stage is no longer one".into()))?;
             let partial = Arc::new(partial.duplicate(ExecutionPlanMetricsSet::new()));
             let exchange = Some(Arc::new(ex.with_partial(partial)));
             return Ok(Arc::new(GpuAggregateExec { exchange, ..self.duplicate(ExecutionPlanMetricsSet::new()) }));
@@ -635,7 +642,10 @@ impl Run {
     }
 
     /// `input`'s batches projected to what this aggregate uploads.
-    fn host_pieces(&self, input: SendableRecordBatchStream) -> impl Stream<Item = Result<Piece>> + Send + Unpin + use<> {
+    fn host_pieces(
+        &self,
+        input: SendableRecordBatchStream,
+    ) -> impl Stream<Item = Result<Piece>> + Send + Unpin + use<> {
         let (fused, layout, rows) = (self.fused.clone(), Arc::clone(&self.layout), self.metrics.input_rows.clone());
         input.map(move |b| {
             let b = b?;
@@ -723,10 +733,14 @@ impl Run {
         let batch_size = self.batch_size;
         // Row ranges of whole batches, one per task.
         let per_task = rows.div_ceil(threads.max(1)).div_ceil(batch_size).max(1) * batch_size;
-        let mut tasks = Vec::new();
-        let mut start = 0;
-        while start < rows || (rows == 0 && tasks.is_empty()) {
-            let len = per_task.min(rows - start);
+        // An empty state still makes one (empty) output batch.
+        let ranges: Vec<(usize, usize)> = if rows == 0 {
+            vec![(0, 0)]
+        } else {
+            (0..rows).step_by(per_task).map(|start| (start, per_task.min(rows - start))).collect()
+        };
+        let mut tasks = Vec::with_capacity(ranges.len());
+        for (start, len) in ranges {
             let (slice, agg, layout) = (state.slice(start, len), Arc::clone(&self.agg), Arc::clone(&self.layout));
             let (hash, timer) = (hash.clone(), self.metrics.partition_time.clone());
             tasks.push(SpawnedTask::spawn_blocking(move || -> Result<Vec<Vec<RecordBatch>>> {
@@ -752,14 +766,11 @@ impl Run {
                 }
                 Ok(parts)
             }));
-            start += len;
-            if rows == 0 {
-                break;
-            }
         }
         let mut out: Vec<Vec<RecordBatch>> = Vec::new();
         for t in tasks {
-            let parts = t.await.map_err(|e| DataFusionError::Execution(format!("a GPU aggregate's output task: {e}")))??;
+            let parts =
+                t.await.map_err(|e| DataFusionError::Execution(format!("a GPU aggregate's output task: {e}")))??;
             if out.is_empty() {
                 out = parts;
             } else {
@@ -815,9 +826,10 @@ impl Run {
                     }
                 }
                 None => {
-                    let schema = device.first().map(|b| Arc::clone(b.schema())).ok_or_else(|| {
-                        DataFusionError::Internal("a GPU aggregate grouped an empty chunk".into())
-                    })?;
+                    let schema = device
+                        .first()
+                        .map(|b| Arc::clone(b.schema()))
+                        .ok_or_else(|| DataFusionError::Internal("a GPU aggregate grouped an empty chunk".into()))?;
                     let _t = m.concat_time.timer();
                     let b = DeviceBatch::concat(&gpu, &stream, schema, &device)?;
                     (b.columns().to_vec(), b.num_rows() as u64)
@@ -876,7 +888,6 @@ impl Run {
         }
         Ok(())
     }
-
 }
 
 /// An aggregate's output rows from (a slice of) its merged state batch.
@@ -893,10 +904,7 @@ fn output(agg: &Arc<dyn ExecutionPlan>, layout: &AggregateLayout, state: RecordB
             Finalize::State(p) => Arc::clone(state.column(*p)),
             Finalize::ListLength(p) => {
                 let lists = state.column(*p).as_list_opt::<i32>().ok_or_else(|| {
-                    DataFusionError::Internal(format!(
-                        "COUNT(DISTINCT)'s state is {}",
-                        state.column(*p).data_type()
-                    ))
+                    DataFusionError::Internal(format!("COUNT(DISTINCT)'s state is {}", state.column(*p).data_type()))
                 })?;
                 let lengths: Int64Array = lists.value_offsets().windows(2).map(|w| (w[1] - w[0]) as i64).collect();
                 Arc::new(lengths)
