@@ -85,12 +85,24 @@ fn host_pieces<'a>(host: &'a HostColumn, dev: &'a DeviceColumn, out: &mut Vec<Up
 
 /// Uploads packed columns in one pipelined pass over the staging buffers.
 pub fn upload_columns(gpu: &Gpu, stream: &Arc<CudaStream>, hosts: &[HostColumn]) -> Result<Vec<DeviceColumn>> {
+    upload_columns_with(gpu, stream, hosts, true)
+}
+
+fn upload_columns_with(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    hosts: &[HostColumn],
+    register: bool,
+) -> Result<Vec<DeviceColumn>> {
     let devs = hosts.iter().map(|h| DeviceColumn::alloc_like(gpu, stream, h)).collect::<Result<Vec<_>>>()?;
     let mut pieces = Vec::new();
     for (h, d) in hosts.iter().zip(&devs) {
         host_pieces(h, d, &mut pieces);
     }
-    gpu.upload(stream, &pieces)?;
+    match register {
+        true => gpu.upload(stream, &pieces)?,
+        false => gpu.upload_transient(stream, &pieces)?,
+    }
     Ok(devs)
 }
 
@@ -148,8 +160,18 @@ impl DeviceBatch {
 
     /// Packs and uploads a host batch.
     pub fn upload(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, batch: &RecordBatch) -> Result<Self> {
+        Self::upload_with(gpu, stream, batch, true)
+    }
+
+    /// Like [`DeviceBatch::upload`], for a batch made to be uploaded once (e.g. concatenated
+    /// input): never page-locked in place (see [`Gpu::upload_transient`]).
+    pub fn upload_transient(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, batch: &RecordBatch) -> Result<Self> {
+        Self::upload_with(gpu, stream, batch, false)
+    }
+
+    fn upload_with(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, batch: &RecordBatch, register: bool) -> Result<Self> {
         let hosts = batch.columns().iter().map(|a| pack(a.as_ref())).collect::<Result<Vec<_>>>()?;
-        let cols = upload_columns(gpu, stream, &hosts)?;
+        let cols = upload_columns_with(gpu, stream, &hosts, register)?;
         DeviceBatch::try_new(
             batch.schema(),
             cols.into_iter().map(Arc::new).collect(),

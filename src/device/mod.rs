@@ -239,10 +239,28 @@ impl Gpu {
         }
     }
 
-    /// Uploads host byte slices into device buffers on `stream`.
+    /// Uploads host byte slices into device buffers on `stream`; a large buffer uploaded a second
+    /// time is page-locked in place (see [`registered`]).
     pub fn upload(&self, stream: &Arc<CudaStream>, pieces: &[transfer::UploadPiece<'_>]) -> Result<()> {
+        self.upload_with(stream, pieces, true)
+    }
+
+    /// Uploads host byte slices that are uploaded once and then freed (concatenated batches):
+    /// always through the staging buffers, since a later buffer at the same address and length
+    /// would look like a second upload of this one and be page-locked for nothing.
+    pub fn upload_transient(&self, stream: &Arc<CudaStream>, pieces: &[transfer::UploadPiece<'_>]) -> Result<()> {
+        self.upload_with(stream, pieces, false)
+    }
+
+    fn upload_with(
+        &self,
+        stream: &Arc<CudaStream>,
+        pieces: &[transfer::UploadPiece<'_>],
+        register: bool,
+    ) -> Result<()> {
         let mut ring = self.take_ring()?;
-        let result = transfer::upload(stream, &mut ring, &self.registry, &self.pinned, pieces, &self.copy_threads());
+        let registry = register.then_some(&self.registry);
+        let result = transfer::upload(stream, &mut ring, registry, &self.pinned, pieces, &self.copy_threads());
         self.return_ring(ring);
         result
     }

@@ -90,14 +90,14 @@ pub struct UploadPiece<'a> {
 }
 
 /// Copies every piece to the device on `stream`: straight from host memory for buffers in
-/// `pool`'s pinned memory or that the `registry` has page-locked, through `ring` otherwise,
+/// `pool`'s pinned memory or that the `registry` (when given) has page-locked, through `ring` otherwise,
 /// `threads` filling the staging slots. Returns when the host bytes are no longer needed (they
 /// are all in pinned memory that stays allocated, or already on the device); the device copies
 /// may still be in flight on `stream`.
 pub fn upload(
     stream: &Arc<CudaStream>,
     ring: &mut StagingRing,
-    registry: &HostRegistry,
+    registry: Option<&HostRegistry>,
     pool: &PinnedPool,
     pieces: &[UploadPiece<'_>],
     threads: &rayon::ThreadPool,
@@ -124,7 +124,7 @@ pub fn upload(
         let base = piece.dst.raw_ptr(stream) + piece.dst_offset as u64;
         let pinned = pool.contains(piece.src);
         direct_from_pool |= pinned;
-        if pinned || registry.prepare(piece.src) {
+        if pinned || registry.is_some_and(|r| r.prepare(piece.src)) {
             unsafe {
                 sys::cuMemcpyHtoDAsync_v2(base, piece.src.as_ptr() as *const _, piece.src.len(), stream.cu_stream())
             }

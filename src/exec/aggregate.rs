@@ -43,8 +43,9 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 use tokio::sync::OnceCell;
 
-use super::blocking;
 use super::fuse::FusedInput;
+use super::upload::ChunkUploader;
+use super::{blocking, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, group_by};
 use crate::columns::{DeviceBatch, DeviceColumn};
@@ -332,6 +333,14 @@ impl GpuAggregateExec {
             chunk_rows: cfg.batch_rows.max(1),
             batch_size: context.session_config().batch_size().max(1),
             metrics: Metrics::new(&self.metrics, partition),
+            who: match timeline::enabled() {
+                true => {
+                    let a = aggregate(&self.agg)?;
+                    let keys: Vec<String> = a.group_expr().expr().iter().map(|(_, n)| n.clone()).collect();
+                    format!("aggregate {:?} [{}] p{partition}", a.mode(), keys.join(", "))
+                }
+                false => String::new(),
+            },
         })
     }
 
@@ -616,6 +625,8 @@ struct Run {
     chunk_rows: usize,
     batch_size: usize,
     metrics: Metrics,
+    /// The name of this run in the debug timeline (empty when the timeline is off).
+    who: String,
 }
 
 /// Rows a [`Run`] reduces: host rows (projected to what the aggregate uploads) or device rows
@@ -641,20 +652,44 @@ impl Run {
         self.finish(state).await
     }
 
-    /// `input`'s batches projected to what this aggregate uploads.
+    /// `input`'s batches projected to what this aggregate uploads, on the device in chunks of
+    /// about `gpu.batch_rows` rows (uploaded as they arrive, see [`ChunkUploader`]).
     fn host_pieces(
         &self,
         input: SendableRecordBatchStream,
     ) -> impl Stream<Item = Result<Piece>> + Send + Unpin + use<> {
         let (fused, layout, rows) = (self.fused.clone(), Arc::clone(&self.layout), self.metrics.input_rows.clone());
-        input.map(move |b| {
+        let projected = input.map(move |b| {
             let b = b?;
             rows.add(b.num_rows());
-            Ok(Piece::Host(match &fused {
-                Some(f) => b.project(&f.projection.inputs)?,
-                None => layout.project(&b)?,
-            }))
-        })
+            match &fused {
+                Some(f) => Ok(b.project(&f.projection.inputs)?),
+                None => layout.project(&b),
+            }
+        });
+        let uploader = ChunkUploader::new(Arc::clone(&self.gpu), self.chunk_rows, self.metrics.upload_time.clone());
+        let chunks = futures::stream::unfold(Some((projected, uploader)), |state| async move {
+            let (mut input, mut uploader) = state?;
+            loop {
+                let next = match input.next().await {
+                    Some(Ok(b)) => uploader.push(b).await,
+                    Some(Err(e)) => Err(e),
+                    None => {
+                        return match uploader.finish().await {
+                            Ok(Some(chunk)) => Some((Ok(Piece::Device(chunk)), None)),
+                            Ok(None) => None,
+                            Err(e) => Some((Err(e), None)),
+                        };
+                    }
+                };
+                match next {
+                    Ok(Some(chunk)) => return Some((Ok(Piece::Device(chunk)), Some((input, uploader)))),
+                    Ok(None) => continue,
+                    Err(e) => return Some((Err(e), None)),
+                }
+            }
+        });
+        Box::pin(chunks)
     }
 
     /// Reduces `input` to one state batch on the device: pieces are gathered into chunks of about
@@ -675,13 +710,16 @@ impl Run {
                 pending.push(piece);
             }
             if pending_rows > 0 && (pending_rows >= self.chunk_rows || done) {
+                timeline::mark(&self.who, || format!("chunk of {pending_rows} rows arrived"));
                 pending_rows = 0;
                 self.metrics.chunks.add(1);
                 let state = self.group_by(std::mem::take(&mut pending), true).await?;
+                timeline::mark(&self.who, || format!("chunk grouped: {} state rows", state.num_rows()));
                 parts_rows += state.num_rows();
                 parts.push(state);
                 if parts.len() > 1 && parts_rows >= merge_at {
                     let merged = self.merge(std::mem::take(&mut parts)).await?;
+                    timeline::mark(&self.who, || format!("states merged: {} rows", merged.num_rows()));
                     parts_rows = merged.num_rows();
                     // States that hardly shrink (many groups) are merged again only once as
                     // many rows have joined them, so each row is merged a bounded number of times.
@@ -722,12 +760,14 @@ impl Run {
         hash: Option<(Vec<Arc<dyn PhysicalExpr>>, usize)>,
         threads: usize,
     ) -> Result<Vec<Vec<RecordBatch>>> {
+        timeline::mark(&self.who, || format!("final state of {} rows ready", state.num_rows()));
         let timer = self.metrics.download_time.clone();
         let state = blocking(move || {
             let _t = timer.timer();
             state.download()
         })
         .await?;
+        timeline::mark(&self.who, || "final state downloaded".into());
         let rows = state.num_rows();
         self.metrics.output_rows.add(rows);
         let batch_size = self.batch_size;
@@ -810,20 +850,16 @@ impl Run {
             None => None,
         };
         let state = blocking(move || {
-            let stream = gpu.stream();
+            // Device rows may still be arriving on their stream (an upload): work follows them there.
+            let stream = match device.first() {
+                Some(d) => Arc::clone(d.stream()),
+                None => gpu.stream(),
+            };
             let (cols, rows) = match host {
                 Some(host) => {
-                    let dev = {
-                        let _t = m.upload_time.timer();
-                        DeviceBatch::upload(&gpu, &stream, &host)?
-                    };
-                    match &fused {
-                        Some(f) => {
-                            let _t = m.project_time.timer();
-                            f.projection.evaluate(&gpu, &stream, dev.columns(), dev.num_rows() as u64)?
-                        }
-                        None => (dev.columns().to_vec(), dev.num_rows() as u64),
-                    }
+                    let _t = m.upload_time.timer();
+                    let dev = DeviceBatch::upload(&gpu, &stream, &host)?;
+                    (dev.columns().to_vec(), dev.num_rows() as u64)
                 }
                 None => {
                     let schema = device
@@ -834,6 +870,13 @@ impl Run {
                     let b = DeviceBatch::concat(&gpu, &stream, schema, &device)?;
                     (b.columns().to_vec(), b.num_rows() as u64)
                 }
+            };
+            let (cols, rows) = match &fused {
+                Some(f) => {
+                    let _t = m.project_time.timer();
+                    f.projection.evaluate(&gpu, &stream, &cols, rows)?
+                }
+                None => (cols, rows),
             };
             let mut times = GroupByTimes::default();
             let (reductions, distinct) =

@@ -38,7 +38,8 @@ use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
 use tokio::sync::OnceCell;
 
-use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream};
+use super::upload::{ChunkUploader, batch_bytes};
+use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream, timeline};
 use crate::columns::DeviceBatch;
 use crate::columns::concat::can_concat;
 use crate::config::GpuConfig;
@@ -617,13 +618,6 @@ fn slices(batch: &RecordBatch, rows: usize) -> Vec<RecordBatch> {
     (0..batch.num_rows()).step_by(rows).map(|at| batch.slice(at, rows.min(batch.num_rows() - at))).collect()
 }
 
-/// Bytes the rows of a host batch hold (a slice counts only its own rows, where
-/// `get_array_memory_size` counts the buffers it is cut from).
-fn batch_bytes(batch: &RecordBatch) -> u64 {
-    let data = batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(c.get_array_memory_size()));
-    data.map(|b| b as u64).sum::<u64>()
-}
-
 /// Bytes per row of a host batch (at least 1).
 fn row_bytes(batch: &RecordBatch) -> u64 {
     (batch_bytes(batch) / batch.num_rows().max(1) as u64).max(1)
@@ -649,8 +643,10 @@ async fn build_side(
     consumers: usize,
     consumers_share_build: bool,
     planned_out_of_core: bool,
+    who: String,
 ) -> Result<Built> {
     let host = collect(&left, partitions, &layout.build_cols, &layout.build_schema, &context).await?;
+    timeline::mark(&who, || format!("build input of {} rows collected", host.num_rows()));
     // Partitioned mode runs one join per partition at the same time: each gets its share.
     let (limit, streams) = match consumers_share_build {
         true => (gpu.memory().limit(), consumers),
@@ -671,7 +667,7 @@ async fn build_side(
             for chunk in slices(&host, sizes.chunk_rows(row_bytes(&host))) {
                 let dev = {
                     let _u = metrics.upload_time.timer();
-                    DeviceBatch::upload(&gpu, &stream, &chunk)?
+                    DeviceBatch::upload_transient(&gpu, &stream, &chunk)?
                 };
                 side.add(&gpu, &dev, &layout.spec.keys, &layout.spec.build_keys)?;
             }
@@ -689,7 +685,7 @@ async fn build_side(
         let stream = gpu.stream();
         let dev = {
             let _u = metrics.upload_time.timer();
-            DeviceBatch::upload(&gpu, &stream, &host)?
+            DeviceBatch::upload_transient(&gpu, &stream, &host)?
         };
         let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
         metrics.add_phases(&build.times);
@@ -735,7 +731,7 @@ impl OutOfCoreProbe {
                 ProbeBatch::Device(d) => d,
                 ProbeBatch::Host(h) => {
                     let _u = m.upload_time.timer();
-                    DeviceBatch::upload(&gpu, &stream, &h)?
+                    DeviceBatch::upload_transient(&gpu, &stream, &h)?
                 }
             };
             trace.step("upload");
@@ -968,6 +964,14 @@ impl GpuExec for GpuHashJoinExec {
             }
         };
         let metrics = Metrics::new(&self.metrics, partition);
+        let who = match timeline::enabled() {
+            true => {
+                let on: Vec<String> = hj.on().iter().map(|(l, r)| format!("{l}={r}")).collect();
+                format!("join [{}] p{partition}", on.join(", "))
+            }
+            false => String::new(),
+        };
+        timeline::mark(&who, || format!("start ({:?})", mode));
         let layout = Arc::clone(&self.layout);
         let estimate = self.estimate.clone();
         let shared = Arc::clone(&self.shared);
@@ -997,6 +1001,7 @@ impl GpuExec for GpuHashJoinExec {
                     consumers,
                     mode == PartitionMode::CollectLeft,
                     planned_out_of_core,
+                    who.clone(),
                 );
                 let built = if mode == PartitionMode::CollectLeft {
                     let init = || {
@@ -1007,6 +1012,7 @@ impl GpuExec for GpuHashJoinExec {
                 } else {
                     build_fut.await?
                 };
+                timeline::mark(&who, || "build ready".into());
                 let build = match built {
                     Built::Memory(b) => b,
                     Built::Spilled(ooc) => {
@@ -1031,6 +1037,7 @@ impl GpuExec for GpuHashJoinExec {
                             if dev.num_rows() == 0 {
                                 continue;
                             }
+                            timeline::mark(&who, || format!("probe device batch of {} rows arrived", dev.num_rows()));
                             let chunk = probe_columns(&layout, &gpu, &dev)?;
                             let (build, m) = (Arc::clone(&build), metrics.clone());
                             // On the stream that produced the batch, so the probe follows it.
@@ -1042,36 +1049,30 @@ impl GpuExec for GpuHashJoinExec {
                         ))) as SendableRecordBatchStream
                     }
                 };
-                let mut pending: Vec<RecordBatch> = Vec::new();
-                let mut pending_rows = 0usize;
+                // Probe rows go to the device as they arrive; each full chunk is probed.
+                let mut uploader = ChunkUploader::new(Arc::clone(&gpu), chunk_rows, metrics.upload_time.clone());
                 loop {
-                    let next = probe.next().await.transpose()?;
-                    let done = next.is_none();
-                    if let Some(b) = next {
-                        let b = b.project(&layout.probe_cols)?;
-                        pending_rows += b.num_rows();
-                        pending.push(b);
-                    }
-                    if pending_rows > 0 && (pending_rows >= chunk_rows || done) {
-                        let host = concat_batches(&layout.probe_schema, &pending)?;
-                        pending.clear();
-                        pending_rows = 0;
-                        let (gpu, build, m) = (Arc::clone(&gpu), Arc::clone(&build), metrics.clone());
-                        let outputs = blocking(move || {
-                            let stream = gpu.stream();
-                            let dev = {
-                                let _u = m.upload_time.timer();
-                                DeviceBatch::upload(&gpu, &stream, &host)?
-                            };
-                            probe_chunk(&build, &m, &stream, &dev)
-                        })
-                        .await?;
-                        send(&mut tx, &metrics, outputs).await?;
-                    }
-                    if done {
-                        break;
-                    }
+                    let chunk = match probe.next().await.transpose()? {
+                        Some(b) => match uploader.push(b.project(&layout.probe_cols)?).await? {
+                            Some(chunk) => chunk,
+                            None => continue,
+                        },
+                        None => match uploader.finish().await? {
+                            Some(chunk) => chunk,
+                            None => break,
+                        },
+                    };
+                    timeline::mark(&who, || format!("probe chunk of {} rows on the device", chunk.num_rows()));
+                    let (build, m, w) = (Arc::clone(&build), metrics.clone(), who.clone());
+                    let outputs = blocking(move || {
+                        let out = probe_chunk(&build, &m, chunk.stream(), &chunk);
+                        timeline::mark(&w, || "probe chunk joined".into());
+                        out
+                    })
+                    .await?;
+                    send(&mut tx, &metrics, outputs).await?;
                 }
+                timeline::mark(&who, || "probe input ended".into());
                 let last = match mode {
                     PartitionMode::CollectLeft => shared.remaining.fetch_sub(1, Ordering::SeqCst) == 1,
                     _ => true,

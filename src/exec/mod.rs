@@ -10,6 +10,7 @@ pub mod fallback;
 pub mod fuse;
 pub mod join;
 pub mod placement;
+pub mod timeline;
 pub mod upload;
 
 use std::pin::Pin;
@@ -83,7 +84,10 @@ pub fn download_stream(
 ) -> SendableRecordBatchStream {
     let batches = stream.then(|b| async move {
         let b = b?;
-        blocking(move || b.download()).await
+        let rows = b.num_rows();
+        let out = blocking(move || b.download()).await;
+        timeline::mark("download", || format!("{rows} rows downloaded for a CPU parent"));
+        out
     });
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }

@@ -4,10 +4,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use cudarc::driver::CudaStream;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
 use futures::StreamExt;
 
@@ -102,6 +105,117 @@ impl GpuExec for GpuUploadExec {
                 .await
             }
         })))
+    }
+}
+
+/// Bytes the rows of a host batch hold (a slice counts only its own rows, where
+/// `get_array_memory_size` counts the buffers it is cut from).
+pub(crate) fn batch_bytes(batch: &RecordBatch) -> u64 {
+    let data = batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(c.get_array_memory_size()));
+    data.map(|b| b as u64).sum::<u64>()
+}
+
+/// Host batches gathered into device chunks of about `chunk_rows` rows, uploaded as they
+/// arrive in groups of about `group_bytes`: the copies overlap the CPU work that produces the
+/// input (instead of all starting once the last batch is in), and each group's host memory is
+/// freed once it is on the device. A chunk's groups are uploaded on one stream and
+/// concatenated there; the chunk's consumers continue on that stream.
+pub struct ChunkUploader {
+    gpu: Arc<Gpu>,
+    chunk_rows: usize,
+    group_bytes: u64,
+    time: Time,
+    host: Vec<RecordBatch>,
+    host_rows: usize,
+    host_bytes: u64,
+    device: Vec<DeviceBatch>,
+    device_rows: usize,
+    stream: Option<Arc<CudaStream>>,
+}
+
+impl ChunkUploader {
+    /// Groups of at most this many bytes are copied at once (a quarter of a default staging slot
+    /// pair: large enough that a copy's fixed costs do not matter, small enough to overlap).
+    pub const GROUP_BYTES: u64 = 16 << 20;
+
+    /// An uploader timing its copies in `time`.
+    pub fn new(gpu: Arc<Gpu>, chunk_rows: usize, time: Time) -> Self {
+        ChunkUploader {
+            gpu,
+            chunk_rows: chunk_rows.max(1),
+            group_bytes: Self::GROUP_BYTES,
+            time,
+            host: Vec::new(),
+            host_rows: 0,
+            host_bytes: 0,
+            device: Vec::new(),
+            device_rows: 0,
+            stream: None,
+        }
+    }
+
+    /// Takes `batch`; returns a chunk when this batch completed one.
+    pub async fn push(&mut self, batch: RecordBatch) -> Result<Option<DeviceBatch>> {
+        if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        self.host_rows += batch.num_rows();
+        self.host_bytes += batch_bytes(&batch);
+        self.host.push(batch);
+        if self.host_bytes >= self.group_bytes || self.device_rows + self.host_rows >= self.chunk_rows {
+            self.upload_group().await?;
+        }
+        if self.device_rows >= self.chunk_rows { self.take_chunk().await.map(Some) } else { Ok(None) }
+    }
+
+    /// The rows not yet handed out, as one last chunk (`None` when there are none).
+    pub async fn finish(&mut self) -> Result<Option<DeviceBatch>> {
+        self.upload_group().await?;
+        if self.device.is_empty() { Ok(None) } else { self.take_chunk().await.map(Some) }
+    }
+
+    /// Uploads the waiting host batches: one batch as it is (its buffers may be a table's, worth
+    /// page-locking when uploaded again), several concatenated first (a transient copy).
+    async fn upload_group(&mut self) -> Result<()> {
+        if self.host.is_empty() {
+            return Ok(());
+        }
+        let batches = std::mem::take(&mut self.host);
+        self.host_rows = 0;
+        self.host_bytes = 0;
+        let stream = Arc::clone(self.stream.get_or_insert_with(|| self.gpu.stream()));
+        let (gpu, time) = (Arc::clone(&self.gpu), self.time.clone());
+        let dev = blocking(move || {
+            let _t = time.timer();
+            match batches.as_slice() {
+                [one] => DeviceBatch::upload(&gpu, &stream, one),
+                _ => {
+                    let host = concat_batches(&batches[0].schema(), &batches)?;
+                    drop(batches);
+                    DeviceBatch::upload_transient(&gpu, &stream, &host)
+                }
+            }
+        })
+        .await?;
+        self.device_rows += dev.num_rows();
+        self.device.push(dev);
+        Ok(())
+    }
+
+    /// The uploaded groups as one device batch, on their stream.
+    async fn take_chunk(&mut self) -> Result<DeviceBatch> {
+        let parts = std::mem::take(&mut self.device);
+        self.device_rows = 0;
+        let stream = self.stream.take().unwrap_or_else(|| self.gpu.stream());
+        let gpu = Arc::clone(&self.gpu);
+        blocking(move || {
+            let schema = match parts.first() {
+                Some(p) => Arc::clone(p.schema()),
+                None => return Err(DataFusionError::Internal("an upload chunk without rows".into())),
+            };
+            DeviceBatch::concat(&gpu, &stream, schema, &parts)
+        })
+        .await
     }
 }
 

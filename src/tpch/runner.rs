@@ -182,8 +182,11 @@ async fn timed(
     let mut last = None;
     for _ in 0..iterations {
         let t = Instant::now();
+        crate::exec::timeline::mark("bench", || "timed run starts".into());
         let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+        crate::exec::timeline::mark("bench", || "planned".into());
         collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+        crate::exec::timeline::mark("bench", || format!("timed run ends ({:.1} ms)", t.elapsed().as_secs_f64() * 1e3));
         times.push(t.elapsed().as_secs_f64() * 1e3);
         last = Some(plan);
     }
