@@ -774,3 +774,75 @@ async fn gpu_aggregate_fuses_filters_and_projections() {
     let plan = ctx.sql(FUSED_QUERIES[0]).await.unwrap().create_physical_plan().await.unwrap();
     assert!(!fused(&plan), "{}", displayable(plan.as_ref()).indent(true));
 }
+
+/// Sum of the metric `name` over the plan's GPU aggregates.
+fn gpu_aggregate_metric(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
+    let own = match plan.downcast_ref::<GpuAggregateExec>() {
+        Some(a) => a.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize()),
+        None => 0,
+    };
+    own + plan.children().into_iter().map(|c| gpu_aggregate_metric(c, name)).sum::<usize>()
+}
+
+/// A partition whose whole input has fewer than `gpu.min_rows` rows (the plan expected more) is
+/// aggregated by DataFusion on the CPU, with the filters fused into the GPU exec, in every
+/// stage: Single/Partial/Final run on their own, and a partial merged into its Final on the
+/// device hands DataFusion's states over. `gpu.min_rows = 0` never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_partitions_below_min_rows_run_on_the_cpu() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_partitions_below_min_rows_run_on_the_cpu") else { return };
+    let seed = fresh_seed("gpu_aggregate_partitions_below_min_rows_run_on_the_cpu");
+    let mut rng = StdRng::seed_from_u64(seed);
+    // About 11 000 rows in each of 4 partitions: the plan sees 45 000.
+    let rows = rng.random_range(40_000..50_000);
+    let batch = table(&mut rng, Dist::Groups(100), rows);
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, &batch, 4);
+    let queries = [
+        query(&["k_i64"]),
+        query(&["k_str", "k_i64"]),
+        query(&[]),
+        FUSED_QUERIES[0].to_string(),
+        FUSED_QUERIES[1].to_string(),
+        "SELECT k_i32, count(DISTINCT v_i64) d, sum(v_dec) s FROM t GROUP BY k_i32 ORDER BY k_i32".to_string(),
+    ];
+    let mut failures = Vec::new();
+    let (mut fused_on_cpu, mut checked) = (0, 0);
+    for exchange in [true, false] {
+        for min_rows in [20_000, 0] {
+            let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, 1 << 22, exchange);
+            register(&ctx, &batch, 4);
+            for set in [
+                format!("SET gpu.min_rows = {min_rows}"),
+                // The plan must expect every row past the filters, or it keeps them on the CPU.
+                "SET datafusion.optimizer.default_filter_selectivity = 100".to_string(),
+            ] {
+                ctx.sql(&set).await.unwrap().collect().await.unwrap();
+            }
+            for sql in &queries {
+                let label = format!("exchange {exchange}, gpu.min_rows {min_rows}: {sql}");
+                let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
+                let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+                let text = displayable(plan.as_ref()).indent(true).to_string();
+                assert!(count_nodes(&plan, "GpuAggregateExec") > 0, "{label}: no GPU aggregate\n{text}");
+                match collect(Arc::clone(&plan), ctx.task_ctx()).await {
+                    Err(e) => failures.push(format!("{label}: {e}")),
+                    Ok(got) => failures.extend(compare(&want, &got, &label)),
+                }
+                let on_cpu = gpu_aggregate_metric(&plan, "cpu_partitions");
+                match min_rows {
+                    0 => assert_eq!(on_cpu, 0, "{label}: gpu.min_rows = 0 ran partitions on the CPU"),
+                    _ => assert!(on_cpu > 0, "{label}: no partition ran on the CPU\n{text}"),
+                }
+                if on_cpu > 0 && fused(&plan) && sql.contains("WHERE") {
+                    fused_on_cpu += 1;
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+    assert!(fused_on_cpu > 0, "no query with fused filters ran on the CPU");
+    println!("{checked} GPU aggregates with small partitions matched the CPU (seed {seed})");
+}

@@ -24,6 +24,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Statistics;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
@@ -332,6 +333,8 @@ impl GpuAggregateExec {
             adaptive,
             chunk_rows: cfg.batch_rows.max(1),
             batch_size: context.session_config().batch_size().max(1),
+            min_rows: cfg.min_rows,
+            context: Arc::clone(context),
             metrics: Metrics::new(&self.metrics, partition),
             who: match timeline::enabled() {
                 true => {
@@ -357,8 +360,18 @@ impl GpuAggregateExec {
             run.metrics = Metrics::new(&self.metrics, i);
             let input = partial.execute_input(i, &context)?;
             tasks.push(SpawnedTask::spawn(async move {
-                let pieces = run.host_pieces(input);
-                run.reduce(pieces).await
+                match run.reduce_or_cpu(input).await? {
+                    Reduced::Device(state) => Ok(state),
+                    // DataFusion's partial states, in the layout of this exec's.
+                    Reduced::Host(states) => {
+                        let (gpu, schema) = (Arc::clone(&run.gpu), run.agg.schema());
+                        blocking(move || {
+                            let host = concat_batches(&schema, &states)?;
+                            DeviceBatch::upload_transient(&gpu, &gpu.stream(), &host)
+                        })
+                        .await
+                    }
+                }
             }));
         }
         let run = self.new_run(0, &context)?;
@@ -587,6 +600,9 @@ struct Metrics {
     hash_fallbacks: Count,
     /// Times the run-time choice changed the group-by method (under `auto`).
     method_changes: Count,
+    /// Partitions whose whole input had fewer than `gpu.min_rows` rows, aggregated by
+    /// DataFusion on the CPU instead.
+    cpu_partitions: Count,
     output_rows: Count,
 }
 
@@ -607,6 +623,7 @@ impl Metrics {
             merges: b().counter("merges", partition),
             hash_fallbacks: b().counter("hash_fallbacks", partition),
             method_changes: b().counter("method_changes", partition),
+            cpu_partitions: b().counter("cpu_partitions", partition),
             output_rows: b().output_rows(partition),
         }
     }
@@ -624,9 +641,18 @@ struct Run {
     adaptive: Option<(AggregateShape, Arc<Profile>)>,
     chunk_rows: usize,
     batch_size: usize,
+    /// A partition whose whole input has fewer rows runs on the CPU (`gpu.min_rows`).
+    min_rows: usize,
+    context: Arc<TaskContext>,
     metrics: Metrics,
     /// The name of this run in the debug timeline (empty when the timeline is off).
     who: String,
+}
+
+/// A partition's input reduced on the device (the state) or on the CPU (DataFusion's output).
+enum Reduced {
+    Device(DeviceBatch),
+    Host(Vec<RecordBatch>),
 }
 
 /// Rows a [`Run`] reduces: host rows (projected to what the aggregate uploads) or device rows
@@ -646,10 +672,57 @@ impl Piece {
 }
 
 impl Run {
-    /// This partition's output batches from its host input.
+    /// This partition's output batches from its host input. The first `gpu.min_rows` rows are
+    /// read before anything is uploaded: when the input ends sooner, the plan's estimate was
+    /// too high (sizes after joins and filters are guesses) and DataFusion's aggregate, with the
+    /// filters and projections fused into this one, runs on them on the CPU: a GPU group-by has a
+    /// fixed cost of transfers, launches and synchronisations that so few rows do not repay.
     async fn run(self, input: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
-        let state = self.reduce(self.host_pieces(input)).await?;
-        self.finish(state).await
+        match self.reduce_or_cpu(input).await? {
+            Reduced::Device(state) => self.finish(state).await,
+            Reduced::Host(out) => {
+                self.metrics.output_rows.add(out.iter().map(|b| b.num_rows()).sum());
+                Ok(out)
+            }
+        }
+    }
+
+    /// `input` reduced to a state on the device, or, for fewer than `gpu.min_rows` rows,
+    /// DataFusion's output on the host (see [`Run::run`]).
+    async fn reduce_or_cpu(&self, mut input: SendableRecordBatchStream) -> Result<Reduced> {
+        let schema = input.schema();
+        let (mut head, mut rows) = (Vec::new(), 0usize);
+        while self.min_rows > 0 && rows < self.min_rows {
+            match input.next().await.transpose()? {
+                Some(b) => {
+                    rows += b.num_rows();
+                    head.push(b);
+                }
+                None => return self.on_cpu(schema, head).await.map(Reduced::Host),
+            }
+        }
+        let rest = futures::stream::iter(head.into_iter().map(Ok)).chain(input);
+        let input = Box::pin(RecordBatchStreamAdapter::new(schema, rest));
+        self.reduce(self.host_pieces(input)).await.map(Reduced::Device)
+    }
+
+    /// DataFusion's aggregate (and the nodes fused into this exec) over `batches`, this
+    /// partition's whole input.
+    async fn on_cpu(&self, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        timeline::mark(&self.who, || format!("{rows} input rows, below gpu.min_rows: on the CPU"));
+        self.metrics.cpu_partitions.add(1);
+        self.metrics.input_rows.add(rows);
+        let mut node: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(&[batches], schema, None)?;
+        let recompute = || ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        if let Some(f) = &self.fused {
+            // The chain lists the nodes nearest this exec first.
+            for c in f.chain.iter().rev() {
+                node = Arc::clone(c).replace_children(vec![node], recompute())?;
+            }
+        }
+        let agg = Arc::clone(&self.agg).replace_children(vec![node], recompute())?;
+        datafusion::physical_plan::collect(agg, Arc::clone(&self.context)).await
     }
 
     /// `input`'s batches projected to what this aggregate uploads, on the device in chunks of
