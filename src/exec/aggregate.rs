@@ -364,7 +364,8 @@ impl GpuAggregateExec {
                     Reduced::Device(state) => Ok(state),
                     // DataFusion's partial states, in the layout of this exec's.
                     Reduced::Host(states) => {
-                        let (gpu, schema) = (Arc::clone(&run.gpu), run.agg.schema());
+                        let schema = states.first().map_or_else(|| run.agg.schema(), |b| b.schema());
+                        let gpu = Arc::clone(&run.gpu);
                         blocking(move || {
                             let host = concat_batches(&schema, &states)?;
                             DeviceBatch::upload_transient(&gpu, &gpu.stream(), &host)

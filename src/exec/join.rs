@@ -1051,12 +1051,18 @@ impl GpuExec for GpuHashJoinExec {
                 };
                 // Probe rows go to the device as they arrive; each full chunk is probed.
                 let mut uploader = ChunkUploader::new(Arc::clone(&gpu), chunk_rows, metrics.upload_time.clone());
+                let mut first = true;
                 loop {
                     let chunk = match probe.next().await.transpose()? {
-                        Some(b) => match uploader.push(b.project(&layout.probe_cols)?).await? {
-                            Some(chunk) => chunk,
-                            None => continue,
-                        },
+                        Some(b) => {
+                            if std::mem::take(&mut first) {
+                                timeline::mark(&who, || format!("first probe batch of {} rows arrived", b.num_rows()));
+                            }
+                            match uploader.push(b.project(&layout.probe_cols)?).await? {
+                                Some(chunk) => chunk,
+                                None => continue,
+                            }
+                        }
                         None => match uploader.finish().await? {
                             Some(chunk) => chunk,
                             None => break,
