@@ -213,8 +213,8 @@ gpu_options! {
         pub profile_dir: String, default = String::new()
         /// Evaluate the filters and projections directly below a GPU aggregate on the GPU (one generated kernel each), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.
         pub fuse_expressions: bool, default = true
-        /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate on the GPU too (uploading every row). Off by default: a selective filter is cheaper on the CPU, where it shrinks the upload (TPC-H SF10 q15 and q20 ran 2x slower with it on an H100), and DataFusion's in-memory statistics cannot tell a selective filter from one that keeps every row.
-        pub fuse_filters: bool, default = false
+        /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate on the GPU too. Each partition measures the bottom filter on its first 65536 rows: when it keeps under half of them the host keeps filtering before the upload (a selective filter shrinks the upload more than it costs), otherwise rows are uploaded unfiltered and only the GPU filters them. false leaves the filters to DataFusion on the CPU.
+        pub fuse_filters: bool, default = true
         /// Merge a GPU Partial aggregate's states into the GPU Final aggregate above it on the device, removing the RepartitionExec or CoalescePartitionsExec between them (one GPU does all the work, so states never cross PCIe; the output keeps the exchange's hash partitioning); false keeps DataFusion's exchange on the host.
         pub aggregate_exchange: bool, default = true
     }

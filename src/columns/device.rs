@@ -5,10 +5,11 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use datafusion::arrow::array::RecordBatchOptions;
 use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::host::{HostColumn, pack, unpack};
+use super::host::{AssembledColumn, HostColumn, pack, unpack};
 use crate::device::transfer::UploadPiece;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{Result, gpu_error};
@@ -181,6 +182,61 @@ impl DeviceBatch {
         )
     }
 
+    /// The rows of several host batches of one schema as one device batch, each byte copied once
+    /// (into the staging buffers): every column is assembled from the batches' own buffers
+    /// ([`AssembledColumn`]) instead of being concatenated on the host first, except dictionaries
+    /// and lists, for which the batches are concatenated. Never page-locked in place (see
+    /// [`Gpu::upload_transient`]).
+    pub fn upload_concat(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, batches: &[RecordBatch]) -> Result<Self> {
+        let first = batches.first().ok_or_else(|| gpu_error("uploading no batches"))?;
+        let schema = first.schema();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let concat_first = || -> Result<Self> {
+            let host = concat_batches(&schema, batches)?;
+            Self::upload_transient(gpu, stream, &host)
+        };
+        if schema.fields().iter().any(|f| matches!(f.data_type(), DataType::Dictionary(..) | DataType::List(_))) {
+            return concat_first();
+        }
+        let mut assembled = Vec::with_capacity(schema.fields().len());
+        for i in 0..schema.fields().len() {
+            let parts = batches.iter().map(|b| pack(b.column(i).as_ref())).collect::<Result<Vec<_>>>()?;
+            match AssembledColumn::assemble(&parts) {
+                Some(a) => assembled.push(a),
+                None => return concat_first(),
+            }
+        }
+        let mut cols = Vec::with_capacity(assembled.len());
+        for a in &assembled {
+            let what = format!("a {} column of {} rows", a.data_type, a.len);
+            cols.push(DeviceColumn {
+                data_type: a.data_type.clone(),
+                len: a.len,
+                null_count: a.null_count,
+                validity: a.validity.as_ref().map(|v| gpu.alloc(stream, v.len, &what)).transpose()?,
+                buffers: a.buffers.iter().map(|b| gpu.alloc(stream, b.len, &what)).collect::<Result<_>>()?,
+                children: Vec::new(),
+            });
+        }
+        let mut pieces = Vec::new();
+        for (a, d) in assembled.iter().zip(&cols) {
+            let host = a.validity.iter().chain(&a.buffers);
+            for (h, dev) in host.zip(d.validity.iter().chain(&d.buffers)) {
+                for (src, at) in &h.parts {
+                    pieces.push(UploadPiece { src, dst: dev, dst_offset: *at });
+                }
+            }
+        }
+        gpu.upload_transient(stream, &pieces)?;
+        DeviceBatch::try_new(
+            schema,
+            cols.into_iter().map(Arc::new).collect(),
+            rows,
+            Arc::clone(gpu),
+            Arc::clone(stream),
+        )
+    }
+
     /// Downloads into a host batch with the same schema.
     pub fn download(&self) -> Result<RecordBatch> {
         let cols: Vec<&DeviceColumn> = self.columns.iter().map(|c| c.as_ref()).collect();
@@ -276,6 +332,32 @@ mod tests {
                 let back = dev.download().unwrap();
                 assert_same_array(array.as_ref(), back.column(0).as_ref(), &format!("{dt} len {len} offset {offset}"));
             }
+        }
+    }
+
+    /// Several host batches of every type (odd lengths, slices, nulls, empty ones) uploaded as
+    /// one device batch give back their concatenation.
+    #[test]
+    fn gpu_upload_concat_every_type() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_upload_concat_every_type") else { return };
+        let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_upload_concat_every_type"));
+        let stream = gpu.stream();
+        for dt in all_types() {
+            let schema = Arc::new(Schema::new(vec![Field::new("c", dt.clone(), true)]));
+            let nulls = [0.0, 0.3, 1.0][rng.random_range(0..3)];
+            let batches: Vec<RecordBatch> = [8192, 13, 0, 1000, 7, 4099]
+                .iter()
+                .map(|&len| {
+                    let offset = rng.random_range(0..9);
+                    let a = random_array(&mut rng, &dt, len + offset, nulls).slice(offset, len);
+                    RecordBatch::try_new(Arc::clone(&schema), vec![a]).unwrap()
+                })
+                .collect();
+            let dev = DeviceBatch::upload_concat(&gpu, &stream, &batches).unwrap();
+            let back = dev.download().unwrap();
+            let want = concat_batches(&schema, &batches).unwrap();
+            assert_same_array(want.column(0).as_ref(), back.column(0).as_ref(), &format!("{dt} nulls {nulls}"));
         }
     }
 

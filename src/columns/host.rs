@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::BooleanBufferBuilder;
 use datafusion::arrow::array::{Array, ArrayData, ArrayRef, make_array};
 use datafusion::arrow::buffer::{Buffer, MutableBuffer};
 use datafusion::arrow::compute::cast;
@@ -198,6 +199,95 @@ pub fn unpack(col: HostColumn) -> Result<ArrayRef> {
     if stored != logical { Ok(cast(array.as_ref(), &logical)?) } else { Ok(Arc::clone(&array)) }
 }
 
+/// One device buffer assembled from several host buffers: its length and each part with the
+/// byte offset it goes to.
+#[derive(Debug, Clone)]
+pub struct AssembledBuffer {
+    pub len: usize,
+    pub parts: Vec<(Buffer, usize)>,
+}
+
+/// The device layout of several packed columns of one type laid end to end, made of the
+/// columns' own buffers where the layout allows (values, string bytes), so that an upload copies
+/// each byte once instead of concatenating on the host first. Bitmaps (validity, booleans) and
+/// string offsets, which must be rewritten, are rebuilt on the host; they are small.
+#[derive(Debug, Clone)]
+pub struct AssembledColumn {
+    pub data_type: DataType,
+    pub len: usize,
+    pub null_count: usize,
+    pub validity: Option<AssembledBuffer>,
+    pub buffers: Vec<AssembledBuffer>,
+}
+
+impl AssembledColumn {
+    fn whole(buf: Buffer) -> AssembledBuffer {
+        AssembledBuffer { len: buf.len(), parts: vec![(buf, 0)] }
+    }
+
+    /// The parts of `cols` (packed columns of one type) as one column; `None` for layouts with
+    /// children (dictionaries, lists), whose values would need merging, and for `Utf8`/`Binary`
+    /// bytes beyond i32 offsets.
+    pub fn assemble(cols: &[HostColumn]) -> Option<AssembledColumn> {
+        let first = cols.first()?;
+        let dt = first.data_type.clone();
+        if cols.iter().any(|c| !c.children.is_empty() || c.data_type != dt) {
+            return None;
+        }
+        let len: usize = cols.iter().map(|c| c.len).sum();
+        let null_count = cols.iter().map(|c| c.null_count).sum();
+        let bitmap = |bits: &dyn Fn(&HostColumn) -> Option<&Buffer>| {
+            let mut b = BooleanBufferBuilder::new(len);
+            for c in cols {
+                match bits(c) {
+                    Some(v) => b.append_packed_range(0..c.len, v.as_slice()),
+                    None => b.append_n(c.len, true),
+                }
+            }
+            Self::whole(b.finish().into_inner())
+        };
+        let validity = cols.iter().any(|c| c.validity.is_some()).then(|| bitmap(&|c| c.validity.as_ref()));
+        let buffers = match storage_type(&dt) {
+            DataType::Boolean => vec![bitmap(&|c| c.buffers.first())],
+            DataType::Utf8 | DataType::Binary => Self::bytes::<i32>(cols)?,
+            DataType::LargeUtf8 | DataType::LargeBinary => Self::bytes::<i64>(cols)?,
+            other => {
+                let width = other.primitive_width()?;
+                let mut parts = Vec::with_capacity(cols.len());
+                let mut at = 0usize;
+                for c in cols {
+                    parts.push((c.buffers.first()?.clone(), at));
+                    at += c.len * width;
+                }
+                vec![AssembledBuffer { len: at, parts }]
+            }
+        };
+        Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers })
+    }
+
+    /// Offsets rebuilt over the whole column, and each part's bytes placed after the last.
+    fn bytes<O: OffsetInt>(cols: &[HostColumn]) -> Option<Vec<AssembledBuffer>> {
+        let len: usize = cols.iter().map(|c| c.len).sum();
+        let mut offsets = MutableBuffer::with_capacity((len + 1) * O::WIDTH);
+        offsets.push(O::from_offset(0));
+        let mut parts = Vec::with_capacity(cols.len());
+        let mut base = 0usize;
+        for c in cols {
+            let (offs, data) = (c.buffers.first()?, c.buffers.get(1)?);
+            let offs: &[O] = offs.typed_data::<O>();
+            for o in offs.iter().skip(1) {
+                offsets.push(O::from_offset(base + o.as_offset()));
+            }
+            parts.push((data.clone(), base));
+            base += data.len();
+        }
+        if O::WIDTH == 4 && base > i32::MAX as usize {
+            return None;
+        }
+        Some(vec![Self::whole(offsets.into()), AssembledBuffer { len: base, parts }])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -226,6 +316,51 @@ mod tests {
         }
         let back = unpack(packed).unwrap();
         assert_same_array(sliced.as_ref(), back.as_ref(), &format!("{dt} len {take} offset {offset} seed {seed}"));
+    }
+
+    /// What an upload of an [`AssembledColumn`] writes, done on the host.
+    fn materialize(buf: &AssembledBuffer) -> Buffer {
+        let mut out = vec![0u8; buf.len];
+        for (part, at) in &buf.parts {
+            out[*at..*at + part.len()].copy_from_slice(part.as_slice());
+        }
+        Buffer::from(out)
+    }
+
+    /// Assembling packed parts gives the packed concatenation, for every type without children,
+    /// odd lengths, slices, nulls and empty parts.
+    #[test]
+    fn assembled_columns_equal_the_concatenation() {
+        let seed = crate::testing::fresh_seed("assembled_columns");
+        let mut rng = StdRng::seed_from_u64(seed);
+        for dt in all_types() {
+            for nulls in [0.0, 0.4, 1.0] {
+                let arrays: Vec<ArrayRef> = [13usize, 0, 8192, 1, 64, 999]
+                    .iter()
+                    .map(|&len| {
+                        let offset = (len * 7 + 3) % 11;
+                        random_array(&mut rng, &dt, len + offset, nulls).slice(offset, len)
+                    })
+                    .collect();
+                let parts: Vec<HostColumn> = arrays.iter().map(|a| pack(a.as_ref()).unwrap()).collect();
+                let ctx = format!("{dt} nulls {nulls} seed {seed}");
+                let Some(a) = AssembledColumn::assemble(&parts) else {
+                    assert!(matches!(dt, DataType::Dictionary(..)), "{ctx}: not assembled");
+                    continue;
+                };
+                let col = HostColumn {
+                    data_type: a.data_type.clone(),
+                    len: a.len,
+                    null_count: a.null_count,
+                    validity: a.validity.as_ref().map(materialize),
+                    buffers: a.buffers.iter().map(materialize).collect(),
+                    children: vec![],
+                };
+                let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+                let want = datafusion::arrow::compute::concat(&refs).unwrap();
+                assert_same_array(want.as_ref(), unpack(col).unwrap().as_ref(), &ctx);
+            }
+        }
     }
 
     proptest! {

@@ -105,8 +105,9 @@ pub fn upload(
     let slot_bytes = ring.slot_bytes();
     let ctx = stream.context();
     ctx.bind_to_thread().gpu("binding the CUDA context")?;
-    // (host source, slot offset, device address) of the copies gathered in the current slot.
-    let mut batch: Vec<(&[u8], usize, sys::CUdeviceptr)> = Vec::new();
+    // (host source, slot offset, device address, its buffer's base) of the copies gathered in
+    // the current slot.
+    let mut batch: Vec<(&[u8], usize, sys::CUdeviceptr, sys::CUdeviceptr)> = Vec::new();
     let mut fill = 0usize;
     let mut slot = 0usize;
     // Pool blocks go back to the pool when their buffer is dropped, which the caller may do as
@@ -121,7 +122,8 @@ pub fn upload(
                 piece.dst.len()
             )));
         }
-        let base = piece.dst.raw_ptr(stream) + piece.dst_offset as u64;
+        let buffer = piece.dst.raw_ptr(stream);
+        let base = buffer + piece.dst_offset as u64;
         let pinned = pool.contains(piece.src);
         direct_from_pool |= pinned;
         if pinned || registry.is_some_and(|r| r.prepare(piece.src)) {
@@ -135,7 +137,7 @@ pub fn upload(
         let mut off = 0usize;
         while off < piece.src.len() {
             let n = (piece.src.len() - off).min(slot_bytes - fill);
-            batch.push((&piece.src[off..off + n], fill, base + off as u64));
+            batch.push((&piece.src[off..off + n], fill, base + off as u64, buffer));
             fill += n;
             off += n;
             if fill == slot_bytes {
@@ -159,18 +161,37 @@ fn flush(
     stream: &Arc<CudaStream>,
     ring: &mut StagingRing,
     slot: usize,
-    batch: &[(&[u8], usize, sys::CUdeviceptr)],
+    batch: &[(&[u8], usize, sys::CUdeviceptr, sys::CUdeviceptr)],
     threads: &rayon::ThreadPool,
 ) -> Result<()> {
     ring.wait(slot)?;
     let base = ring.slots[slot].as_mut_ptr();
-    let copies: Vec<(&[u8], *mut u8)> = batch.iter().map(|(src, off, _)| (*src, unsafe { base.add(*off) })).collect();
+    let copies: Vec<(&[u8], *mut u8)> = batch.iter().map(|(src, off, _, _)| (*src, unsafe { base.add(*off) })).collect();
     // SAFETY: offsets were assigned without overlap inside the slot's capacity.
     unsafe { parallel_copy(threads, &copies) };
-    for (src, off, dptr) in batch {
-        unsafe { sys::cuMemcpyHtoDAsync_v2(*dptr, base.add(*off) as *const _, src.len(), stream.cu_stream()) }
+    // Pieces that lie end to end both in the slot and in one device buffer (the parts of an
+    // assembled buffer) go in one DMA: a copy call costs microseconds, as long as copying a small
+    // piece. A copy must not span two allocations, even adjacent ones.
+    let mut run: Option<(usize, sys::CUdeviceptr, usize)> = None;
+    let mut run_buffer: sys::CUdeviceptr = 0;
+    let dma = |(off, dptr, len): (usize, sys::CUdeviceptr, usize)| {
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dptr, base.add(off) as *const _, len, stream.cu_stream()) }
             .result()
-            .gpu("host-to-device copy")?;
+            .gpu("host-to-device copy")
+    };
+    for (src, off, dptr, buffer) in batch {
+        let same = std::mem::replace(&mut run_buffer, *buffer) == *buffer;
+        run = match run {
+            Some((o, d, n)) if same && o + n == *off && d + n as u64 == *dptr => Some((o, d, n + src.len())),
+            Some(prev) => {
+                dma(prev)?;
+                Some((*off, *dptr, src.len()))
+            }
+            None => Some((*off, *dptr, src.len())),
+        };
+    }
+    if let Some(last) = run {
+        dma(last)?;
     }
     ring.done[slot].record(stream).gpu("recording a staging event")?;
     ring.pending[slot] = true;

@@ -44,7 +44,7 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 use tokio::sync::OnceCell;
 
-use super::fuse::FusedInput;
+use super::fuse::{FusedInput, HostPrefilter, PrefilterMode};
 use super::upload::ChunkUploader;
 use super::{blocking, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
@@ -604,6 +604,10 @@ struct Metrics {
     /// Partitions whose whole input had fewer than `gpu.min_rows` rows, aggregated by
     /// DataFusion on the CPU instead.
     cpu_partitions: Count,
+    /// Rows a fused filter removed on the host before the upload (see [`HostPrefilter`]).
+    host_filtered_rows: Count,
+    /// Partitions whose fused filter kept few enough rows to run on the host as well.
+    host_filter_partitions: Count,
     output_rows: Count,
 }
 
@@ -625,6 +629,8 @@ impl Metrics {
             hash_fallbacks: b().counter("hash_fallbacks", partition),
             method_changes: b().counter("method_changes", partition),
             cpu_partitions: b().counter("cpu_partitions", partition),
+            host_filtered_rows: b().counter("host_filtered_rows", partition),
+            host_filter_partitions: b().counter("host_filter_partitions", partition),
             output_rows: b().output_rows(partition),
         }
     }
@@ -733,11 +739,37 @@ impl Run {
         input: SendableRecordBatchStream,
     ) -> impl Stream<Item = Result<Piece>> + Send + Unpin + use<> {
         let (fused, layout, rows) = (self.fused.clone(), Arc::clone(&self.layout), self.metrics.input_rows.clone());
+        let (dropped, filtering, who) =
+            (self.metrics.host_filtered_rows.clone(), self.metrics.host_filter_partitions.clone(), self.who.clone());
+        let mut prefilter = fused.as_ref().and_then(|f| f.host_filter.clone()).map(HostPrefilter::new);
         let projected = input.map(move |b| {
             let b = b?;
             rows.add(b.num_rows());
             match &fused {
-                Some(f) => Ok(b.project(&f.projection.inputs)?),
+                Some(f) => {
+                    let b = match prefilter.as_mut() {
+                        Some(p) => {
+                            let before = b.num_rows();
+                            let (b, decided) = p.apply(b)?;
+                            dropped.add(before - b.num_rows());
+                            if decided {
+                                let mode = p.mode();
+                                if mode == PrefilterMode::Filter {
+                                    filtering.add(1);
+                                }
+                                timeline::mark(&who, || {
+                                    format!(
+                                        "fused filter keeps {:.1}% of the sample: {mode:?}",
+                                        100.0 * p.kept_fraction()
+                                    )
+                                });
+                            }
+                            b
+                        }
+                        None => b,
+                    };
+                    Ok(b.project(&f.projection.inputs)?)
+                }
                 None => layout.project(&b),
             }
         });

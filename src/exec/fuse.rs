@@ -2,14 +2,22 @@
 //! directly below it (projections above filters, as DataFusion plans them) become one
 //! [`DeviceProjection`] over the rows of the node below them, so the exec uploads raw columns and
 //! the device computes what DataFusion would have computed on the host.
+//!
+//! A fused filter still runs on the host first where that pays: [`HostPrefilter`] measures the
+//! fraction of rows the bottom filter keeps at run time and, when it is small, drops the other
+//! rows before the upload (the device applies the filter again; it keeps every row left).
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::{Array, BooleanArray};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::Field;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Statistics;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::statistics::StatisticsArgs;
@@ -25,6 +33,10 @@ pub struct FusedInput {
     /// The nodes taken in, nearest the exec first.
     pub chain: Vec<Arc<dyn ExecutionPlan>>,
     pub projection: DeviceProjection,
+    /// The predicate of the filter directly on `input` (over `input`'s schema), which the host
+    /// may apply before the upload (see [`HostPrefilter`]); `None` when the chain's bottom node
+    /// is not a filter or its predicate is volatile.
+    pub host_filter: Option<Arc<dyn PhysicalExpr>>,
 }
 
 /// `e` with each column replaced by `columns(index)`.
@@ -103,7 +115,12 @@ impl FusedInput {
         let fields: Vec<(Arc<dyn PhysicalExpr>, Field)> =
             exprs.into_iter().zip(outputs).map(|(e, (_, f))| (e, f.clone())).collect();
         let projection = DeviceProjection::try_new(&node.schema(), &predicates, &fields)?;
-        Ok(Some(FusedInput { input: node, chain, projection }))
+        let host_filter = chain
+            .last()
+            .and_then(|n| n.downcast_ref::<FilterExec>())
+            .map(|f| Arc::clone(f.predicate()))
+            .filter(|p| !is_volatile(p));
+        Ok(Some(FusedInput { input: node, chain, projection, host_filter }))
     }
 
     /// The nodes taken in, one line each, as EXPLAIN shows them.
@@ -129,7 +146,89 @@ impl FusedInput {
 
     /// This fusion over a new input node.
     pub fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> FusedInput {
-        FusedInput { input, chain: self.chain.clone(), projection: self.projection.clone() }
+        FusedInput {
+            input,
+            chain: self.chain.clone(),
+            projection: self.projection.clone(),
+            host_filter: self.host_filter.clone(),
+        }
+    }
+}
+
+/// How a [`HostPrefilter`] treats the batches after its sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefilterMode {
+    /// Still measuring: each batch is filtered on the host and counted.
+    Sampling,
+    /// The filter keeps few rows: every batch is filtered on the host before the upload.
+    Filter,
+    /// The filter keeps most rows: batches are uploaded whole and filtered on the device only.
+    Raw,
+}
+
+/// A fused filter applied on the host before the upload while it keeps few rows.
+///
+/// Uploading a row costs two host copies (gathering batches into an upload group, then into the
+/// pinned staging buffer) and the DMA; filtering it on the host costs the predicate and, for kept
+/// rows, one copy. So the host filter pays while it keeps less than about two thirds of the rows;
+/// [`HostPrefilter::KEEP_THRESHOLD`] is a half, leaving room for the predicate's own cost. Measured
+/// on TPC-H SF10 (H100): Q1's filter keeps 98% of lineitem and runs 1.4x faster uploaded whole;
+/// Q15's (4%) and Q20's (15%) ran 2x and 1.3x slower uploaded whole. DataFusion's statistics of
+/// in-memory tables cannot tell these apart at plan time, so the fraction is measured on the first
+/// [`HostPrefilter::SAMPLE_ROWS`] rows of each partition. Applying the filter twice is safe: the
+/// predicate is deterministic (volatile ones are never applied here), and the device keeps every
+/// row the host kept.
+#[derive(Debug)]
+pub struct HostPrefilter {
+    predicate: Arc<dyn PhysicalExpr>,
+    mode: PrefilterMode,
+    sampled: usize,
+    kept: usize,
+}
+
+impl HostPrefilter {
+    /// Rows of a partition the decision is made on.
+    pub const SAMPLE_ROWS: usize = 1 << 16;
+    /// Largest fraction of rows kept for which the host filters the rest of the partition.
+    pub const KEEP_THRESHOLD: f64 = 0.5;
+
+    pub fn new(predicate: Arc<dyn PhysicalExpr>) -> Self {
+        HostPrefilter { predicate, mode: PrefilterMode::Sampling, sampled: 0, kept: 0 }
+    }
+
+    pub fn mode(&self) -> PrefilterMode {
+        self.mode
+    }
+
+    /// The fraction of the sampled rows the filter kept (1 before any row).
+    pub fn kept_fraction(&self) -> f64 {
+        if self.sampled == 0 { 1.0 } else { self.kept as f64 / self.sampled as f64 }
+    }
+
+    /// `batch` with the rows the filter drops removed, or whole once the filter is known to keep
+    /// most rows. Returns whether the sample was completed by this batch (the mode was chosen).
+    pub fn apply(&mut self, batch: RecordBatch) -> Result<(RecordBatch, bool)> {
+        if self.mode == PrefilterMode::Raw || batch.num_rows() == 0 {
+            return Ok((batch, false));
+        }
+        let mask = self.predicate.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let mask = mask.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
+            DataFusionError::Internal(format!("a filter predicate gave {} instead of booleans", mask.data_type()))
+        })?;
+        let filtered = filter_record_batch(&batch, mask)?;
+        let mut decided = false;
+        if self.mode == PrefilterMode::Sampling {
+            self.sampled += batch.num_rows();
+            self.kept += filtered.num_rows();
+            if self.sampled >= Self::SAMPLE_ROWS {
+                self.mode = match self.kept_fraction() < Self::KEEP_THRESHOLD {
+                    true => PrefilterMode::Filter,
+                    false => PrefilterMode::Raw,
+                };
+                decided = true;
+            }
+        }
+        Ok((filtered, decided))
     }
 }
 
@@ -152,6 +251,72 @@ mod tests {
         }
         for c in plan.children() {
             raw_aggregates(c, out);
+        }
+    }
+
+    /// A batch of `rows` nullable Int32 values in 0..100 (about 10% null) and their row numbers.
+    fn numbers(rng: &mut rand::rngs::StdRng, start: i64, rows: usize) -> RecordBatch {
+        use datafusion::arrow::array::{Int32Array, Int64Array};
+        use datafusion::arrow::datatypes::{DataType, Schema};
+        use rand::Rng;
+        let v: Int32Array =
+            (0..rows).map(|_| (rng.random_range(0..10) > 0).then(|| rng.random_range(0..100))).collect();
+        let id: Int64Array = (start..start + rows as i64).collect();
+        let schema =
+            Schema::new(vec![Field::new("v", DataType::Int32, true), Field::new("id", DataType::Int64, false)]);
+        RecordBatch::try_new(Arc::new(schema), vec![Arc::new(v), Arc::new(id)]).unwrap()
+    }
+
+    /// The host pre-filter keeps exactly the rows the filter keeps while it filters, chooses to
+    /// filter a selective predicate and to upload an unselective one whole, and never drops a row
+    /// the filter keeps (nulls in the predicate drop rows, as in `FilterExec`).
+    #[test]
+    fn host_prefilter_filters_selective_predicates_and_passes_the_rest() {
+        use datafusion::arrow::array::{Int32Array, Int64Array};
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{binary, lit};
+        use rand::SeedableRng;
+        let seed = crate::testing::fresh_seed("host_prefilter");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for (below, mode) in [(10, PrefilterMode::Filter), (45, PrefilterMode::Filter), (90, PrefilterMode::Raw)] {
+            let schema = numbers(&mut rng, 0, 1).schema();
+            let predicate = binary(Arc::new(Column::new("v", 0)), Operator::Lt, lit(below), &schema).unwrap();
+            let mut pre = HostPrefilter::new(predicate);
+            let (mut start, mut decided_at) = (0i64, None);
+            let mut kept_ids = Vec::new();
+            let mut expected_ids = Vec::new();
+            for i in 0..40 {
+                let rows = [0, 1, 4000, 8192][i % 4];
+                let batch = numbers(&mut rng, start, rows);
+                start += rows as i64;
+                let v = batch.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+                let id = batch.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+                let passing: Vec<i64> = (0..batch.num_rows())
+                    .filter(|&r| v.is_valid(r) && v.value(r) < below)
+                    .map(|r| id.value(r))
+                    .collect();
+                let mode_before = pre.mode();
+                let (out, decided) = pre.apply(batch.clone()).unwrap();
+                if decided {
+                    assert!(decided_at.is_none(), "seed {seed}: decided twice");
+                    decided_at = Some(i);
+                }
+                let out_ids: Vec<i64> =
+                    out.column(1).as_any().downcast_ref::<Int64Array>().unwrap().iter().map(|x| x.unwrap()).collect();
+                match mode_before {
+                    PrefilterMode::Raw => {
+                        assert_eq!(out.num_rows(), batch.num_rows(), "seed {seed}: a raw batch changed")
+                    }
+                    _ => assert_eq!(out_ids, passing, "seed {seed}: the host filter kept other rows"),
+                }
+                // Whatever the mode, every row the filter keeps reaches the device.
+                assert!(passing.iter().all(|p| out_ids.contains(p)), "seed {seed}: a kept row was dropped");
+                kept_ids.extend(out_ids);
+                expected_ids.extend(passing);
+            }
+            assert!(decided_at.is_some(), "seed {seed}: no decision after {start} rows");
+            assert_eq!(pre.mode(), mode, "seed {seed}: v < {below} kept {:.2} of the sample", pre.kept_fraction());
+            assert!(kept_ids.len() >= expected_ids.len());
         }
     }
 

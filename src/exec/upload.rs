@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
@@ -175,7 +174,8 @@ impl ChunkUploader {
     }
 
     /// Uploads the waiting host batches: one batch as it is (its buffers may be a table's, worth
-    /// page-locking when uploaded again), several concatenated first (a transient copy).
+    /// page-locking when uploaded again), several assembled into one device batch as they are
+    /// copied (see [`DeviceBatch::upload_concat`]).
     async fn upload_group(&mut self) -> Result<()> {
         if self.host.is_empty() {
             return Ok(());
@@ -189,11 +189,7 @@ impl ChunkUploader {
             let _t = time.timer();
             match batches.as_slice() {
                 [one] => DeviceBatch::upload(&gpu, &stream, one),
-                _ => {
-                    let host = concat_batches(&batches[0].schema(), &batches)?;
-                    drop(batches);
-                    DeviceBatch::upload_transient(&gpu, &stream, &host)
-                }
+                many => DeviceBatch::upload_concat(&gpu, &stream, many),
             }
         })
         .await?;
