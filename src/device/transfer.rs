@@ -166,7 +166,8 @@ fn flush(
 ) -> Result<()> {
     ring.wait(slot)?;
     let base = ring.slots[slot].as_mut_ptr();
-    let copies: Vec<(&[u8], *mut u8)> = batch.iter().map(|(src, off, _, _)| (*src, unsafe { base.add(*off) })).collect();
+    let copies: Vec<(&[u8], *mut u8)> =
+        batch.iter().map(|(src, off, _, _)| (*src, unsafe { base.add(*off) })).collect();
     // SAFETY: offsets were assigned without overlap inside the slot's capacity.
     unsafe { parallel_copy(threads, &copies) };
     // Pieces that lie end to end both in the slot and in one device buffer (the parts of an

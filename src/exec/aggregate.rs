@@ -15,7 +15,8 @@
 //! states as its input, and splits its output by the exchange's hash, so no state crosses PCIe.
 
 use std::fmt;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
 use datafusion::arrow::compute::concat_batches;
@@ -327,6 +328,7 @@ impl GpuAggregateExec {
         Ok(Run {
             gpu,
             fused: self.fused.clone(),
+            filtered_on_host: Arc::new(OnceLock::new()),
             layout: Arc::clone(&self.layout),
             agg: Arc::clone(&self.agg),
             opts: std::sync::Mutex::new(GroupByOptions { method: self.first_method(), ..GroupByOptions::default() }),
@@ -640,6 +642,9 @@ impl Metrics {
 struct Run {
     gpu: Arc<Gpu>,
     fused: Option<Arc<FusedInput>>,
+    /// The fused kernels without the filter the host applies to every row of this partition,
+    /// once it has chosen to (see [`Run::prefiltered`]).
+    filtered_on_host: Arc<OnceLock<Arc<FusedInput>>>,
     layout: Arc<AggregateLayout>,
     agg: Arc<dyn ExecutionPlan>,
     /// How the next group-by runs (changed by the run-time choice).
@@ -732,47 +737,130 @@ impl Run {
         datafusion::physical_plan::collect(agg, Arc::clone(&self.context)).await
     }
 
+    /// The fused input's batches projected to the columns its kernels read. With a host filter
+    /// ([`HostPrefilter`]), the batches of the sample are held until the partition has chosen:
+    /// when the host filters every batch, the kernels without that filter
+    /// ([`FusedInput::filtered_on_host`]) run, reading fewer columns.
+    fn prefiltered(
+        &self,
+        input: SendableRecordBatchStream,
+        fused: Arc<FusedInput>,
+    ) -> impl Stream<Item = Result<RecordBatch>> + Send + use<> {
+        struct State {
+            input: SendableRecordBatchStream,
+            fused: Arc<FusedInput>,
+            chosen: Arc<OnceLock<Arc<FusedInput>>>,
+            pre: Option<HostPrefilter>,
+            held: Vec<RecordBatch>,
+            ready: std::collections::VecDeque<RecordBatch>,
+            ended: bool,
+            rows: Count,
+            dropped: Count,
+            filtering: Count,
+            who: String,
+        }
+        impl State {
+            /// After the decision: the held batches are released, and the kernels chosen.
+            fn decided(&mut self) {
+                let Some(p) = &self.pre else { return };
+                let mode = p.mode();
+                if mode == PrefilterMode::Filter {
+                    self.filtering.add(1);
+                    if let Some(f) = self.fused.filtered_on_host() {
+                        let _ = self.chosen.set(Arc::new(f));
+                    }
+                }
+                let kept = p.kept_fraction();
+                timeline::mark(&self.who, || {
+                    format!("fused filter keeps {:.1}% of the sample: {mode:?}", 100.0 * kept)
+                });
+                self.ready.extend(self.held.drain(..));
+            }
+            fn project(&self, b: RecordBatch) -> Result<RecordBatch> {
+                let f = self.chosen.get().unwrap_or(&self.fused);
+                Ok(b.project(&f.projection.inputs)?)
+            }
+        }
+        let state = State {
+            input,
+            pre: fused.host_filter.clone().map(HostPrefilter::new),
+            fused,
+            chosen: Arc::clone(&self.filtered_on_host),
+            held: Vec::new(),
+            ready: Default::default(),
+            ended: false,
+            rows: self.metrics.input_rows.clone(),
+            dropped: self.metrics.host_filtered_rows.clone(),
+            filtering: self.metrics.host_filter_partitions.clone(),
+            who: self.who.clone(),
+        };
+        futures::stream::unfold(state, |mut st| async move {
+            loop {
+                if let Some(b) = st.ready.pop_front() {
+                    let out = st.project(b);
+                    return Some((out, st));
+                }
+                if st.ended {
+                    return None;
+                }
+                match st.input.next().await {
+                    None => {
+                        st.ended = true;
+                        if st.pre.as_mut().is_some_and(|p| p.decide_now()) {
+                            st.decided();
+                        }
+                        st.ready.extend(st.held.drain(..));
+                    }
+                    Some(Err(e)) => {
+                        st.ended = true;
+                        return Some((Err(e), st));
+                    }
+                    Some(Ok(b)) => {
+                        st.rows.add(b.num_rows());
+                        let Some(p) = st.pre.as_mut() else {
+                            st.ready.push_back(b);
+                            continue;
+                        };
+                        let sampling = p.mode() == PrefilterMode::Sampling;
+                        let before = b.num_rows();
+                        let (b, decided) = match p.apply(b) {
+                            Ok(x) => x,
+                            Err(e) => {
+                                st.ended = true;
+                                return Some((Err(e), st));
+                            }
+                        };
+                        st.dropped.add(before - b.num_rows());
+                        match sampling {
+                            true => st.held.push(b),
+                            false => st.ready.push_back(b),
+                        }
+                        if decided {
+                            st.decided();
+                        }
+                    }
+                }
+            }
+        })
+    }
+
     /// `input`'s batches projected to what this aggregate uploads, on the device in chunks of
     /// about `gpu.batch_rows` rows (uploaded as they arrive, see [`ChunkUploader`]).
     fn host_pieces(
         &self,
         input: SendableRecordBatchStream,
     ) -> impl Stream<Item = Result<Piece>> + Send + Unpin + use<> {
-        let (fused, layout, rows) = (self.fused.clone(), Arc::clone(&self.layout), self.metrics.input_rows.clone());
-        let (dropped, filtering, who) =
-            (self.metrics.host_filtered_rows.clone(), self.metrics.host_filter_partitions.clone(), self.who.clone());
-        let mut prefilter = fused.as_ref().and_then(|f| f.host_filter.clone()).map(HostPrefilter::new);
-        let projected = input.map(move |b| {
-            let b = b?;
-            rows.add(b.num_rows());
-            match &fused {
-                Some(f) => {
-                    let b = match prefilter.as_mut() {
-                        Some(p) => {
-                            let before = b.num_rows();
-                            let (b, decided) = p.apply(b)?;
-                            dropped.add(before - b.num_rows());
-                            if decided {
-                                let mode = p.mode();
-                                if mode == PrefilterMode::Filter {
-                                    filtering.add(1);
-                                }
-                                timeline::mark(&who, || {
-                                    format!(
-                                        "fused filter keeps {:.1}% of the sample: {mode:?}",
-                                        100.0 * p.kept_fraction()
-                                    )
-                                });
-                            }
-                            b
-                        }
-                        None => b,
-                    };
-                    Ok(b.project(&f.projection.inputs)?)
-                }
-                None => layout.project(&b),
+        let projected: Pin<Box<dyn Stream<Item = Result<RecordBatch>> + Send>> = match self.fused.clone() {
+            None => {
+                let (layout, rows) = (Arc::clone(&self.layout), self.metrics.input_rows.clone());
+                Box::pin(input.map(move |b| {
+                    let b = b?;
+                    rows.add(b.num_rows());
+                    layout.project(&b)
+                }))
             }
-        });
+            Some(fused) => Box::pin(self.prefiltered(input, fused)),
+        };
         let uploader = ChunkUploader::new(Arc::clone(&self.gpu), self.chunk_rows, self.metrics.upload_time.clone());
         let chunks = futures::stream::unfold(Some((projected, uploader)), |state| async move {
             let (mut input, mut uploader) = state?;
@@ -841,7 +929,7 @@ impl Run {
         if parts.len() == 1 {
             parts.pop().ok_or_else(|| DataFusionError::Internal("a GPU aggregate lost its state".into()))
         } else if parts.is_empty() {
-            let schema = match &self.fused {
+            let schema = match &self.input_fusion() {
                 Some(f) => Arc::clone(&f.projection.upload_schema),
                 None => Arc::clone(&self.layout.upload_schema),
             };
@@ -928,6 +1016,11 @@ impl Run {
         Ok(out)
     }
 
+    /// The fused kernels input rows run through: without the host's filter once it filters every row.
+    fn input_fusion(&self) -> Option<Arc<FusedInput>> {
+        self.filtered_on_host.get().cloned().or_else(|| self.fused.clone())
+    }
+
     /// Merges state batches into one.
     async fn merge(&self, parts: Vec<DeviceBatch>) -> Result<DeviceBatch> {
         self.metrics.merges.add(1);
@@ -940,7 +1033,7 @@ impl Run {
         let opts = *self.opts.lock().map_err(|_| DataFusionError::Internal("a GPU aggregate's options lock".into()))?;
         let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
         let in_rows: usize = pieces.iter().map(Piece::num_rows).sum();
-        let fused = if input { self.fused.clone() } else { None };
+        let fused = if input { self.input_fusion() } else { None };
         let (mut host, mut device) = (Vec::new(), Vec::new());
         for p in pieces {
             match p {

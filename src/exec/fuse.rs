@@ -37,6 +37,10 @@ pub struct FusedInput {
     /// may apply before the upload (see [`HostPrefilter`]); `None` when the chain's bottom node
     /// is not a filter or its predicate is volatile.
     pub host_filter: Option<Arc<dyn PhysicalExpr>>,
+    /// With `host_filter`: the kernels without that filter, for partitions whose host filters
+    /// every row first (the device then neither uploads the filter's own columns nor filters
+    /// again); `None` when they are the same kernels or do not compile.
+    pub after_host_filter: Option<DeviceProjection>,
 }
 
 /// `e` with each column replaced by `columns(index)`.
@@ -120,7 +124,12 @@ impl FusedInput {
             .and_then(|n| n.downcast_ref::<FilterExec>())
             .map(|f| Arc::clone(f.predicate()))
             .filter(|p| !is_volatile(p));
-        Ok(Some(FusedInput { input: node, chain, projection, host_filter }))
+        // The bottom filter's predicate was pushed last (and over `node`'s schema).
+        let after_host_filter = match (&host_filter, predicates.split_last()) {
+            (Some(_), Some((_, rest))) => DeviceProjection::try_new(&node.schema(), rest, &fields).ok(),
+            _ => None,
+        };
+        Ok(Some(FusedInput { input: node, chain, projection, host_filter, after_host_filter }))
     }
 
     /// The nodes taken in, one line each, as EXPLAIN shows them.
@@ -151,7 +160,21 @@ impl FusedInput {
             chain: self.chain.clone(),
             projection: self.projection.clone(),
             host_filter: self.host_filter.clone(),
+            after_host_filter: self.after_host_filter.clone(),
         }
+    }
+
+    /// This fusion for a partition whose rows the host has filtered by `host_filter`: the
+    /// kernels without that filter when they compiled, `None` otherwise (keep this one).
+    pub fn filtered_on_host(&self) -> Option<FusedInput> {
+        let projection = self.after_host_filter.clone()?;
+        Some(FusedInput {
+            input: Arc::clone(&self.input),
+            chain: self.chain.clone(),
+            projection,
+            host_filter: None,
+            after_host_filter: None,
+        })
     }
 }
 
@@ -205,6 +228,19 @@ impl HostPrefilter {
         if self.sampled == 0 { 1.0 } else { self.kept as f64 / self.sampled as f64 }
     }
 
+    /// Decides on the rows sampled so far (the input ended before a full sample); returns
+    /// whether this made the decision.
+    pub fn decide_now(&mut self) -> bool {
+        if self.mode != PrefilterMode::Sampling {
+            return false;
+        }
+        self.mode = match self.kept_fraction() < Self::KEEP_THRESHOLD {
+            true => PrefilterMode::Filter,
+            false => PrefilterMode::Raw,
+        };
+        true
+    }
+
     /// `batch` with the rows the filter drops removed, or whole once the filter is known to keep
     /// most rows. Returns whether the sample was completed by this batch (the mode was chosen).
     pub fn apply(&mut self, batch: RecordBatch) -> Result<(RecordBatch, bool)> {
@@ -221,11 +257,7 @@ impl HostPrefilter {
             self.sampled += batch.num_rows();
             self.kept += filtered.num_rows();
             if self.sampled >= Self::SAMPLE_ROWS {
-                self.mode = match self.kept_fraction() < Self::KEEP_THRESHOLD {
-                    true => PrefilterMode::Filter,
-                    false => PrefilterMode::Raw,
-                };
-                decided = true;
+                decided = self.decide_now();
             }
         }
         Ok((filtered, decided))
@@ -345,6 +377,13 @@ mod tests {
                             println!("{} {} (filters {filters}): {}", suite.name(), q.name, line.trim());
                             if let Some(f) = g.fused_input() {
                                 fused.push((q.name, filters, f.describe()));
+                                // A filter on the scan can run on the host as well, and the
+                                // kernels without it compile.
+                                if filters && ["q1", "q6"].contains(&q.name) {
+                                    assert!(f.host_filter.is_some() && f.filtered_on_host().is_some(), "{}", q.name);
+                                    let rest = f.filtered_on_host().unwrap();
+                                    assert!(rest.projection.inputs.len() <= f.projection.inputs.len());
+                                }
                             }
                         }
                     }
