@@ -184,7 +184,7 @@ fn gpu_ctx_with(
     cfg.placement = PlacementSetting::Always;
     cfg.aggregate_algorithm = algorithm;
     cfg.batch_rows = batch_rows;
-    // Every filter below an aggregate runs on the GPU, however selective.
+    // Every filter below an aggregate runs on the GPU (the host may filter first, see HostPrefilter).
     cfg.fuse_filters = true;
     gpu_session_context(SessionConfig::new().with_target_partitions(partitions).with_option_extension(cfg))
 }

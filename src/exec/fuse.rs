@@ -191,10 +191,10 @@ pub enum PrefilterMode {
 
 /// A fused filter applied on the host before the upload while it keeps few rows.
 ///
-/// Uploading a row costs two host copies (gathering batches into an upload group, then into the
-/// pinned staging buffer) and the DMA; filtering it on the host costs the predicate and, for kept
-/// rows, one copy. So the host filter pays while it keeps less than about two thirds of the rows;
-/// [`HostPrefilter::KEEP_THRESHOLD`] is a half, leaving room for the predicate's own cost. Measured
+/// Uploading a row costs a host copy into the pinned staging buffer and the DMA (about as long
+/// again); filtering it on the host costs the predicate and, for kept rows, one copy. So the host
+/// filter pays while it keeps less than about half of the rows, the predicate's own cost aside:
+/// [`HostPrefilter::KEEP_THRESHOLD`] is a half. Measured
 /// on TPC-H SF10 (H100): Q1's filter keeps 98% of lineitem and runs 1.4x faster uploaded whole;
 /// Q15's (4%) and Q20's (15%) ran 2x and 1.3x slower uploaded whole. DataFusion's statistics of
 /// in-memory tables cannot tell these apart at plan time, so the fraction is measured on the first
