@@ -490,6 +490,9 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
             for opt in ["hash_join_single_partition_threshold", "hash_join_single_partition_threshold_rows"] {
                 ctx.sql(&format!("SET datafusion.optimizer.{opt} = 0")).await.unwrap().collect().await.unwrap();
             }
+            // ... and behind its repartitions: the exchange's partitions must meet the other
+            // side's hash partitions (without them the GPU join builds from every partition).
+            ctx.sql("SET gpu.join_repartition = true").await.unwrap().collect().await.unwrap();
             register(&ctx, &batch, 4);
             let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
             let text = displayable(plan.as_ref()).indent(true).to_string();

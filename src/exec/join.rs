@@ -29,10 +29,11 @@ use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::joins::utils::build_join_schema;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::{
-    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PhysicalExpr,
-    PlanProperties,
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PhysicalExpr, PlanProperties,
 };
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
@@ -136,6 +137,8 @@ pub struct GpuHashJoinExec {
     estimate: Option<Arc<JoinEstimate>>,
     /// Why the plan expects this join to run out of core (its build over the memory limit).
     out_of_core: Option<String>,
+    /// The hash repartitions this join reads around (see [`GpuHashJoinExec::without_repartitions`]).
+    removed: Option<String>,
     shared: Arc<Shared>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -168,6 +171,7 @@ impl GpuHashJoinExec {
             layout,
             estimate: None,
             out_of_core: None,
+            removed: None,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -194,6 +198,52 @@ impl GpuHashJoinExec {
     pub fn with_out_of_core(mut self, why: String) -> Self {
         self.out_of_core = Some(why);
         self
+    }
+
+    /// This join in `CollectLeft` mode reading the inputs of the hash `RepartitionExec`s below a
+    /// `Partitioned` join, or `None` when there are none to remove (or the join is planned out
+    /// of core). The build is collected from every partition of the left input (one hash table
+    /// on the device instead of one per partition) and each input partition of the right side
+    /// is probed as it comes: the CPU no longer hashes and redistributes both inputs, and a GPU
+    /// input's rows stay on the device. The output is partitioned like the right input, not by
+    /// the join keys; the rule restores the keys' partitioning above it where a parent needs it.
+    pub fn without_repartitions(&self) -> Result<Option<GpuHashJoinExec>> {
+        let hj = self.hash_join()?;
+        if *hj.partition_mode() != PartitionMode::Partitioned || self.out_of_core.is_some() {
+            return Ok(None);
+        }
+        let input = |side: &Arc<dyn ExecutionPlan>| {
+            side.downcast_ref::<RepartitionExec>()
+                .filter(|r| matches!(r.partitioning(), Partitioning::Hash(..)) && !r.preserve_order())
+                .map(|r| (Arc::clone(r.input()), r.partitioning().to_string()))
+        };
+        let (left, right) = (input(hj.left()), input(hj.right()));
+        if left.is_none() && right.is_none() {
+            return Ok(None);
+        }
+        let mut removed = Vec::new();
+        let mut side = |s: Option<(Arc<dyn ExecutionPlan>, String)>, old: &Arc<dyn ExecutionPlan>, name: &str| match s {
+            Some((input, partitioning)) => {
+                removed.push(format!("{name} {partitioning}"));
+                input
+            }
+            None => Arc::clone(old),
+        };
+        let (left, right) = (side(left, hj.left(), "build"), side(right, hj.right(), "probe"));
+        // The output has as many partitions as the probe input: keep the plan's parallelism.
+        if right.output_partitioning().partition_count() < hj.right().output_partitioning().partition_count() {
+            return Ok(None);
+        }
+        let join = hj.builder().with_partition_mode(PartitionMode::CollectLeft).with_new_children(vec![left, right])?;
+        Ok(Some(GpuHashJoinExec {
+            join: join.reset_state().build_exec()?,
+            layout: Arc::clone(&self.layout),
+            estimate: self.estimate.clone(),
+            out_of_core: None,
+            removed: Some(removed.join(", ")),
+            shared: Arc::new(Shared::default()),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
     }
 
     /// Why the plan expects this join to run out of core, if it does.
@@ -411,6 +461,9 @@ impl DisplayAs for GpuHashJoinExec {
                 if let Some(why) = &self.out_of_core {
                     write!(f, ", out_of_core=[{why}: partitioned through pinned host memory]")?;
                 }
+                if let Some(removed) = &self.removed {
+                    write!(f, ", one build from every partition (repartitions removed: {removed})")?;
+                }
                 if let Some(e) = &self.estimate {
                     write!(f, ", {}", e.verdict.describe())?;
                 }
@@ -446,7 +499,15 @@ impl ExecutionPlan for GpuHashJoinExec {
     }
 
     fn input_distribution_requirements(&self) -> InputDistributionRequirements {
-        self.join.input_distribution_requirements()
+        // In CollectLeft mode the build reads every left partition itself (DataFusion's join
+        // needs one partition there).
+        match self.mode() {
+            Ok(PartitionMode::CollectLeft) => InputDistributionRequirements::new(vec![
+                Distribution::UnspecifiedDistribution,
+                Distribution::UnspecifiedDistribution,
+            ]),
+            _ => self.join.input_distribution_requirements(),
+        }
     }
 
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -458,6 +519,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             layout,
             estimate: self.estimate.clone(),
             out_of_core: self.out_of_core.clone(),
+            removed: self.removed.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -469,6 +531,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             layout: Arc::clone(&self.layout),
             estimate: self.estimate.clone(),
             out_of_core: self.out_of_core.clone(),
+            removed: self.removed.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -553,22 +616,72 @@ impl Metrics {
     }
 }
 
-/// Reads every listed partition of `plan`, keeping the columns `cols`, into one batch.
+/// A join's build input: host rows from a CPU child, or device rows from a GPU child.
+enum BuildInput {
+    Host(RecordBatch),
+    Device(DeviceBatch),
+}
+
+/// Reads every listed partition of `plan` at once (each on its own task, so CPU children run in
+/// parallel), keeping the build columns, in partition order: device batches from a GPU child
+/// (concatenated on the device; nothing crosses PCIe), else one host batch.
 async fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     partitions: std::ops::Range<usize>,
-    cols: &[usize],
-    schema: &SchemaRef,
+    layout: &Arc<Layout>,
+    gpu: &Arc<Gpu>,
     context: &Arc<TaskContext>,
-) -> Result<RecordBatch> {
-    let mut batches = Vec::new();
+) -> Result<BuildInput> {
+    let failed = |e| DataFusionError::Execution(format!("GPU join: reading the build side failed: {e}"));
+    if let Some(child) = as_gpu_exec(plan) {
+        let mut tasks = Vec::new();
+        for p in partitions {
+            let mut s = child.execute_device(p, Arc::clone(context))?;
+            let (layout, gpu) = (Arc::clone(layout), Arc::clone(gpu));
+            tasks.push(SpawnedTask::spawn(async move {
+                let mut parts = Vec::new();
+                while let Some(b) = s.next().await.transpose()? {
+                    if b.num_rows() > 0 {
+                        parts.push(select_columns(&gpu, &b, &layout.build_cols, &layout.build_schema)?);
+                    }
+                }
+                Ok::<_, DataFusionError>(parts)
+            }));
+        }
+        let mut parts = Vec::new();
+        for t in tasks {
+            parts.extend(t.await.map_err(failed)??);
+        }
+        if parts.is_empty() {
+            return Ok(BuildInput::Host(RecordBatch::new_empty(Arc::clone(&layout.build_schema))));
+        }
+        let (gpu, schema) = (Arc::clone(gpu), Arc::clone(&layout.build_schema));
+        return blocking(move || {
+            let stream = gpu.stream();
+            let dev = DeviceBatch::concat(&gpu, &stream, schema, &parts)?;
+            // The build runs on its own stream: the concatenation (or the one part) must be done.
+            dev.stream().synchronize().gpu("waiting for the build input")?;
+            Ok(BuildInput::Device(dev))
+        })
+        .await;
+    }
+    let mut tasks = Vec::new();
     for p in partitions {
         let mut s = plan.execute(p, Arc::clone(context))?;
-        while let Some(b) = s.next().await {
-            batches.push(b?.project(cols)?);
-        }
+        let cols = layout.build_cols.clone();
+        tasks.push(SpawnedTask::spawn(async move {
+            let mut batches = Vec::new();
+            while let Some(b) = s.next().await {
+                batches.push(b?.project(&cols)?);
+            }
+            Ok::<_, DataFusionError>(batches)
+        }));
     }
-    Ok(concat_batches(schema, &batches)?)
+    let mut batches = Vec::new();
+    for t in tasks {
+        batches.extend(t.await.map_err(failed)??);
+    }
+    Ok(BuildInput::Host(concat_batches(&layout.build_schema, &batches)?))
 }
 
 /// The algorithm a build runs: the model's choice on the real build rows when the setting and
@@ -645,16 +758,24 @@ async fn build_side(
     planned_out_of_core: bool,
     who: String,
 ) -> Result<Built> {
-    let host = collect(&left, partitions, &layout.build_cols, &layout.build_schema, &context).await?;
-    timeline::mark(&who, || format!("build input of {} rows collected", host.num_rows()));
+    let input = collect(&left, partitions, &layout, &gpu, &context).await?;
+    let (rows, bytes) = match &input {
+        BuildInput::Host(h) => (h.num_rows(), batch_bytes(h)),
+        BuildInput::Device(d) => (d.num_rows(), d.byte_size() as u64),
+    };
+    timeline::mark(&who, || format!("build input of {rows} rows collected"));
     // Partitioned mode runs one join per partition at the same time: each gets its share.
     let (limit, streams) = match consumers_share_build {
         true => (gpu.memory().limit(), consumers),
         false => (gpu.memory().limit() / consumers.max(1) as u64, 1),
     };
-    let bytes = batch_bytes(&host);
     let spill = !fits_in_memory(bytes, limit) || (planned_out_of_core && !consumers_share_build);
     if layout.no_spill.is_none() && spill {
+        // Partitioned into host memory: device input comes back to the host first.
+        let host = match input {
+            BuildInput::Host(h) => h,
+            BuildInput::Device(d) => blocking(move || d.download()).await?,
+        };
         let out_row = row_width(&layout.spec.schema).max(1);
         let sizes = SpillSizes::new(bytes, limit, streams, out_row, cfg.batch_rows as u64);
         metrics.spill_partitions.add(sizes.partitions());
@@ -678,14 +799,17 @@ async fn build_side(
         let participants = if consumers_share_build { consumers } else { 1 };
         return Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))));
     }
-    let spec = runtime_spec(&layout, estimate.as_deref(), host.num_rows(), &gpu, &cfg);
+    let spec = runtime_spec(&layout, estimate.as_deref(), rows, &gpu, &cfg);
     metrics.ran(spec.algorithm);
     blocking(move || {
         let _t = metrics.build_time.timer();
         let stream = gpu.stream();
-        let dev = {
-            let _u = metrics.upload_time.timer();
-            DeviceBatch::upload_transient(&gpu, &stream, &host)?
+        let dev = match input {
+            BuildInput::Host(host) => {
+                let _u = metrics.upload_time.timer();
+                DeviceBatch::upload_transient(&gpu, &stream, &host)?
+            }
+            BuildInput::Device(dev) => dev,
         };
         let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
         metrics.add_phases(&build.times);
@@ -694,16 +818,15 @@ async fn build_side(
     .await
 }
 
+/// The columns `cols` (with their `schema`) of a GPU child's batch, shared, not copied.
+fn select_columns(gpu: &Arc<Gpu>, dev: &DeviceBatch, cols: &[usize], schema: &SchemaRef) -> Result<DeviceBatch> {
+    let columns = cols.iter().map(|&c| Arc::clone(&dev.columns()[c])).collect();
+    DeviceBatch::try_new(Arc::clone(schema), columns, dev.num_rows(), Arc::clone(gpu), Arc::clone(dev.stream()))
+}
+
 /// The columns of a GPU child's batch that the probe uses.
 fn probe_columns(layout: &Layout, gpu: &Arc<Gpu>, dev: &DeviceBatch) -> Result<DeviceBatch> {
-    let columns = layout.probe_cols.iter().map(|&c| Arc::clone(&dev.columns()[c])).collect();
-    Ok(DeviceBatch::try_new(
-        Arc::clone(&layout.probe_schema),
-        columns,
-        dev.num_rows(),
-        Arc::clone(gpu),
-        Arc::clone(dev.stream()),
-    )?)
+    select_columns(gpu, dev, &layout.probe_cols, &layout.probe_schema)
 }
 
 /// Everything one probe stream of an out-of-core join needs.

@@ -213,6 +213,8 @@ struct JoinCase<'a> {
     projection: Option<Vec<usize>>,
     null_aware: bool,
     filter: Option<JoinFilter>,
+    /// Partitioned mode: keep the hash repartitions below the GPU join (`gpu.join_repartition`).
+    keep_repartitions: bool,
 }
 
 impl<'a> JoinCase<'a> {
@@ -235,6 +237,7 @@ impl<'a> JoinCase<'a> {
             projection: None,
             null_aware: false,
             filter: None,
+            keep_repartitions: false,
         }
     }
 }
@@ -247,8 +250,10 @@ fn plan(c: &JoinCase<'_>) -> Arc<dyn ExecutionPlan> {
             Arc::new(
                 RepartitionExec::try_new(source(c.left, 2), Partitioning::Hash(lk.clone(), 3)).expect("repartition"),
             ) as Arc<dyn ExecutionPlan>,
+            // As many probe partitions as the join's: without its repartitions the GPU join
+            // reads these three.
             Arc::new(
-                RepartitionExec::try_new(source(c.right, 2), Partitioning::Hash(rk.clone(), 3)).expect("repartition"),
+                RepartitionExec::try_new(source(c.right, 3), Partitioning::Hash(rk.clone(), 3)).expect("repartition"),
             ) as Arc<dyn ExecutionPlan>,
         ),
     };
@@ -315,8 +320,9 @@ fn only_in(a: &[Vec<u8>], b: &[Vec<u8>], batches: &[RecordBatch], schema: &Schem
     text
 }
 
-fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize) -> SessionContext {
+fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize, keep_repartitions: bool) -> SessionContext {
     let mut cfg = GpuConfig::default();
+    cfg.join_repartition = keep_repartitions;
     cfg.min_rows = 0;
     cfg.placement = PlacementSetting::Always;
     cfg.join_algorithm = JoinAlgorithmSetting::Fixed(algorithm);
@@ -348,13 +354,17 @@ async fn check(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgorithm], batch
     let runs = algorithms.iter().map(|&a| {
         let join = plan(c);
         async move {
-            let ctx = gpu_ctx(a, batch_rows);
+            let ctx = gpu_ctx(a, batch_rows, c.keep_repartitions);
             let gpu_plan = GpuOptimizerRule::new()
                 .optimize(join, ctx.state().config_options())
                 .map_err(|e| format!("{what} {a}: the rule failed: {e}"))?;
+            let text = datafusion::physical_plan::displayable(gpu_plan.as_ref()).one_line().to_string();
             if gpu_plan.downcast_ref::<GpuHashJoinExec>().is_none() {
-                let text = datafusion::physical_plan::displayable(gpu_plan.as_ref()).one_line().to_string();
                 return Err(format!("{what} {a}: the join stayed on the CPU: {text}"));
+            }
+            let removed = text.contains("repartitions removed") && text.contains("mode=CollectLeft");
+            if c.mode == PartitionMode::Partitioned && removed == c.keep_repartitions {
+                return Err(format!("{what} {a}: repartitions removed: {removed}, expected {}: {text}", !removed));
             }
             collect(gpu_plan, ctx.task_ctx()).await.map_err(|e| format!("{what} {a}: the GPU join failed: {e}"))
         }
@@ -470,10 +480,17 @@ async fn gpu_join_matches_cpu_partitioned_projected_and_large() {
         let right = table(&mut rng, &types, Dist::Duplicates, 8_000, 5_000, false, "r");
         for jt in JOIN_TYPES {
             for nulls in [NullEquality::NullEqualsNothing, NullEquality::NullEqualsNull] {
-                let c = JoinCase { mode: PartitionMode::Partitioned, ..JoinCase::new(&left, &right, 1, jt, nulls) };
-                failures.extend(
-                    check(&c, &format!("[partitioned {kname} {jt} {nulls:?}]"), &JoinAlgorithm::ALL, 1 << 22).await,
-                );
+                // With the repartitions (one join per partition) and without (one CollectLeft
+                // build from every partition).
+                for keep_repartitions in [true, false] {
+                    let c = JoinCase {
+                        mode: PartitionMode::Partitioned,
+                        keep_repartitions,
+                        ..JoinCase::new(&left, &right, 1, jt, nulls)
+                    };
+                    let what = format!("[partitioned {kname} {jt} {nulls:?} keep_repartitions={keep_repartitions}]");
+                    failures.extend(check(&c, &what, &JoinAlgorithm::ALL, 1 << 22).await);
+                }
             }
         }
     }
@@ -639,7 +656,7 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
         let result = async {
             // The build columns the GPU join uploads, from an unconstrained placement.
             let probe_plan = GpuOptimizerRule::new()
-                .optimize(plan(c), gpu_ctx(a, 1 << 22).state().config_options())
+                .optimize(plan(c), gpu_ctx(a, 1 << 22, true).state().config_options())
                 .map_err(|e| format!("the rule failed: {e}"))?;
             let exec = probe_plan.downcast_ref::<GpuHashJoinExec>().ok_or("the join stayed on the CPU")?;
             let names: Vec<usize> = exec
@@ -657,6 +674,8 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
             cfg.placement = PlacementSetting::Always;
             cfg.join_algorithm = JoinAlgorithmSetting::Fixed(a);
             cfg.memory_limit = crate::config::ByteSize::Bytes(limit);
+            // Partitioned cases keep one join per partition, each under its share of the limit.
+            cfg.join_repartition = true;
             let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));
             let gpu_plan = GpuOptimizerRule::new()
                 .optimize(plan(c), ctx.state().config_options())
@@ -753,4 +772,99 @@ async fn gpu_join_out_of_core_matches_cpu() {
     }
     assert!(failures.is_empty(), "seed {seed}: {} of {joins} joins differ:\n{}", failures.len(), failures.join("\n"));
     let _ = writeln!(std::io::stderr(), "out-of-core joins: {joins} GPU joins matched the CPU (seed {seed})");
+}
+
+/// A table of `rows` rows in four partitions: `k` (Int64 keys over `domain` values, 5% NULL),
+/// `v` (Int64), `s` (a nullable string of seven values).
+fn sql_table(rng: &mut StdRng, rows: usize, domain: i64, prefix: &str) -> Arc<datafusion::datasource::MemTable> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, false),
+        Field::new("s", DataType::Utf8, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(Int64Array::from_iter(
+                (0..rows).map(|_| if rng.random_bool(0.05) { None } else { Some(rng.random_range(0..domain)) }),
+            )),
+            Arc::new(Int64Array::from_iter_values((0..rows).map(|_| rng.random_range(-1000..1000)))),
+            Arc::new(StringArray::from_iter(
+                (0..rows).map(|i| if i % 13 == 0 { None } else { Some(format!("{prefix}{}", i % 7)) }),
+            )),
+        ],
+    )
+    .expect("valid table");
+    Arc::new(datafusion::datasource::MemTable::try_new(schema, partitions(&batch, 4)).expect("mem table"))
+}
+
+/// Partitioned GPU joins read their inputs without DataFusion's hash repartitions, and nodes
+/// above that rely on the join keys' partitioning (partitioned aggregates over the join, a
+/// partitioned join over another) still get it: SQL answers equal DataFusion's on the CPU with
+/// the repartitions removed and kept, for inner, outer, semi and chained joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_joins_without_repartitions_match_cpu() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_joins_without_repartitions_match_cpu") else { return };
+    let seed = fresh_seed("gpu_joins_without_repartitions_match_cpu");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tables = [
+        ("a", sql_table(&mut rng, 40_000, 5_000, "a")),
+        ("b", sql_table(&mut rng, 60_000, 8_000, "b")),
+        ("c", sql_table(&mut rng, 30_000, 3_000, "c")),
+    ];
+    // Partitioned joins at any size, over four partitions.
+    let config = || {
+        let mut c = SessionConfig::new().with_target_partitions(4);
+        let o = c.options_mut();
+        o.optimizer.hash_join_single_partition_threshold = 0;
+        o.optimizer.hash_join_single_partition_threshold_rows = 0;
+        c
+    };
+    let cpu = SessionContext::new_with_config(config());
+    let mut gpu_cfg = GpuConfig::default();
+    gpu_cfg.min_rows = 0;
+    gpu_cfg.placement = PlacementSetting::Always;
+    let gpu = gpu_session_context(config().with_option_extension(gpu_cfg));
+    for (name, t) in &tables {
+        cpu.register_table(*name, Arc::clone(t) as _).expect("register");
+        gpu.register_table(*name, Arc::clone(t) as _).expect("register");
+    }
+    let queries = [
+        "SELECT a.k, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k GROUP BY a.k ORDER BY 1",
+        "SELECT a.k, a.s, count(*), min(c.v) FROM a JOIN b ON a.k = b.k JOIN c ON b.k = c.k GROUP BY a.k, a.s ORDER BY 1, 2",
+        "SELECT b.k, c.s, sum(b.v), count(c.v) FROM b JOIN c ON b.k = c.k WHERE b.v > 0 GROUP BY b.k, c.s HAVING count(*) > 1 ORDER BY 1, 2",
+        "SELECT a.s, count(b.v), sum(a.v) FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.s ORDER BY 1",
+        "SELECT a.k, b.k, count(*) FROM a FULL JOIN b ON a.k = b.k GROUP BY a.k, b.k ORDER BY 1, 2",
+        "SELECT k, count(*) FROM b WHERE k IN (SELECT k FROM c) AND k NOT IN (SELECT k FROM a WHERE k IS NOT NULL AND k < 100) GROUP BY k ORDER BY 1",
+        "SELECT c.k, count(*) FROM c WHERE NOT EXISTS (SELECT 1 FROM a WHERE a.k = c.k) GROUP BY c.k ORDER BY 1",
+        "SELECT count(*), sum(a.v * b.v) FROM a RIGHT JOIN b ON a.k = b.k",
+    ];
+    let text =
+        |b: &[RecordBatch]| datafusion::arrow::util::pretty::pretty_format_batches(b).expect("format").to_string();
+    let mut failures = Vec::new();
+    let mut removed = 0;
+    for keep in [false, true] {
+        gpu.sql(&format!("SET gpu.join_repartition = {keep}")).await.expect("set").collect().await.expect("set");
+        for q in queries {
+            let want = text(&cpu.sql(q).await.expect("plan").collect().await.expect("cpu run"));
+            let df = gpu.sql(q).await.expect("plan");
+            let plan = df.clone().create_physical_plan().await.expect("physical plan");
+            let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true).to_string();
+            let n = shown.matches("repartitions removed").count();
+            if keep && n > 0 {
+                failures.push(format!("gpu.join_repartition = true removed repartitions:\n{shown}"));
+            }
+            removed += n;
+            match df.collect().await {
+                Ok(got) if text(&got) == want => {}
+                Ok(got) => failures.push(format!("{q} (keep {keep}): GPU\n{}\nCPU\n{want}\n{shown}", text(&got))),
+                Err(e) => failures.push(format!("{q} (keep {keep}): failed: {e}\n{shown}")),
+            }
+        }
+    }
+    let _ =
+        writeln!(std::io::stderr(), "joins without repartitions: {removed} GPU joins ran without them; seed {seed}");
+    assert!(removed >= queries.len(), "too few joins ran without their repartitions ({removed})");
+    assert!(failures.is_empty(), "seed {seed}: {} queries differ:\n{}", failures.len(), failures.join("\n\n"));
 }

@@ -3,6 +3,7 @@
 
 pub mod costing;
 pub mod eligibility;
+pub mod repartition;
 
 use std::sync::Arc;
 
@@ -87,22 +88,25 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             (Some(g), PlacementSetting::Cost) => Some(profile::load(g.info(), &cfg.profile_dir)),
             _ => None,
         };
-        plan.transform_up(|node| {
-            // A join whose build would not fit runs out of core when it can (issue: Triton join).
-            let mut over_limit = None;
-            let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
-                over_limit = memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit));
-                eligibility::join_reasons(join, cfg.min_rows)
-            } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
-                eligibility::aggregate_reasons(agg, cfg.min_rows)
-            } else {
-                return Ok(Transformed::no(node));
-            };
-            if let Some(d) = &device {
-                reasons.insert(0, d.clone());
-            }
-            let replaced: std::result::Result<Arc<dyn ExecutionPlan>, String> =
-                if node.downcast_ref::<HashJoinExec>().is_some() {
+        let plan = plan
+            .transform_up(|node| {
+                // A join whose build would not fit runs out of core when it can (issue: Triton join).
+                let mut over_limit = None;
+                let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+                    over_limit = memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit));
+                    eligibility::join_reasons(join, cfg.min_rows)
+                } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
+                    eligibility::aggregate_reasons(agg, cfg.min_rows)
+                } else {
+                    return Ok(Transformed::no(node));
+                };
+                if let Some(d) = &device {
+                    reasons.insert(0, d.clone());
+                }
+                let replaced: std::result::Result<Arc<dyn ExecutionPlan>, String> = if node
+                    .downcast_ref::<HashJoinExec>()
+                    .is_some()
+                {
                     if !reasons.is_empty() {
                         return Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as _));
                     }
@@ -139,14 +143,18 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                         Arc::new(g) as _
                     })
                 };
-            match replaced {
-                Ok(gpu) if reasons.is_empty() => return Ok(Transformed::yes(gpu)),
-                Ok(_) => {}
-                Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
-            }
-            Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as Arc<dyn ExecutionPlan>))
-        })
-        .map(|t| t.data)
+                match replaced {
+                    Ok(gpu) if reasons.is_empty() => return Ok(Transformed::yes(gpu)),
+                    Ok(_) => {}
+                    Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
+                }
+                Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as Arc<dyn ExecutionPlan>))
+            })
+            .map(|t| t.data)?;
+        if cfg.join_repartition {
+            return Ok(plan);
+        }
+        repartition::remove_join_repartitions(plan, config)
     }
 
     fn name(&self) -> &str {

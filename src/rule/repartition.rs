@@ -1,0 +1,93 @@
+//! Partitioned GPU joins without the hash repartitions below them.
+//!
+//! DataFusion plans a `Partitioned` hash join behind two hash `RepartitionExec`s so that each of
+//! its 16 (say) CPU threads joins one key range. One GPU does every partition's join anyway, so
+//! the exchange only costs: the CPU hashes and redistributes both inputs (in TPC-H that took
+//! longer than DataFusion's whole query), and a GPU input crosses PCIe twice for it. Such a join
+//! runs in `CollectLeft` mode instead (see [`GpuHashJoinExec::without_repartitions`]).
+//!
+//! Its output is then partitioned like its probe input, not by the join keys. Where a node above
+//! relies on the keys' partitioning (a `SinglePartitioned` aggregate, a partitioned join over
+//! it, through projections and filters), the original partitioning is restored with a hash
+//! `RepartitionExec` of the join's output (usually far smaller than its inputs): the same hash
+//! of the same values, so every row lands in the partition it had. Which nodes rely on it is
+//! settled by DataFusion's own plan sanity check over the rewritten plan, not by rules of ours.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
+
+use crate::exec::GpuHashJoinExec;
+
+/// Whether every node of `plan` has the distribution and ordering its parent needs.
+fn sane(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bool {
+    plan.apply(|node| {
+        check_plan_sanity(node, &config.optimizer)?;
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .is_ok()
+}
+
+/// `plan` with the node `target` (by identity) replaced by `with`.
+fn replace(
+    plan: &Arc<dyn ExecutionPlan>,
+    target: &Arc<dyn ExecutionPlan>,
+    with: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut with = Some(with);
+    Arc::clone(plan)
+        .transform_down(|node| match Arc::ptr_eq(&node, target) {
+            true => match with.take() {
+                Some(w) => Ok(Transformed::new(w, true, TreeNodeRecursion::Jump)),
+                None => Ok(Transformed::no(node)),
+            },
+            false => Ok(Transformed::no(node)),
+        })
+        .map(|t| t.data)
+}
+
+/// `plan` with every Partitioned GPU join over hash repartitions reading their inputs instead,
+/// top down, each kept only if the plan stays sane (with the join's output repartitioned by its
+/// old partitioning when needed). A plan that is not sane to begin with is left alone.
+pub fn remove_join_repartitions(
+    plan: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if !sane(&plan, config) {
+        log::debug!("plan fails DataFusion's sanity check before removing join repartitions; left as it is");
+        return Ok(plan);
+    }
+    let mut joins = Vec::new();
+    plan.apply(|node| {
+        if node.downcast_ref::<GpuHashJoinExec>().is_some() {
+            joins.push(Arc::clone(node));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let mut plan = plan;
+    for old in joins {
+        let Some(join) = old.downcast_ref::<GpuHashJoinExec>() else { continue };
+        let Some(new) = join.without_repartitions()? else { continue };
+        let new: Arc<dyn ExecutionPlan> = Arc::new(new);
+        let direct = replace(&plan, &old, Arc::clone(&new))?;
+        if sane(&direct, config) {
+            plan = direct;
+            continue;
+        }
+        let partitioning = old.output_partitioning().clone();
+        if !matches!(partitioning, Partitioning::Hash(..)) {
+            continue;
+        }
+        let restored = Arc::new(RepartitionExec::try_new(new, partitioning)?);
+        let wrapped = replace(&plan, &old, restored)?;
+        if sane(&wrapped, config) {
+            plan = wrapped;
+        }
+    }
+    Ok(plan)
+}
