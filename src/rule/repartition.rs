@@ -74,10 +74,6 @@ pub fn remove_join_repartitions(
     plan: Arc<dyn ExecutionPlan>,
     config: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    if !sane(&plan, config) {
-        log::debug!("plan fails DataFusion's sanity check before removing join repartitions; left as it is");
-        return Ok(plan);
-    }
     let mut joins = Vec::new();
     plan.apply(|node| {
         if node.downcast_ref::<GpuHashJoinExec>().is_some() {
@@ -85,6 +81,13 @@ pub fn remove_join_repartitions(
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
+    if joins.is_empty() {
+        return Ok(plan);
+    }
+    if !sane(&plan, config) {
+        log::debug!("plan fails DataFusion's sanity check before removing join repartitions; left as it is");
+        return Ok(plan);
+    }
     let mut plan = plan;
     for old in joins {
         let Some(join) = old.downcast_ref::<GpuHashJoinExec>() else { continue };
