@@ -35,14 +35,32 @@ impl DeviceColumn {
 
     /// Allocates the device buffers for `host`, without copying.
     fn alloc_like(gpu: &Gpu, stream: &Arc<CudaStream>, host: &HostColumn) -> Result<DeviceColumn> {
-        let what = format!("a {} column of {} rows", host.data_type, host.len);
+        let validity = host.validity.as_ref().map(|v| v.len());
+        let buffers = host.buffers.iter().map(|b| b.len());
+        let mut col = Self::alloc(gpu, stream, &host.data_type, host.len, host.null_count, validity, buffers)?;
+        col.children = host.children.iter().map(|c| DeviceColumn::alloc_like(gpu, stream, c)).collect::<Result<_>>()?;
+        Ok(col)
+    }
+
+    /// Allocates a column without children: a validity bitmap of `validity` bytes (if any) and
+    /// buffers of `buffers` bytes.
+    fn alloc(
+        gpu: &Gpu,
+        stream: &Arc<CudaStream>,
+        data_type: &DataType,
+        len: usize,
+        null_count: usize,
+        validity: Option<usize>,
+        buffers: impl Iterator<Item = usize>,
+    ) -> Result<DeviceColumn> {
+        let what = format!("a {data_type} column of {len} rows");
         Ok(DeviceColumn {
-            data_type: host.data_type.clone(),
-            len: host.len,
-            null_count: host.null_count,
-            validity: host.validity.as_ref().map(|v| gpu.alloc(stream, v.len(), &what)).transpose()?,
-            buffers: host.buffers.iter().map(|b| gpu.alloc(stream, b.len(), &what)).collect::<Result<_>>()?,
-            children: host.children.iter().map(|c| DeviceColumn::alloc_like(gpu, stream, c)).collect::<Result<_>>()?,
+            data_type: data_type.clone(),
+            len,
+            null_count,
+            validity: validity.map(|v| gpu.alloc(stream, v, &what)).transpose()?,
+            buffers: buffers.map(|b| gpu.alloc(stream, b, &what)).collect::<Result<_>>()?,
+            children: Vec::new(),
         })
     }
 
@@ -206,18 +224,13 @@ impl DeviceBatch {
                 None => return concat_first(),
             }
         }
-        let mut cols = Vec::with_capacity(assembled.len());
-        for a in &assembled {
-            let what = format!("a {} column of {} rows", a.data_type, a.len);
-            cols.push(DeviceColumn {
-                data_type: a.data_type.clone(),
-                len: a.len,
-                null_count: a.null_count,
-                validity: a.validity.as_ref().map(|v| gpu.alloc(stream, v.len, &what)).transpose()?,
-                buffers: a.buffers.iter().map(|b| gpu.alloc(stream, b.len, &what)).collect::<Result<_>>()?,
-                children: Vec::new(),
-            });
-        }
+        let cols = assembled
+            .iter()
+            .map(|a| {
+                let (validity, buffers) = (a.validity.as_ref().map(|v| v.len), a.buffers.iter().map(|b| b.len));
+                DeviceColumn::alloc(gpu, stream, &a.data_type, a.len, a.null_count, validity, buffers)
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut pieces = Vec::new();
         for (a, d) in assembled.iter().zip(&cols) {
             let host = a.validity.iter().chain(&a.buffers);

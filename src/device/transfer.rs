@@ -173,22 +173,21 @@ fn flush(
     // Pieces that lie end to end both in the slot and in one device buffer (the parts of an
     // assembled buffer) go in one DMA: a copy call costs microseconds, as long as copying a small
     // piece. A copy must not span two allocations, even adjacent ones.
-    let mut run: Option<(usize, sys::CUdeviceptr, usize)> = None;
-    let mut run_buffer: sys::CUdeviceptr = 0;
-    let dma = |(off, dptr, len): (usize, sys::CUdeviceptr, usize)| {
+    // A run: (slot offset, device address, length, its buffer's base).
+    let mut run: Option<(usize, sys::CUdeviceptr, usize, sys::CUdeviceptr)> = None;
+    let dma = |(off, dptr, len, _): (usize, sys::CUdeviceptr, usize, sys::CUdeviceptr)| {
         unsafe { sys::cuMemcpyHtoDAsync_v2(dptr, base.add(off) as *const _, len, stream.cu_stream()) }
             .result()
             .gpu("host-to-device copy")
     };
-    for (src, off, dptr, buffer) in batch {
-        let same = std::mem::replace(&mut run_buffer, *buffer) == *buffer;
+    for &(src, off, dptr, buffer) in batch {
         run = match run {
-            Some((o, d, n)) if same && o + n == *off && d + n as u64 == *dptr => Some((o, d, n + src.len())),
+            Some((o, d, n, b)) if b == buffer && o + n == off && d + n as u64 == dptr => Some((o, d, n + src.len(), b)),
             Some(prev) => {
                 dma(prev)?;
-                Some((*off, *dptr, src.len()))
+                Some((off, dptr, src.len(), buffer))
             }
-            None => Some((*off, *dptr, src.len())),
+            None => Some((off, dptr, src.len(), buffer)),
         };
     }
     if let Some(last) = run {

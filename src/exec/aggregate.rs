@@ -806,10 +806,10 @@ impl Run {
                 match st.input.next().await {
                     None => {
                         st.ended = true;
+                        // Batches are held only while sampling: deciding releases them.
                         if st.pre.as_mut().is_some_and(|p| p.decide_now()) {
                             st.decided();
                         }
-                        st.ready.extend(st.held.drain(..));
                     }
                     Some(Err(e)) => {
                         st.ended = true;
