@@ -147,6 +147,7 @@ __device__ __forceinline__ void scatter(const K* __restrict__ keys_in, const V* 
 HISTOGRAM(radix_histogram_k32_i16, u32, 16)
 HISTOGRAM(radix_histogram_k32_i8, u32, 8)
 HISTOGRAM(radix_histogram_k64_i8, u64, 8)
+HISTOGRAM(radix_histogram_k64_i16, u64, 16)
 
 #define SCATTER(NAME, K, V, ITEMS)                                                                               \
     extern "C" __global__ void __launch_bounds__(RADIX_THREADS)                                                  \
@@ -164,19 +165,21 @@ SCATTER(radix_scatter_k64_v64, u64, u64, 8)
 // memory and written out coalesced. This is GFTR's transformation of every payload column with
 // its keys (seed 002), without ranking (or re-reading the keys) once per column.
 // vals_in / vals_out hold `nv` device addresses; bit j of `wide` says value array j has 8-byte
-// values (else 4). keys_out may be null on a last pass whose keys are not needed.
-#define MULTI_ITEMS 8
-#define MULTI_TILE (RADIX_THREADS * MULTI_ITEMS)
-
-template <typename K>
+// values (else 4). A null vals_in[j] stands for the identity (value = input index, 4 bytes):
+// the row ids of a first pass, never written to memory before it. keys_out may be null on a
+// last pass whose keys are not needed.
+// Shared memory: one buffer of TILE 8-byte slots holds the tile's keys, then each value array
+// in turn (4-byte values use its first half), so that a tile of 16 items per thread (4096
+// items, runs of 16 items per digit on average for 256 digits) fits in 48 KB with the counters.
+template <typename K, int ITEMS>
 __device__ __forceinline__ void scatter_multi(const K* __restrict__ keys_in, K* __restrict__ keys_out, u64 n, u32 shift, u32 mask,
                                               const u32* __restrict__ offsets, const u64* __restrict__ vals_in,
                                               const u64* __restrict__ vals_out, u32 nv, u32 wide) {
-    constexpr int ITEMS = MULTI_ITEMS;
-    constexpr int TILE = MULTI_TILE;
+    constexpr int TILE = RADIX_THREADS * ITEMS;
     __shared__ TileRank rs;
-    __shared__ K s_keys[TILE];
-    __shared__ u64 s_vals[TILE];
+    __shared__ u64 s_buf[TILE];
+    K* s_keys = (K*)s_buf;
+    u32* s_words = (u32*)s_buf;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u64 base = (u64)blockIdx.x * TILE;
     const u64 tile_n = n - base < (u64)TILE ? n - base : (u64)TILE;
@@ -202,36 +205,59 @@ __device__ __forceinline__ void scatter_multi(const K* __restrict__ keys_in, K* 
             if (keys_out) keys_out[out[r]] = key;
         }
     }
-    // Each value array through the same permutation.
+    // Each value array through the same permutation: every item's load is issued before the
+    // first shared-memory store, so that ITEMS loads per thread are in flight at once.
     for (u32 v = 0; v < nv; v++) {
         const bool w8 = (wide >> v) & 1;
         const u8* src = (const u8*)vals_in[v];
         u8* dst = (u8*)vals_out[v];
-        __syncthreads();  // the previous array's slots have been written out
+        __syncthreads();  // the previous array's slots (or the keys) have been read out
+        if (w8) {
+            u64 x[ITEMS];
 #pragma unroll
-        for (int r = 0; r < ITEMS; r++) {
-            if (digit[r] < RADIX_BINS) {
+            for (int r = 0; r < ITEMS; r++) {
                 const u64 i = base + warp * 32 * ITEMS + r * 32 + lane;
-                s_vals[pos[r]] = w8 ? ((const u64*)src)[i] : (u64)((const u32*)src)[i];
+                x[r] = digit[r] < RADIX_BINS ? __ldg((const unsigned long long*)src + i) : 0;
             }
-        }
-        __syncthreads();
 #pragma unroll
-        for (int r = 0; r < ITEMS; r++) {
-            const u32 j = r * RADIX_THREADS + threadIdx.x;
-            if (j < tile_n) {
-                if (w8) ((u64*)dst)[out[r]] = s_vals[j];
-                else ((u32*)dst)[out[r]] = (u32)s_vals[j];
+            for (int r = 0; r < ITEMS; r++) {
+                if (digit[r] < RADIX_BINS) s_buf[pos[r]] = x[r];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int r = 0; r < ITEMS; r++) {
+                const u32 j = r * RADIX_THREADS + threadIdx.x;
+                if (j < tile_n) ((u64*)dst)[out[r]] = s_buf[j];
+            }
+        } else {
+            u32 x[ITEMS];
+#pragma unroll
+            for (int r = 0; r < ITEMS; r++) {
+                const u64 i = base + warp * 32 * ITEMS + r * 32 + lane;
+                x[r] = digit[r] >= RADIX_BINS ? 0 : src ? __ldg((const u32*)src + i) : (u32)i;
+            }
+#pragma unroll
+            for (int r = 0; r < ITEMS; r++) {
+                if (digit[r] < RADIX_BINS) s_words[pos[r]] = x[r];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int r = 0; r < ITEMS; r++) {
+                const u32 j = r * RADIX_THREADS + threadIdx.x;
+                if (j < tile_n) ((u32*)dst)[out[r]] = s_words[j];
             }
         }
     }
 }
 
-#define SCATTER_MULTI(NAME, K)                                                                                      \
+// Tiles of 16 items per thread (the default) and 8 (kept to compare them in `bench primitives`).
+#define SCATTER_MULTI(NAME, K, ITEMS)                                                                               \
     extern "C" __global__ void __launch_bounds__(RADIX_THREADS)                                                     \
         NAME(const K* keys_in, K* keys_out, u64 n, u32 shift, u32 mask, const u32* offsets, const u64* vals_in,     \
              const u64* vals_out, u32 nv, u32 wide) {                                                               \
-        scatter_multi<K>(keys_in, keys_out, n, shift, mask, offsets, vals_in, vals_out, nv, wide);                 \
+        scatter_multi<K, ITEMS>(keys_in, keys_out, n, shift, mask, offsets, vals_in, vals_out, nv, wide);          \
     }
-SCATTER_MULTI(radix_scatter_multi_k32, u32)
-SCATTER_MULTI(radix_scatter_multi_k64, u64)
+SCATTER_MULTI(radix_scatter_multi_k32_i16, u32, 16)
+SCATTER_MULTI(radix_scatter_multi_k64_i16, u64, 16)
+SCATTER_MULTI(radix_scatter_multi_k32_i8, u32, 8)
+SCATTER_MULTI(radix_scatter_multi_k64_i8, u64, 8)

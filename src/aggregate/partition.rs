@@ -30,9 +30,9 @@ use crate::error::{CudaResultExt, Result, gpu_error};
 use crate::join::keys::{KeyEncoding, verify_pairs};
 use crate::join::materialize::{GatherSpec, gather_columns};
 use crate::join::phj::boundaries;
-use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_multi};
+use crate::primitives::radix::{KeyWidth, SortValues, ValueWidth, radix_sort_multi};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
-use crate::primitives::select::{iota, select_where};
+use crate::primitives::select::select_where;
 
 /// Slots of a partition's shared-memory table (`GP_SLOTS`).
 const SLOTS: u64 = 8192;
@@ -110,16 +110,15 @@ pub fn group_by(
     };
     let col = |i: usize| columns.get(i).ok_or_else(|| gpu_error(format!("column {i} of {}", columns.len())));
     let mut carried = Vec::new();
-    let mut values = vec![(iota(gpu, stream, rows)?, ValueWidth::U32)];
+    let mut values = vec![SortValues::RowIds];
     for &i in &used {
         let c = col(i)?;
         if let Some(w) = carried_width(c) {
-            values.push((gpu.clone_buffer(stream, &c.buffers[0], "a GFTR aggregate column")?, w));
+            values.push(SortValues::Array(&c.buffers[0], w));
             carried.push(i);
         }
     }
-    let key_copy = gpu.clone_buffer(stream, &side.keys, "group-by key words")?;
-    let (pkeys, mut moved) = radix_sort_multi(gpu, stream, key_copy, values, rows, width, 0, bits)?;
+    let (pkeys, mut moved) = radix_sort_multi(gpu, stream, &side.keys, &values, rows, width, 0, bits)?;
     let perm = moved.remove(0);
     let offsets = boundaries(gpu, stream, &pkeys, rows, bits, width)?;
     let largest = gpu.alloc_filled(stream, 4, 0, "largest partition")?;

@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
 use crate::error::{CudaResultExt, Result};
+use crate::primitives::radix::{SortValues, radix_sort_multi_tiles};
 use crate::primitives::{KeyWidth, ValueWidth, exclusive_scan_u32, gather, radix_sort_pairs, upload_slice};
 
 #[derive(Debug, Clone)]
@@ -97,6 +98,19 @@ pub fn run(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<Pri
         })?;
         push(name, (s - copy_s).max(0.0), 2 * n * (width.bytes() as u64 + 4));
     }
+    // GFTR's transformation: 4-byte keys with row ids and five 4-byte payloads (the join
+    // benchmark's build side) on 16 bits, with tiles of 8 and 16 items per thread.
+    let payloads: Vec<_> = (0..5).map(|_| copy(&d_k32)).collect::<Result<Vec<_>>>()?;
+    let mut values = vec![SortValues::RowIds];
+    values.extend(payloads.iter().map(|b| SortValues::Array(b, ValueWidth::U32)));
+    for items in [8u64, 16] {
+        let s = time(gpu, runs, || {
+            radix_sort_multi_tiles(gpu, &stream, &d_k32, &values, n, KeyWidth::U32, 0, 16, items).map(drop)
+        })?;
+        push(&format!("radix partition k32+6x32, 16 bits, i{items}"), s, n * (4 + 5 * 4 + 4 + 6 * 4));
+    }
+    drop(values);
+    drop(payloads);
     for width in [4usize, 8] {
         let src = if width == 4 { &d_k32 } else { &d_k64 };
         let s = time(gpu, runs, || gather(gpu, &stream, src, &d_perm, n, width).map(drop))?;

@@ -285,16 +285,53 @@ struct Pairs {
     n: u64,
 }
 
-fn rows_of<'a>(
-    pos: &'a DeviceBuffer,
-    rows: &'a Option<DeviceBuffer>,
-    perm: Option<&DeviceBuffer>,
-) -> Result<&'a DeviceBuffer> {
-    match (rows, perm) {
-        (Some(r), _) => Ok(r),
-        (None, None) => Ok(pos),
-        (None, Some(_)) => Err(gpu_error("join pairs need row ids that were not computed")),
+/// How a side's match positions map to its rows.
+#[derive(Debug, Clone, Copy)]
+enum RowMap<'a> {
+    /// Positions are rows.
+    Identity,
+    /// The row at each position.
+    Map(&'a DeviceBuffer),
+    /// The side was transformed without its row ids ([`needs_rows`] said none are read).
+    Dropped,
+}
+
+impl<'a> RowMap<'a> {
+    fn of(perm: Option<&'a DeviceBuffer>, if_none: RowMap<'a>) -> Self {
+        perm.map(RowMap::Map).unwrap_or(if_none)
     }
+
+    /// The rows of the positions `pos` when `needed` (None: positions are rows, or not needed).
+    fn compose(&self, gpu: &Gpu, stream: &Arc<CudaStream>, pos: &DeviceBuffer, n: u64, needed: bool) -> Result<Option<DeviceBuffer>> {
+        match self {
+            RowMap::Map(m) if needed => Ok(Some(compose(gpu, stream, m, pos, n)?)),
+            RowMap::Dropped if needed => Err(gpu_error("the join needs row ids that its transformation dropped")),
+            _ => Ok(None),
+        }
+    }
+}
+
+fn rows_of<'a>(pos: &'a DeviceBuffer, rows: &'a Option<DeviceBuffer>, map: RowMap<'_>) -> Result<&'a DeviceBuffer> {
+    match (rows, map) {
+        (Some(r), _) => Ok(r),
+        (None, RowMap::Identity) => Ok(pos),
+        (None, _) => Err(gpu_error("join pairs need row ids that were not computed")),
+    }
+}
+
+/// Whether a join reads the rows (not only the transformed columns) of its build (`build`) or
+/// probe side: for wide keys' check, the join filter, the matched flags, or an output column
+/// that did not move with the keys (`transformed` lists those that did).
+fn needs_rows(spec: &JoinSpec, build: bool, transformed: &[usize]) -> bool {
+    let flags = if build { spec.needs_build_flags() } else { spec.needs_probe_flags() };
+    spec.keys.encoding == KeyEncoding::Wide
+        || spec.filter.is_some()
+        || flags
+        || spec.outputs_pairs()
+            && spec.output.iter().any(|o| match (o, build) {
+                (OutputColumn::Build(i), true) | (OutputColumn::Probe(i), false) => !transformed.contains(i),
+                _ => false,
+            })
 }
 
 /// Where an emitted batch's rows come from, per side.
@@ -351,15 +388,17 @@ impl JoinBuild {
             })?),
             JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
                 let gftr = gftr_columns(&spec, &batch, true);
+                let rows = needs_rows(&spec, true, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
                 Index::Sorted(phase(stream, &mut times.transform, || {
-                    transform_with_payloads(&gpu, stream, &keys, width, width.bits(), &gftr)
+                    transform_with_payloads(&gpu, stream, &keys, width, width.bits(), &gftr, rows)
                 })?)
             }
             JoinAlgorithm::PhjGfur | JoinAlgorithm::PhjGftr => {
                 let bits = phj::partition_bits(keys.items);
                 let gftr = gftr_columns(&spec, &batch, true);
+                let rows = needs_rows(&spec, true, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
                 let (t, offsets) = phase(stream, &mut times.transform, || {
-                    let t = transform_with_payloads(&gpu, stream, &keys, width, bits, &gftr)?;
+                    let t = transform_with_payloads(&gpu, stream, &keys, width, bits, &gftr, rows)?;
                     let offsets = phj::offsets(&gpu, stream, &t, bits, width)?;
                     Ok((t, offsets))
                 })?;
@@ -389,10 +428,10 @@ impl JoinBuild {
         &self.spec
     }
 
-    fn build_perm(&self) -> Option<&DeviceBuffer> {
+    fn build_perm(&self) -> RowMap<'_> {
         match &self.index {
-            Index::Npj(t) => t.csr_rows.as_ref(),
-            Index::Sorted(t) | Index::Partitioned { side: t, .. } => Some(&t.perm),
+            Index::Npj(t) => RowMap::of(t.csr_rows.as_ref(), RowMap::Identity),
+            Index::Sorted(t) | Index::Partitioned { side: t, .. } => RowMap::of(t.perm.as_ref(), RowMap::Dropped),
         }
     }
 
@@ -457,8 +496,9 @@ impl JoinBuild {
             }
             Index::Sorted(b) => {
                 let gftr = gftr_columns(spec, chunk, false);
+                let rows = needs_rows(spec, false, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
                 let p = phase(stream, &mut times.transform, || {
-                    transform_with_payloads(gpu, stream, &pkeys, width, width.bits(), &gftr)
+                    transform_with_payloads(gpu, stream, &pkeys, width, width.bits(), &gftr, rows)
                 })?;
                 let (start, count) = phase(stream, &mut times.matching, || smj::bounds(gpu, stream, b, &p, width))?;
                 probe_t = Some(p);
@@ -466,8 +506,9 @@ impl JoinBuild {
             }
             Index::Partitioned { side, bits, offsets } => {
                 let gftr = gftr_columns(spec, chunk, false);
+                let rows = needs_rows(spec, false, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
                 let (p, poff) = phase(stream, &mut times.transform, || {
-                    let p = transform_with_payloads(gpu, stream, &pkeys, width, *bits, &gftr)?;
+                    let p = transform_with_payloads(gpu, stream, &pkeys, width, *bits, &gftr, rows)?;
                     let poff = phj::offsets(gpu, stream, &p, *bits, width)?;
                     Ok((p, poff))
                 })?;
@@ -483,9 +524,9 @@ impl JoinBuild {
                 (counts, Writer::Phj { units, nunits, cursor, bits: *bits })
             }
         };
-        let probe_perm: Option<&DeviceBuffer> = match &probe_t {
-            Some(p) => Some(&p.perm),
-            None => pkeys.item_rows.as_ref(),
+        let probe_perm = match &probe_t {
+            Some(p) => RowMap::of(p.perm.as_ref(), RowMap::Dropped),
+            None => RowMap::of(pkeys.item_rows.as_ref(), RowMap::Identity),
         };
         let (offsets, total) = phase(stream, &mut times.matching, || {
             let (offsets, total) = exclusive_scan(gpu, stream, &counts, items, ScanKind::U32ToU64, true)?;
@@ -541,14 +582,8 @@ impl JoinBuild {
             })?;
             let batch = phase(stream, &mut times.materialize, || {
                 let mut pairs = Pairs {
-                    rows_b: match build_perm {
-                        Some(m) if need_rows_b => Some(compose(gpu, stream, m, &pos_b, n)?),
-                        _ => None,
-                    },
-                    rows_p: match probe_perm {
-                        Some(m) if need_rows_p => Some(compose(gpu, stream, m, &pos_p, n)?),
-                        _ => None,
-                    },
+                    rows_b: build_perm.compose(gpu, stream, &pos_b, n, need_rows_b)?,
+                    rows_p: probe_perm.compose(gpu, stream, &pos_p, n, need_rows_p)?,
                     pos_b,
                     pos_p,
                     n,
@@ -739,8 +774,8 @@ impl JoinBuild {
         chunk: &DeviceBatch,
         probe_t: Option<&Transformed>,
         pairs: &Pairs,
-        build_perm: Option<&DeviceBuffer>,
-        probe_perm: Option<&DeviceBuffer>,
+        build_perm: RowMap<'_>,
+        probe_perm: RowMap<'_>,
     ) -> Result<DeviceBatch> {
         let mut specs = Vec::with_capacity(self.spec.output.len());
         for o in &self.spec.output {

@@ -12,15 +12,17 @@ use super::keys::KeySide;
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{Result, gpu_error};
-use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_multi, radix_sort_pairs};
+use crate::primitives::radix::{KeyWidth, SortValues, ValueWidth, radix_sort_multi};
 
 /// A side in transformed order.
 #[derive(Debug)]
 pub struct Transformed {
     /// Key words in transformed order.
     pub keys: DeviceBuffer,
-    /// Row at each transformed position.
-    pub perm: DeviceBuffer,
+    /// Row at each transformed position; `None` when the join needs no row ids of this side
+    /// (every output column of it moved with the keys, and no filter, flag or key check reads
+    /// its rows): seed 002's GFTR without the row-id column.
+    pub perm: Option<DeviceBuffer>,
     pub items: u64,
     /// GFTR payloads: (column index in the side's batch, its values in transformed order).
     pub columns: Vec<(usize, DeviceBuffer)>,
@@ -33,23 +35,9 @@ impl Transformed {
     }
 }
 
-/// Sorts `side`'s items stably by key bits `[0, end_bit)`, carrying their rows.
-pub fn transform(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    side: &KeySide,
-    width: KeyWidth,
-    end_bit: u32,
-) -> Result<Transformed> {
-    let n = side.items;
-    let rows = side.owned_item_rows(gpu, stream)?;
-    let keys = gpu.clone_buffer(stream, &side.keys, "join keys")?;
-    let (keys, perm) = radix_sort_pairs(gpu, stream, keys, rows, n, width, ValueWidth::U32, 0, end_bit)?;
-    Ok(Transformed { keys, perm, items: n, columns: Vec::new() })
-}
-
-/// [`transform`] with GFTR: each column of `gftr` (non-null, 4 or 8 bytes wide) moves through
-/// the same radix passes as the keys and row ids, in one pass over all of them per digit.
+/// Sorts `side`'s items stably by key bits `[0, end_bit)`. Each column of `gftr` (non-null, 4
+/// or 8 bytes wide) moves through the same radix passes (GFTR), all in one pass over every
+/// array per digit; the rows move with them when `keep_rows`. The side's buffers are only read.
 pub fn transform_with_payloads(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -57,12 +45,10 @@ pub fn transform_with_payloads(
     width: KeyWidth,
     end_bit: u32,
     gftr: &[(usize, &DeviceColumn)],
+    keep_rows: bool,
 ) -> Result<Transformed> {
-    if gftr.is_empty() {
-        return transform(gpu, stream, side, width, end_bit);
-    }
     let n = side.items;
-    let mut values = vec![(side.owned_item_rows(gpu, stream)?, ValueWidth::U32)];
+    let mut widths = Vec::with_capacity(gftr.len());
     for (_, col) in gftr {
         let vw = match col.data_type.primitive_width() {
             Some(4) => ValueWidth::U32,
@@ -73,15 +59,28 @@ pub fn transform_with_payloads(
             return Err(gpu_error("a nullable column cannot take the GFTR path"));
         }
         let v = col.buffers.first().ok_or_else(|| gpu_error("a column without values"))?;
-        let v = match &side.item_rows {
-            Some(r) => crate::primitives::gather(gpu, stream, v, r, n, vw.bytes())?,
-            None => gpu.clone_buffer(stream, v, "a GFTR payload")?,
-        };
-        values.push((v, vw));
+        widths.push((v, vw));
     }
-    let keys = gpu.clone_buffer(stream, &side.keys, "join keys")?;
-    let (keys, mut moved) = radix_sort_multi(gpu, stream, keys, values, n, width, 0, end_bit)?;
-    let perm = moved.remove(0);
+    // Items that are a subset of the rows: the payloads are gathered to item order first.
+    let gathered = match &side.item_rows {
+        Some(r) => widths
+            .iter()
+            .map(|(v, vw)| crate::primitives::gather(gpu, stream, v, r, n, vw.bytes()))
+            .collect::<Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
+    let mut values = Vec::with_capacity(gftr.len() + 1);
+    if keep_rows {
+        values.push(match &side.item_rows {
+            Some(r) => SortValues::Array(r, ValueWidth::U32),
+            None => SortValues::RowIds,
+        });
+    }
+    for (j, (v, vw)) in widths.iter().enumerate() {
+        values.push(SortValues::Array(gathered.get(j).unwrap_or(v), *vw));
+    }
+    let (keys, mut moved) = radix_sort_multi(gpu, stream, &side.keys, &values, n, width, 0, end_bit)?;
+    let perm = if keep_rows { Some(moved.remove(0)) } else { None };
     let columns = gftr.iter().map(|(i, _)| *i).zip(moved).collect();
     Ok(Transformed { keys, perm, items: n, columns })
 }

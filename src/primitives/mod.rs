@@ -164,9 +164,14 @@ mod tests {
         let Some(gpu) = gpu_or_skip("gpu_radix_sort_multi_moves_every_array_with_the_keys") else { return };
         let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_radix_sort_multi"));
         let stream = gpu.stream();
-        for n in [1usize, 2047, 2048, 2049, 100_003, 1 << 20] {
-            for (width, begin, end) in
-                [(KeyWidth::U32, 0, 32), (KeyWidth::U32, 0, 13), (KeyWidth::U64, 0, 64), (KeyWidth::U64, 5, 21)]
+        for n in [1usize, 2047, 2048, 2049, 4095, 4097, 100_003, 1 << 20] {
+            for (width, begin, end) in [
+                (KeyWidth::U32, 0, 32),
+                (KeyWidth::U32, 0, 13),
+                (KeyWidth::U32, 4, 4),
+                (KeyWidth::U64, 0, 64),
+                (KeyWidth::U64, 5, 21),
+            ]
             {
                 let skew = n % 2 == 1;
                 let keys: Vec<u64> = (0..n)
@@ -183,24 +188,40 @@ mod tests {
                     KeyWidth::U64 => upload_slice(&gpu, &stream, &keys, "test"),
                 }
                 .unwrap();
-                let values = vec![
-                    (upload_slice(&gpu, &stream, &rows, "test").unwrap(), ValueWidth::U32),
-                    (upload_slice(&gpu, &stream, &wide, "test").unwrap(), ValueWidth::U64),
-                    (upload_slice(&gpu, &stream, &other, "test").unwrap(), ValueWidth::U32),
+                let d_wide = upload_slice(&gpu, &stream, &wide, "test").unwrap();
+                let d_other = upload_slice(&gpu, &stream, &other, "test").unwrap();
+                let values = [
+                    radix::SortValues::RowIds,
+                    radix::SortValues::Array(&d_wide, ValueWidth::U64),
+                    radix::SortValues::Array(&d_other, ValueWidth::U32),
                 ];
-                let (_, out) = radix::radix_sort_multi(&gpu, &stream, k, values, n as u64, width, begin, end).unwrap();
-                let got_rows: Vec<u32> = download_vec(&gpu, &stream, &out[0], n).unwrap();
-                let got_wide: Vec<u64> = download_vec(&gpu, &stream, &out[1], n).unwrap();
-                let got_other: Vec<u32> = download_vec(&gpu, &stream, &out[2], n).unwrap();
                 let bits = |x: u64| if end - begin == 64 { x } else { (x >> begin) & ((1u64 << (end - begin)) - 1) };
                 let mut want = rows.clone();
                 want.sort_by_key(|r| bits(keys[*r as usize]));
-                let ctx = format!("n {n} {width:?} bits {begin}..{end}");
-                assert_eq!(got_rows, want, "{ctx}: row ids");
-                for (i, r) in want.iter().enumerate() {
-                    assert_eq!(got_wide[i], wide[*r as usize], "{ctx}: 8-byte values at {i}");
-                    assert_eq!(got_other[i], other[*r as usize], "{ctx}: 4-byte values at {i}");
+                for items in [8, 16] {
+                    let (sorted, out) =
+                        radix::radix_sort_multi_tiles(&gpu, &stream, &k, &values, n as u64, width, begin, end, items)
+                            .unwrap();
+                    let got_rows: Vec<u32> = download_vec(&gpu, &stream, &out[0], n).unwrap();
+                    let got_wide: Vec<u64> = download_vec(&gpu, &stream, &out[1], n).unwrap();
+                    let got_other: Vec<u32> = download_vec(&gpu, &stream, &out[2], n).unwrap();
+                    let ctx = format!("n {n} {width:?} bits {begin}..{end}, {items} items per thread");
+                    assert_eq!(got_rows, want, "{ctx}: row ids");
+                    for (i, r) in want.iter().enumerate() {
+                        assert_eq!(got_wide[i], wide[*r as usize], "{ctx}: 8-byte values at {i}");
+                        assert_eq!(got_other[i], other[*r as usize], "{ctx}: 4-byte values at {i}");
+                    }
+                    let got_keys: Vec<u64> = match width {
+                        KeyWidth::U32 => {
+                            download_vec::<u32>(&gpu, &stream, &sorted, n).unwrap().into_iter().map(u64::from).collect()
+                        }
+                        KeyWidth::U64 => download_vec(&gpu, &stream, &sorted, n).unwrap(),
+                    };
+                    let want_keys: Vec<u64> = want.iter().map(|r| keys[*r as usize]).collect();
+                    assert_eq!(got_keys, want_keys, "{ctx}: keys");
                 }
+                // The inputs are only read.
+                assert_eq!(download_vec::<u64>(&gpu, &stream, &d_wide, n).unwrap(), wide, "n {n}: input changed");
             }
         }
     }
