@@ -165,6 +165,9 @@ pub struct Estimate<S, A> {
     pub shape: S,
     pub choice: Choice<A>,
     pub verdict: Verdict,
+    /// The sizes are bounds from the plan's shape, not statistics' estimates: good enough to
+    /// place the operator, too loose to choose its algorithm (the setting's default runs).
+    pub bounded: bool,
 }
 
 #[cfg(test)]

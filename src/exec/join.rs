@@ -181,7 +181,12 @@ impl GpuHashJoinExec {
     /// shows (and a build with no better size runs) the model's choice; each build chooses
     /// again on its real row count.
     pub fn with_estimate(mut self, estimate: JoinEstimate) -> Self {
-        if self.layout.candidates.len() > 1 {
+        if estimate.bounded {
+            // Sizes bounded from the plan's shape place the join but do not choose its algorithm.
+            let mut layout = (*self.layout).clone();
+            layout.choice = format!("{}; input sizes bounded from the plan's shape", layout.choice);
+            self.layout = Arc::new(layout);
+        } else if self.layout.candidates.len() > 1 {
             let mut layout = (*self.layout).clone();
             let mut spec = (*layout.spec).clone();
             spec.algorithm = estimate.choice.best;
@@ -252,6 +257,11 @@ impl GpuHashJoinExec {
     }
 
     /// The cost model's estimate, when it was consulted.
+    /// The `HashJoinExec` this replaces.
+    pub fn original(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.join
+    }
+
     pub fn estimate(&self) -> Option<&JoinEstimate> {
         self.estimate.as_deref()
     }
@@ -693,7 +703,9 @@ fn runtime_spec(
     gpu: &Gpu,
     cfg: &GpuConfig,
 ) -> Arc<JoinSpec> {
-    let Some(e) = estimate.filter(|_| layout.candidates.len() > 1) else { return Arc::clone(&layout.spec) };
+    let Some(e) = estimate.filter(|e| layout.candidates.len() > 1 && !e.bounded) else {
+        return Arc::clone(&layout.spec);
+    };
     let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
     let shape = e.shape.with_build_rows(build_rows as f64);
     let choice = crate::cost::join::choose(&shape, &layout.candidates, &profile);

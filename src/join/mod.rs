@@ -302,7 +302,14 @@ impl<'a> RowMap<'a> {
     }
 
     /// The rows of the positions `pos` when `needed` (None: positions are rows, or not needed).
-    fn compose(&self, gpu: &Gpu, stream: &Arc<CudaStream>, pos: &DeviceBuffer, n: u64, needed: bool) -> Result<Option<DeviceBuffer>> {
+    fn compose(
+        &self,
+        gpu: &Gpu,
+        stream: &Arc<CudaStream>,
+        pos: &DeviceBuffer,
+        n: u64,
+        needed: bool,
+    ) -> Result<Option<DeviceBuffer>> {
         match self {
             RowMap::Map(m) if needed => Ok(Some(compose(gpu, stream, m, pos, n)?)),
             RowMap::Dropped if needed => Err(gpu_error("the join needs row ids that its transformation dropped")),

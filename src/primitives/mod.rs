@@ -171,8 +171,7 @@ mod tests {
                 (KeyWidth::U32, 4, 4),
                 (KeyWidth::U64, 0, 64),
                 (KeyWidth::U64, 5, 21),
-            ]
-            {
+            ] {
                 let skew = n % 2 == 1;
                 let keys: Vec<u64> = (0..n)
                     .map(|_| if skew { (rng.random::<f64>().powi(6) * 1e6) as u64 } else { rng.random::<u64>() })

@@ -207,9 +207,7 @@ pub(crate) fn radix_sort_multi_tiles(
         return Err(gpu_error(format!("radix tiles of {items} items per thread: 8 or 16 are compiled")));
     }
     let short = |b: &DeviceBuffer, w: usize| (n as usize) * w > b.len();
-    if short(keys, key.bytes())
-        || values.iter().any(|v| matches!(v, SortValues::Array(b, w) if short(b, w.bytes())))
-    {
+    if short(keys, key.bytes()) || values.iter().any(|v| matches!(v, SortValues::Array(b, w) if short(b, w.bytes()))) {
         return Err(gpu_error("radix sort inputs are shorter than n"));
     }
     let widths: Vec<ValueWidth> = values.iter().map(SortValues::width).collect();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-use super::eligibility::estimated_rows;
+use super::eligibility::{bounded_rows, estimated_rows};
 use crate::config::GpuConfig;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::cost::join::{self as join_cost, JoinEstimate, JoinShape};
@@ -28,7 +28,8 @@ fn key_bytes(encoding: KeyEncoding) -> f64 {
 /// between 1/2 and 1/8 of the state in benches/results/2026-11-22-h100-triton.md (H100).
 const OUT_OF_CORE_STEP_SECONDS: f64 = 1.1e-3;
 
-/// The estimate of a GPU join, or `None` when the statistics give no input sizes. With
+/// The estimate of a GPU join, or `None` when neither the statistics nor the plan's shape
+/// bound its input sizes ([`bounded_rows`]). With
 /// `out_of_core_limit` (the memory limit its build exceeds) the join runs out of core and pays
 /// seed 000's transfers: both sides down to host memory once and up again.
 pub fn join_estimate(
@@ -40,8 +41,9 @@ pub fn join_estimate(
 ) -> Option<JoinEstimate> {
     let hj = node.downcast_ref::<HashJoinExec>()?;
     let (left, right) = (hj.left(), hj.right());
-    let left_rows = estimated_rows(left)? as f64;
-    let right_rows = estimated_rows(right)? as f64;
+    let bounded = estimated_rows(left).is_none() || estimated_rows(right).is_none();
+    let left_rows = bounded_rows(left)? as f64;
+    let right_rows = bounded_rows(right)? as f64;
     // Without an estimate of the output, a foreign-key join's: one row per probe row.
     let output_rows = estimated_rows(node).map(|r| r as f64).unwrap_or(right_rows);
     let spec = exec.spec();
@@ -72,7 +74,10 @@ pub fn join_estimate(
         builds,
         probe_chunks,
     };
-    let choice = join_cost::choose(&shape, exec.candidates(), profile);
+    // Bounded sizes price the algorithm that will run: the setting's default.
+    let default = [spec.algorithm];
+    let candidates = if bounded { &default[..] } else { exec.candidates() };
+    let choice = join_cost::choose(&shape, candidates, profile);
     let mut up_bytes = 0.0;
     if as_gpu_exec(left).is_none() {
         up_bytes += left_rows * row_bytes(bs);
@@ -103,7 +108,7 @@ pub fn join_estimate(
         download: download_seconds(down_bytes, profile),
         cpu: join_cost::cpu_seconds(&shape, profile),
     };
-    Some(JoinEstimate { shape, choice, verdict })
+    Some(JoinEstimate { shape, choice, verdict, bounded })
 }
 
 /// The estimate of a GPU aggregate, or `None` when the statistics give no input size.
@@ -140,7 +145,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         download: download_seconds((groups * partitions).min(rows) * row_bytes(&layout.state_schema), profile),
         cpu: agg_cost::cpu_seconds(&shape, profile),
     };
-    Some(AggregateEstimate { shape, choice, verdict })
+    Some(AggregateEstimate { shape, choice, verdict, bounded: false })
 }
 
 #[cfg(test)]
@@ -167,6 +172,59 @@ mod tests {
         )
         .unwrap();
         MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+    }
+
+    fn join(l: Arc<dyn ExecutionPlan>, r: Arc<dyn ExecutionPlan>, join_type: JoinType) -> Arc<dyn ExecutionPlan> {
+        let on = vec![(
+            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
+            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
+        )];
+        // Keep the probe side's two columns (semi/anti joins return one side anyway).
+        let projection = match join_type {
+            JoinType::Inner => Some(vec![2, 3]),
+            _ => None,
+        };
+        Arc::new(
+            HashJoinExec::try_new(
+                l,
+                r,
+                on,
+                None,
+                &join_type,
+                projection,
+                PartitionMode::CollectLeft,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        )
+    }
+
+    /// A join above another join has no statistics to estimate from; the cost model still
+    /// prices it, from the plan's shape (its larger input, or the side a semi join returns).
+    #[test]
+    fn joins_above_joins_are_priced_from_a_bound() {
+        let lower = join(source(1000), source(5000), JoinType::Inner);
+        let bound = bounded_rows(&lower).expect("a join of two memory tables is bounded");
+        match estimated_rows(&lower) {
+            Some(rows) => assert_eq!(bound, rows),
+            None => assert_eq!(bound, 5000),
+        }
+        let semi = join(source(1000), source(5000), JoinType::LeftSemi);
+        if estimated_rows(&semi).is_none() {
+            assert_eq!(bounded_rows(&semi), Some(1000));
+        }
+        let upper = join(source(25), Arc::clone(&lower), JoinType::Inner);
+        let cfg = GpuConfig::default();
+        let exec = GpuHashJoinExec::try_new(Arc::clone(&upper), &cfg).unwrap();
+        let e = join_estimate(&exec, &upper, &cfg, &Profile::h100(), None).expect("priced from the bound");
+        assert_eq!(e.shape.build_rows, 25.0);
+        assert_eq!(e.shape.probe_rows, bound as f64);
+        assert_eq!(e.bounded, estimated_rows(&lower).is_none());
+        // The lower join on the GPU: the upper one's probe comes as device batches, and the
+        // bound holds through the GPU exec.
+        let gpu_lower: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&lower), &cfg).unwrap());
+        assert_eq!(bounded_rows(&gpu_lower), Some(bound));
     }
 
     /// A small join is priced from the plan's statistics, with its transfers, and the CPU wins;

@@ -12,6 +12,7 @@ use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
+use crate::exec::{GpuAggregateExec, GpuHashJoinExec};
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyColumnKind;
 use crate::join::materialize::can_gather;
@@ -78,6 +79,55 @@ pub fn is_supported_key_type(dt: &DataType) -> bool {
 pub fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
     let stats = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new()).ok()?;
     stats.num_rows.get_value().copied()
+}
+
+/// Output rows of `plan` for the cost model: DataFusion's estimate, else a bound from the
+/// plan's shape. Statistics give no estimate for a join whose inputs have no column statistics
+/// (in-memory tables have none, and a join or aggregate below passes none up), yet such a join
+/// is priced like any other: an equi-join's output as its larger input's (a foreign-key join's
+/// output is its probe side), a semi, anti or mark join's as the side it returns, an
+/// aggregate's as its input's (at most one group per row), and a filter, projection, exchange
+/// or sort as its input's.
+pub fn bounded_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    bounded_rows_at(plan, 0)
+}
+
+fn bounded_rows_at(plan: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<usize> {
+    if let Some(rows) = estimated_rows(plan) {
+        return Some(rows);
+    }
+    if depth > 64 {
+        return None;
+    }
+    let node: &Arc<dyn ExecutionPlan> = match plan.downcast_ref::<GpuHashJoinExec>() {
+        Some(g) => g.original(),
+        None => plan,
+    };
+    if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+        let (l, r) = (|| bounded_rows_at(join.left(), depth + 1), || bounded_rows_at(join.right(), depth + 1));
+        return match join.join_type() {
+            JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => l(),
+            JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => r(),
+            _ => Some(l()?.max(r()?)),
+        };
+    }
+    let name = node.name();
+    let passes_input = node.downcast_ref::<AggregateExec>().is_some()
+        || node.downcast_ref::<GpuAggregateExec>().is_some()
+        || matches!(
+            name,
+            "FilterExec"
+                | "ProjectionExec"
+                | "RepartitionExec"
+                | "CoalescePartitionsExec"
+                | "CoalesceBatchesExec"
+                | "SortExec"
+                | "SortPreservingMergeExec"
+        );
+    match node.children().as_slice() {
+        [child] if passes_input => bounded_rows_at(child, depth + 1),
+        _ => None,
+    }
 }
 
 fn check_min_rows(rows: Option<usize>, min_rows: usize, out: &mut Vec<FallbackReason>) {
