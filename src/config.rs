@@ -103,7 +103,7 @@ pub fn human_bytes(b: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, size) in UNITS {
         if b >= size {
-            return if b % size == 0 {
+            return if b.is_multiple_of(size) {
                 format!("{}{name}", b / size)
             } else {
                 format!("{:.2}{name}", b as f64 / size as f64)

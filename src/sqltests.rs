@@ -73,7 +73,7 @@ impl AsyncDB for Db {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DataFusionError> {
-        let head = sql.trim_start().split_whitespace().next().unwrap_or("").to_ascii_lowercase();
+        let head = sql.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
         let batches = self.ctx.sql(sql).await?.collect().await?;
         if matches!(head.as_str(), "select" | "with" | "values" | "explain" | "show" | "(") {
             let rows = format_rows(&batches)?;

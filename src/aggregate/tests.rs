@@ -124,7 +124,7 @@ fn table(rng: &mut StdRng, dist: Dist, rows: usize) -> RecordBatch {
     let f32s: Float32Array = (0..rows).map(|_| Some(rng.random::<f32>() * 1000.0)).collect();
     cols.push(("v_f64", Arc::new(f64s)));
     cols.push(("v_f32", Arc::new(f32s)));
-    RecordBatch::try_from_iter(cols.into_iter().map(|(n, a)| (n, a))).expect("test table")
+    RecordBatch::try_from_iter(cols.into_iter()).expect("test table")
 }
 
 const AGGREGATES: &str = "count(*) c0, count(v_i32) c1, count(v_str) c2, \
@@ -444,12 +444,12 @@ fn cpu_for(plan: Arc<dyn ExecutionPlan>, modes: &[AggregateMode]) -> Arc<dyn Exe
     plan.transform_up(|node| {
         if let Some(g) = node.downcast_ref::<GpuAggregateExec>() {
             let inner = g.original();
-            if let Some(a) = inner.downcast_ref::<AggregateExec>() {
-                if modes.contains(a.mode()) {
-                    let children = node.children().into_iter().cloned().collect();
-                    let opts = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-                    return Ok(Transformed::yes(Arc::clone(inner).replace_children(children, opts)?));
-                }
+            if let Some(a) = inner.downcast_ref::<AggregateExec>()
+                && modes.contains(a.mode())
+            {
+                let children = node.children().into_iter().cloned().collect();
+                let opts = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                return Ok(Transformed::yes(Arc::clone(inner).replace_children(children, opts)?));
             }
         }
         Ok(Transformed::no(node))

@@ -85,8 +85,14 @@ pub fn run(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<Pri
     let s = time(gpu, runs, || exclusive_scan_u32(gpu, &stream, &d_small, n).map(drop))?;
     push("exclusive scan u32", s, 8 * n);
     // Sorts consume their inputs: each run sorts fresh copies; the copy time is measured apart.
-    let c32 = time(gpu, runs, || Ok(drop((copy(&d_k32)?, copy(&d_rows)?))))?;
-    let c64 = time(gpu, runs, || Ok(drop((copy(&d_k64)?, copy(&d_rows)?))))?;
+    let c32 = time(gpu, runs, || {
+        let _copies = (copy(&d_k32)?, copy(&d_rows)?);
+        Ok(())
+    })?;
+    let c64 = time(gpu, runs, || {
+        let _copies = (copy(&d_k64)?, copy(&d_rows)?);
+        Ok(())
+    })?;
     for (name, keys, width, begin, end, copy_s) in [
         ("radix sort k32+v32, 32 bits", &d_k32, KeyWidth::U32, 0, 32, c32),
         ("radix partition k32+v32, 12 bits", &d_k32, KeyWidth::U32, 0, 12, c32),

@@ -205,10 +205,10 @@ fn session_config(args: &SqlArgs) -> Result<SessionConfig> {
         options.format.null = "NULL".to_string();
     }
     let mut config = with_gpu_options(SessionConfig::from(options).with_information_schema(true));
-    if args.no_gpu {
-        if let Some(g) = config.options_mut().extensions.get_mut::<GpuConfig>() {
-            g.enable = false;
-        }
+    if args.no_gpu
+        && let Some(g) = config.options_mut().extensions.get_mut::<GpuConfig>()
+    {
+        g.enable = false;
     }
     Ok(config)
 }

@@ -142,20 +142,19 @@ impl KernelCache {
 
     fn cubin(&self, name: &str, source: &str) -> Result<Vec<u8>> {
         let path = self.dir.as_ref().map(|d| d.join(format!("{name}-{}-{}.cubin", self.arch, self.key(name, source))));
-        if let Some(p) = &path {
-            if let Ok(bytes) = std::fs::read(p) {
-                if !bytes.is_empty() {
-                    self.stats.disk_hits.fetch_add(1, Ordering::SeqCst);
-                    return Ok(bytes);
-                }
-            }
+        if let Some(p) = &path
+            && let Ok(bytes) = std::fs::read(p)
+            && !bytes.is_empty()
+        {
+            self.stats.disk_hits.fetch_add(1, Ordering::SeqCst);
+            return Ok(bytes);
         }
         let cubin = compile(name, source, &self.arch)?;
         self.stats.compiled.fetch_add(1, Ordering::SeqCst);
-        if let Some(p) = &path {
-            if let Err(e) = write_atomically(p, &cubin) {
-                log::warn!("could not write the kernel cache file {}: {e}", p.display());
-            }
+        if let Some(p) = &path
+            && let Err(e) = write_atomically(p, &cubin)
+        {
+            log::warn!("could not write the kernel cache file {}: {e}", p.display());
         }
         Ok(cubin)
     }

@@ -116,11 +116,11 @@ impl PinnedPool {
         let mut free = self.free.lock().map_err(|_| gpu_error("pinned pool lock poisoned"))?;
         // Accept a cached block up to 25% larger than needed.
         let found = free.range(size..=size + size / 4).find(|(_, v)| !v.is_empty()).map(|(k, _)| *k);
-        if let Some(k) = found {
-            if let Some(b) = free.get_mut(&k).and_then(|v| v.pop()) {
-                self.cached.fetch_sub(k as u64, Ordering::SeqCst);
-                return Ok(PinnedBlock { addr: b.addr, size: k, chunk: b.chunk, pool: Arc::clone(self) });
-            }
+        if let Some(k) = found
+            && let Some(b) = free.get_mut(&k).and_then(|v| v.pop())
+        {
+            self.cached.fetch_sub(k as u64, Ordering::SeqCst);
+            return Ok(PinnedBlock { addr: b.addr, size: k, chunk: b.chunk, pool: Arc::clone(self) });
         }
         // Small blocks come several to a chunk; the others go to the free list.
         let per_chunk = if size <= SMALL_BLOCK { CHUNK / size } else { 1 };
@@ -149,11 +149,11 @@ impl PinnedPool {
     }
 
     fn give_back(&self, addr: usize, size: usize, chunk: Arc<Chunk>) {
-        if self.cached.load(Ordering::SeqCst) + size as u64 <= self.cache_limit {
-            if let Ok(mut free) = self.free.lock() {
-                free.entry(size).or_default().push(FreeBlock { addr, chunk });
-                self.cached.fetch_add(size as u64, Ordering::SeqCst);
-            }
+        if self.cached.load(Ordering::SeqCst) + size as u64 <= self.cache_limit
+            && let Ok(mut free) = self.free.lock()
+        {
+            free.entry(size).or_default().push(FreeBlock { addr, chunk });
+            self.cached.fetch_add(size as u64, Ordering::SeqCst);
         }
         // Otherwise `chunk` drops here, and with its last block the memory goes back.
     }

@@ -118,13 +118,13 @@ impl GpuAggregateExec {
             let a = aggregate(&agg).map_err(|e| e.to_string())?;
             let layout = AggregateLayout::new(a)?;
             for f in &layout.finalize {
-                if let Finalize::Evaluate { agg: i, .. } = f {
-                    if !a.aggr_expr()[*i].groups_accumulator_supported() {
-                        return Err(format!(
-                            "`{}` has no groups accumulator to evaluate its state",
-                            a.aggr_expr()[*i].name()
-                        ));
-                    }
+                if let Finalize::Evaluate { agg: i, .. } = f
+                    && !a.aggr_expr()[*i].groups_accumulator_supported()
+                {
+                    return Err(format!(
+                        "`{}` has no groups accumulator to evaluate its state",
+                        a.aggr_expr()[*i].name()
+                    ));
                 }
             }
             Arc::new(layout)

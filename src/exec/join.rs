@@ -1011,20 +1011,20 @@ impl OutOfCoreProbe {
                 flags.clear();
             }
             drop(cell);
-            if let Some(done) = self.ooc.rounds.leave_round(round)? {
-                if done.spec().emits_build_rows() {
-                    let (gpu, m) = (Arc::clone(&self.gpu), self.metrics.clone());
-                    let slot = self.gpu.spill_slot().await?;
-                    let outputs = blocking(move || {
-                        let _slot = slot;
-                        let mut times = PhaseTimes::default();
-                        let out = done.finish(&gpu.stream(), &mut times)?;
-                        m.add_phases(&times);
-                        Ok(out)
-                    })
-                    .await?;
-                    send(tx, &self.metrics, outputs).await?;
-                }
+            if let Some(done) = self.ooc.rounds.leave_round(round)?
+                && done.spec().emits_build_rows()
+            {
+                let (gpu, m) = (Arc::clone(&self.gpu), self.metrics.clone());
+                let slot = self.gpu.spill_slot().await?;
+                let outputs = blocking(move || {
+                    let _slot = slot;
+                    let mut times = PhaseTimes::default();
+                    let out = done.finish(&gpu.stream(), &mut times)?;
+                    m.add_phases(&times);
+                    Ok(out)
+                })
+                .await?;
+                send(tx, &self.metrics, outputs).await?;
             }
         }
         Ok(())

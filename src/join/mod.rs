@@ -601,13 +601,13 @@ impl JoinBuild {
                     let eq = verify_pairs(gpu, stream, &spec.keys, &self.keys, &pkeys, rb, rp, pairs.n)?;
                     pairs = self.keep_pairs(stream, pairs, &eq)?;
                 }
-                if let Some(f) = &spec.filter {
-                    if pairs.n > 0 {
-                        let rb = rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?;
-                        let rp = rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?;
-                        let keep = self.evaluate_filter(stream, f, chunk, rb, rp, pairs.n)?;
-                        pairs = self.keep_pairs(stream, pairs, &keep)?;
-                    }
+                if let Some(f) = &spec.filter
+                    && pairs.n > 0
+                {
+                    let rb = rows_of(&pairs.pos_b, &pairs.rows_b, build_perm)?;
+                    let rp = rows_of(&pairs.pos_p, &pairs.rows_p, probe_perm)?;
+                    let keep = self.evaluate_filter(stream, f, chunk, rb, rp, pairs.n)?;
+                    pairs = self.keep_pairs(stream, pairs, &keep)?;
                 }
                 if pairs.n == 0 {
                     return Ok(None);
@@ -648,18 +648,18 @@ impl JoinBuild {
                     if self.probe_has_null.load(Ordering::SeqCst) {
                         None
                     } else {
-                        if self.probe_nonempty.load(Ordering::SeqCst) {
-                            if let Some(ok) = &self.keys.takes_part {
-                                // Rows with a NULL key are not NOT IN a non-empty set: mark them.
-                                // or_not_flags(const u8* ok, u64 n, u8* flags)
-                                gpu.launch_n(
-                                    stream,
-                                    "select",
-                                    "or_not_flags",
-                                    rows,
-                                    &[ptr(ok, stream), KArg::U64(rows), ptr(matched, stream)],
-                                )?;
-                            }
+                        if self.probe_nonempty.load(Ordering::SeqCst)
+                            && let Some(ok) = &self.keys.takes_part
+                        {
+                            // Rows with a NULL key are not NOT IN a non-empty set: mark them.
+                            // or_not_flags(const u8* ok, u64 n, u8* flags)
+                            gpu.launch_n(
+                                stream,
+                                "select",
+                                "or_not_flags",
+                                rows,
+                                &[ptr(ok, stream), KArg::U64(rows), ptr(matched, stream)],
+                            )?;
                         }
                         self.select_build(stream, matched, 0)?
                     }

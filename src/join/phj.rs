@@ -111,6 +111,7 @@ fn unit_grid(gpu: &Gpu, nunits: u64, width: KeyWidth) -> LaunchConfig {
 }
 
 /// Match counts of the probe items, given the units (uploaded) of the partition pairs.
+#[allow(clippy::too_many_arguments)]
 pub fn count(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,

@@ -115,9 +115,9 @@ fn key_column(rng: &mut StdRng, dt: &DataType, j: usize, ncols: usize, ids: &[u6
                 .with_precision_and_scale(*p, *s)
                 .expect("valid decimal"),
         ),
-        DataType::Utf8 => Arc::new(StringArray::from_iter(vals.iter().map(|v| v.map(|x| string_key(x))))),
-        DataType::LargeUtf8 => Arc::new(LargeStringArray::from_iter(vals.iter().map(|v| v.map(|x| string_key(x))))),
-        DataType::Utf8View => Arc::new(StringViewArray::from_iter(vals.iter().map(|v| v.map(|x| string_key(x))))),
+        DataType::Utf8 => Arc::new(StringArray::from_iter(vals.iter().map(|v| v.map(string_key)))),
+        DataType::LargeUtf8 => Arc::new(LargeStringArray::from_iter(vals.iter().map(|v| v.map(string_key)))),
+        DataType::Utf8View => Arc::new(StringViewArray::from_iter(vals.iter().map(|v| v.map(string_key)))),
         DataType::Dictionary(_, _) => {
             let strings: Vec<Option<String>> = vals.iter().map(|v| v.map(string_key)).collect();
             let dict: DictionaryArray<Int32Type> = strings.iter().map(|s| s.as_deref()).collect();

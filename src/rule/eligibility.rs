@@ -131,10 +131,10 @@ fn bounded_rows_at(plan: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<usize>
 }
 
 fn check_min_rows(rows: Option<usize>, min_rows: usize, out: &mut Vec<FallbackReason>) {
-    if let Some(rows) = rows {
-        if rows < min_rows {
-            out.push(FallbackReason::BelowMinRows { rows, min_rows });
-        }
+    if let Some(rows) = rows
+        && rows < min_rows
+    {
+        out.push(FallbackReason::BelowMinRows { rows, min_rows });
     }
 }
 
@@ -172,21 +172,21 @@ pub fn join_reasons(join: &HashJoinExec, min_rows: usize) -> Vec<FallbackReason>
     for (l, r) in join.on() {
         check_key("join key", l, &ls, &mut out);
         check_key("join key", r, &rs, &mut out);
-        if let (Ok(lt), Ok(rt)) = (l.data_type(&ls), r.data_type(&rs)) {
-            if lt != rt {
-                out.push(FallbackReason::Unsupported(format!(
-                    "join keys `{l}` and `{r}` have different types {lt} and {rt}"
-                )));
-            }
-        }
-    }
-    if let Some(filter) = join.filter() {
-        if let Err(why) = generate_filter(filter.expression(), filter.schema(), filter.column_indices()) {
+        if let (Ok(lt), Ok(rt)) = (l.data_type(&ls), r.data_type(&rs))
+            && lt != rt
+        {
             out.push(FallbackReason::Unsupported(format!(
-                "the join filter `{}` cannot run on the GPU: {why}",
-                filter.expression()
+                "join keys `{l}` and `{r}` have different types {lt} and {rt}"
             )));
         }
+    }
+    if let Some(filter) = join.filter()
+        && let Err(why) = generate_filter(filter.expression(), filter.schema(), filter.column_indices())
+    {
+        out.push(FallbackReason::Unsupported(format!(
+            "the join filter `{}` cannot run on the GPU: {why}",
+            filter.expression()
+        )));
     }
     if let Some(fetch) = join.fetch() {
         out.push(FallbackReason::Unsupported(format!("the join has a fetch limit ({fetch})")));

@@ -37,10 +37,10 @@ impl GpuOptimizerRule {
 /// Removes annotations from an earlier run of the rule, so that running it again is idempotent.
 fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
-        if node.name() == CPU_FALLBACK_NAME {
-            if let Some(child) = node.children().first() {
-                return Ok(Transformed::yes(Arc::clone(child)));
-            }
+        if node.name() == CPU_FALLBACK_NAME
+            && let Some(child) = node.children().first()
+        {
+            return Ok(Transformed::yes(Arc::clone(child)));
         }
         Ok(Transformed::no(node))
     })
