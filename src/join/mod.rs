@@ -326,6 +326,11 @@ fn rows_of<'a>(pos: &'a DeviceBuffer, rows: &'a Option<DeviceBuffer>, map: RowMa
     }
 }
 
+/// The column indices of GFTR candidates.
+fn gftr_indices(gftr: &[(usize, &DeviceColumn)]) -> Vec<usize> {
+    gftr.iter().map(|(i, _)| *i).collect()
+}
+
 /// Whether a join reads the rows (not only the transformed columns) of its build (`build`) or
 /// probe side: for wide keys' check, the join filter, the matched flags, or an output column
 /// that did not move with the keys (`transformed` lists those that did).
@@ -395,7 +400,7 @@ impl JoinBuild {
             })?),
             JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
                 let gftr = gftr_columns(&spec, &batch, true);
-                let rows = needs_rows(&spec, true, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+                let rows = needs_rows(&spec, true, &gftr_indices(&gftr));
                 Index::Sorted(phase(stream, &mut times.transform, || {
                     transform_with_payloads(&gpu, stream, &keys, width, width.bits(), &gftr, rows)
                 })?)
@@ -403,7 +408,7 @@ impl JoinBuild {
             JoinAlgorithm::PhjGfur | JoinAlgorithm::PhjGftr => {
                 let bits = phj::partition_bits(keys.items);
                 let gftr = gftr_columns(&spec, &batch, true);
-                let rows = needs_rows(&spec, true, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+                let rows = needs_rows(&spec, true, &gftr_indices(&gftr));
                 let (t, offsets) = phase(stream, &mut times.transform, || {
                     let t = transform_with_payloads(&gpu, stream, &keys, width, bits, &gftr, rows)?;
                     let offsets = phj::offsets(&gpu, stream, &t, bits, width)?;
@@ -503,7 +508,7 @@ impl JoinBuild {
             }
             Index::Sorted(b) => {
                 let gftr = gftr_columns(spec, chunk, false);
-                let rows = needs_rows(spec, false, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+                let rows = needs_rows(spec, false, &gftr_indices(&gftr));
                 let p = phase(stream, &mut times.transform, || {
                     transform_with_payloads(gpu, stream, &pkeys, width, width.bits(), &gftr, rows)
                 })?;
@@ -513,7 +518,7 @@ impl JoinBuild {
             }
             Index::Partitioned { side, bits, offsets } => {
                 let gftr = gftr_columns(spec, chunk, false);
-                let rows = needs_rows(spec, false, &gftr.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+                let rows = needs_rows(spec, false, &gftr_indices(&gftr));
                 let (p, poff) = phase(stream, &mut times.transform, || {
                     let p = transform_with_payloads(gpu, stream, &pkeys, width, *bits, &gftr, rows)?;
                     let poff = phj::offsets(gpu, stream, &p, *bits, width)?;
@@ -559,22 +564,14 @@ impl JoinBuild {
         };
         let wide = spec.keys.encoding == KeyEncoding::Wide;
         let build_perm = self.build_perm();
-        let filtered = spec.filter.is_some();
-        let need_rows_b = wide
-            || filtered
-            || self.matched.is_some()
-            || spec.outputs_pairs()
-                && spec
-                    .output
-                    .iter()
-                    .any(|o| matches!(o, OutputColumn::Build(i) if self.build_transformed(*i).is_none()));
-        let need_rows_p = wide
-            || filtered
-            || probe_flags.is_some()
-            || spec.outputs_pairs()
-                && spec.output.iter().any(
-                    |o| matches!(o, OutputColumn::Probe(i) if probe_t.as_ref().and_then(|p| p.column(*i)).is_none()),
-                );
+        // The same predicate that decided, at transformation, whether each side kept its rows.
+        let build_moved = match &self.index {
+            Index::Npj(_) => Vec::new(),
+            Index::Sorted(t) | Index::Partitioned { side: t, .. } => t.column_indices(),
+        };
+        let need_rows_b = needs_rows(spec, true, &build_moved);
+        let need_rows_p =
+            needs_rows(spec, false, &probe_t.as_ref().map(Transformed::column_indices).unwrap_or_default());
         let mut out = Vec::new();
         for (j0, j1, o0, o1) in windows {
             let n = o1 - o0;

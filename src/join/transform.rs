@@ -33,6 +33,11 @@ impl Transformed {
     pub fn column(&self, index: usize) -> Option<&DeviceBuffer> {
         self.columns.iter().find(|(i, _)| *i == index).map(|(_, b)| b)
     }
+
+    /// The indices of the columns that moved with the keys.
+    pub fn column_indices(&self) -> Vec<usize> {
+        self.columns.iter().map(|(i, _)| *i).collect()
+    }
 }
 
 /// Sorts `side`'s items stably by key bits `[0, end_bit)`. Each column of `gftr` (non-null, 4
