@@ -174,16 +174,17 @@ mod tests {
         MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
     }
 
-    fn join(l: Arc<dyn ExecutionPlan>, r: Arc<dyn ExecutionPlan>, join_type: JoinType) -> Arc<dyn ExecutionPlan> {
+    /// `l` and `r` joined on `k` (CollectLeft), projected to `projection`.
+    fn join(
+        l: Arc<dyn ExecutionPlan>,
+        r: Arc<dyn ExecutionPlan>,
+        join_type: JoinType,
+        projection: Option<Vec<usize>>,
+    ) -> Arc<dyn ExecutionPlan> {
         let on = vec![(
             Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
             Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
         )];
-        // Keep the probe side's two columns (semi/anti joins return one side anyway).
-        let projection = match join_type {
-            JoinType::Inner => Some(vec![2, 3]),
-            _ => None,
-        };
         Arc::new(
             HashJoinExec::try_new(
                 l,
@@ -204,17 +205,17 @@ mod tests {
     /// prices it, from the plan's shape (its larger input, or the side a semi join returns).
     #[test]
     fn joins_above_joins_are_priced_from_a_bound() {
-        let lower = join(source(1000), source(5000), JoinType::Inner);
+        let lower = join(source(1000), source(5000), JoinType::Inner, Some(vec![2, 3]));
         let bound = bounded_rows(&lower).expect("a join of two memory tables is bounded");
         match estimated_rows(&lower) {
             Some(rows) => assert_eq!(bound, rows),
             None => assert_eq!(bound, 5000),
         }
-        let semi = join(source(1000), source(5000), JoinType::LeftSemi);
+        let semi = join(source(1000), source(5000), JoinType::LeftSemi, None);
         if estimated_rows(&semi).is_none() {
             assert_eq!(bounded_rows(&semi), Some(1000));
         }
-        let upper = join(source(25), Arc::clone(&lower), JoinType::Inner);
+        let upper = join(source(25), Arc::clone(&lower), JoinType::Inner, Some(vec![2, 3]));
         let cfg = GpuConfig::default();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&upper), &cfg).unwrap();
         let e = join_estimate(&exec, &upper, &cfg, &Profile::h100(), None).expect("priced from the bound");
@@ -232,24 +233,7 @@ mod tests {
     #[test]
     fn small_joins_are_priced_and_stay_on_the_cpu() {
         let (l, r) = (source(1000), source(5000));
-        let on = vec![(
-            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
-            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
-        )];
-        let node: Arc<dyn ExecutionPlan> = Arc::new(
-            HashJoinExec::try_new(
-                l,
-                r,
-                on,
-                None,
-                &JoinType::Inner,
-                None,
-                PartitionMode::CollectLeft,
-                NullEquality::NullEqualsNothing,
-                false,
-            )
-            .unwrap(),
-        );
+        let node = join(l, r, JoinType::Inner, None);
         let cfg = GpuConfig::default();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
         let e = join_estimate(&exec, &node, &cfg, &Profile::h100(), None).expect("memory sources have row counts");
