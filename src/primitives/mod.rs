@@ -218,6 +218,14 @@ mod tests {
                     };
                     let want_keys: Vec<u64> = want.iter().map(|r| keys[*r as usize]).collect();
                     assert_eq!(got_keys, want_keys, "{ctx}: keys");
+                    // Keys alone (a join side whose rows and columns nothing reads).
+                    let (alone, none) =
+                        radix::radix_sort_multi_tiles(&gpu, &stream, &k, &[], n as u64, width, begin, end, items)
+                            .unwrap();
+                    assert!(none.is_empty(), "{ctx}: value arrays from none");
+                    let alone: Vec<u8> = download_vec(&gpu, &stream, &alone, n * width.bytes()).unwrap();
+                    let sorted: Vec<u8> = download_vec(&gpu, &stream, &sorted, n * width.bytes()).unwrap();
+                    assert_eq!(alone, sorted, "{ctx}: keys sorted without values");
                 }
                 // The inputs are only read.
                 assert_eq!(download_vec::<u64>(&gpu, &stream, &d_wide, n).unwrap(), wide, "n {n}: input changed");

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaStream, PushKernelArg};
 
 use super::scan::exclusive_scan_u32;
 use super::tiles;
-use crate::device::{DeviceBuffer, Gpu, KArg, check_launch, ptr};
+use crate::device::{DeviceBuffer, Gpu, KArg, check_launch, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 
 /// Threads per block of the radix kernels; a tile is THREADS x items_per_thread items.
@@ -265,8 +265,11 @@ pub(crate) fn radix_sort_multi_tiles(
             .map(|w| gpu.alloc(stream, n as usize * w.bytes(), "radix sort values"))
             .collect::<Result<Vec<_>>>()?;
         let vout_addr: Vec<u64> = v_out.iter().map(|b| b.raw_ptr(stream)).collect();
-        let vin = super::upload_slice(gpu, stream, &vin_addr, "radix value addresses")?;
-        let vout = super::upload_slice(gpu, stream, &vout_addr, "radix value addresses")?;
+        // No value arrays (a side whose rows and columns the join does not read): null lists.
+        let addresses = |a: &[u64]| -> Result<Option<DeviceBuffer>> {
+            if a.is_empty() { Ok(None) } else { super::upload_slice(gpu, stream, a, "radix value addresses").map(Some) }
+        };
+        let (vin, vout) = (addresses(&vin_addr)?, addresses(&vout_addr)?);
         // radix_scatter_multi_kX_iN(keys_in, keys_out, n, shift, mask, offsets, vals_in, vals_out, nv, wide)
         gpu.launch(
             stream,
@@ -280,8 +283,8 @@ pub(crate) fn radix_sort_multi_tiles(
                 KArg::U32(shift),
                 KArg::U32(mask),
                 ptr(&offsets, stream),
-                ptr(&vin, stream),
-                ptr(&vout, stream),
+                opt_ptr(vin.as_ref(), stream),
+                opt_ptr(vout.as_ref(), stream),
                 KArg::U32(widths.len() as u32),
                 KArg::U32(wide),
             ],
