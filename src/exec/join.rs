@@ -143,6 +143,9 @@ pub struct GpuHashJoinExec {
     metrics: ExecutionPlanMetricsSet,
 }
 
+/// What EXPLAIN adds to the algorithm's reason when the sizes were bounded, not estimated.
+const BOUNDED_NOTE: &str = "; input sizes bounded from the plan's shape";
+
 fn hash_join(plan: &Arc<dyn ExecutionPlan>) -> Result<&HashJoinExec> {
     plan.downcast_ref::<HashJoinExec>()
         .ok_or_else(|| DataFusionError::Internal("GpuHashJoinExec wraps a plan that is not a HashJoinExec".into()))
@@ -183,9 +186,11 @@ impl GpuHashJoinExec {
     pub fn with_estimate(mut self, estimate: JoinEstimate) -> Self {
         if estimate.bounded {
             // Sizes bounded from the plan's shape place the join but do not choose its algorithm.
-            let mut layout = (*self.layout).clone();
-            layout.choice = format!("{}; input sizes bounded from the plan's shape", layout.choice);
-            self.layout = Arc::new(layout);
+            if !self.layout.choice.ends_with(BOUNDED_NOTE) {
+                let mut layout = (*self.layout).clone();
+                layout.choice = format!("{}{BOUNDED_NOTE}", layout.choice);
+                self.layout = Arc::new(layout);
+            }
         } else if self.layout.candidates.len() > 1 {
             let mut layout = (*self.layout).clone();
             let mut spec = (*layout.spec).clone();
@@ -823,6 +828,7 @@ async fn build_side(
             }
             BuildInput::Device(dev) => dev,
         };
+        timeline::mark(&who, || format!("build input uploaded; building with {}", spec.algorithm));
         let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
         metrics.add_phases(&build.times);
         Ok(Built::Memory(Arc::new(build)))

@@ -72,6 +72,7 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         if !cfg.enable {
             return Ok(plan);
         }
+        crate::exec::timeline::mark("rule", || "starts".into());
         let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
         // The device memory the GPU operators may hold, to keep joins whose build would not fit
         // on the CPU (only with a device: without one every operator falls back anyway).
@@ -151,10 +152,23 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
                 Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as Arc<dyn ExecutionPlan>))
             })
             .map(|t| t.data)?;
+        crate::exec::timeline::mark("rule", || "operators placed".into());
         if cfg.join_repartition {
             return Ok(plan);
         }
-        repartition::remove_join_repartitions(plan, config)
+        // A join without its repartitions makes one build of every build row: priced again.
+        let reprice = |g: GpuHashJoinExec| -> Option<GpuHashJoinExec> {
+            let (Some(p), Some(_)) = (profile.as_ref(), g.estimate()) else { return Some(g) };
+            let node = Arc::clone(g.original());
+            match costing::join_estimate(&g, &node, &cfg, p, None) {
+                Some(e) if e.verdict.gpu_wins() => Some(g.with_estimate(e)),
+                Some(_) => None,
+                None => Some(g),
+            }
+        };
+        let plan = repartition::remove_join_repartitions(plan, config, &reprice);
+        crate::exec::timeline::mark("rule", || "join repartitions removed".into());
+        plan
     }
 
     fn name(&self) -> &str {

@@ -70,9 +70,15 @@ fn parent_of(plan: &Arc<dyn ExecutionPlan>, target: &Arc<dyn ExecutionPlan>) -> 
 /// top down, each kept only if the plan stays sane (with the join's output repartitioned by its
 /// old partitioning when needed, except below another GPU join). A plan that is not sane to
 /// begin with is left alone.
+///
+/// `reprice` gives the cost model's view of each new join: one build of all the build rows is
+/// not the 16 per-partition builds the join was priced for, so its algorithm is chosen again
+/// (and each build's run-time choice starts from that shape). `None` keeps the Partitioned
+/// join: the model expects the CPU to beat the join in its new shape.
 pub fn remove_join_repartitions(
     plan: Arc<dyn ExecutionPlan>,
     config: &ConfigOptions,
+    reprice: &dyn Fn(GpuHashJoinExec) -> Option<GpuHashJoinExec>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let mut joins = Vec::new();
     plan.apply(|node| {
@@ -92,6 +98,7 @@ pub fn remove_join_repartitions(
     for old in joins {
         let Some(join) = old.downcast_ref::<GpuHashJoinExec>() else { continue };
         let Some(new) = join.without_repartitions()? else { continue };
+        let Some(new) = reprice(new) else { continue };
         let new: Arc<dyn ExecutionPlan> = Arc::new(new);
         let direct = replace(&plan, &old, Arc::clone(&new))?;
         if sane(&direct, config) {
@@ -114,4 +121,79 @@ pub fn remove_join_repartitions(
         }
     }
     Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::{JoinType, NullEquality};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_plan::PhysicalExpr;
+    use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+
+    use super::*;
+    use crate::config::GpuConfig;
+    use crate::cost::Profile;
+    use crate::rule::costing::join_estimate;
+
+    /// `rows` rows of (k, v) in `parts` partitions, hash-repartitioned on k into 4.
+    fn repartitioned(rows: i64, parts: i64) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let per = rows / parts;
+        let partitions: Vec<Vec<RecordBatch>> = (0..parts)
+            .map(|p| {
+                let k = Int64Array::from_iter_values(p * per..(p + 1) * per);
+                vec![RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k.clone()), Arc::new(k)]).unwrap()]
+            })
+            .collect();
+        let source = MemorySourceConfig::try_new_exec(&partitions, schema, None).unwrap();
+        let key = Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>;
+        Arc::new(RepartitionExec::try_new(source, Partitioning::Hash(vec![key], 4)).unwrap())
+    }
+
+    /// A Partitioned join is priced for 4 builds of a quarter of the build rows each; read
+    /// around its repartitions it makes one build of all of them, and the estimate (the shape
+    /// each build's run-time choice starts from) says so. A join the model then expects the CPU
+    /// to win keeps its repartitions.
+    #[test]
+    fn joins_without_repartitions_are_priced_for_one_build() {
+        let key = |i| Arc::new(Column::new("k", i)) as Arc<dyn PhysicalExpr>;
+        let node: Arc<dyn ExecutionPlan> = Arc::new(
+            HashJoinExec::try_new(
+                repartitioned(400_000, 4),
+                repartitioned(4_000_000, 4),
+                vec![(key(0), key(0))],
+                None,
+                &JoinType::Inner,
+                None,
+                PartitionMode::Partitioned,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        );
+        let cfg = GpuConfig::default();
+        let profile = Profile::h100();
+        let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
+        let e = join_estimate(&exec, &node, &cfg, &profile, None).expect("memory sources have row counts");
+        assert_eq!((e.shape.builds, e.shape.build_rows), (4.0, 100_000.0));
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(exec.with_estimate(e));
+        let reprice = |g: GpuHashJoinExec| {
+            let node = Arc::clone(g.original());
+            join_estimate(&g, &node, &cfg, &profile, None).map(|e| g.with_estimate(e))
+        };
+        let out = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &reprice).unwrap();
+        let join = out.downcast_ref::<GpuHashJoinExec>().expect("the join stays on top");
+        let shape = join.estimate().expect("priced again").shape;
+        assert_eq!((shape.builds, shape.build_rows), (1.0, 400_000.0));
+        assert!(join.original().children().iter().all(|c| c.downcast_ref::<RepartitionExec>().is_none()));
+        // No price for the new shape: the Partitioned join stays as it was.
+        let kept = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &|_| None).unwrap();
+        assert!(Arc::ptr_eq(&kept, &plan));
+    }
 }
