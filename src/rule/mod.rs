@@ -73,6 +73,27 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             return Ok(plan);
         }
         crate::exec::timeline::mark("rule", || "starts".into());
+        eligibility::with_shared_statistics(|| self.place(plan, config, cfg))
+    }
+
+    fn name(&self) -> &str {
+        "gpu"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+impl GpuOptimizerRule {
+    /// The rule's work on an enabled session: each eligible operator placed (on the GPU, or kept
+    /// on the CPU with its reasons), then the repartitions below GPU joins removed.
+    fn place(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+        cfg: GpuConfig,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
         // The device memory the GPU operators may hold, to keep joins whose build would not fit
         // on the CPU (only with a device: without one every operator falls back anyway).
@@ -169,14 +190,6 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         let plan = repartition::remove_join_repartitions(plan, config, &reprice);
         crate::exec::timeline::mark("rule", || "join repartitions removed".into());
         plan
-    }
-
-    fn name(&self) -> &str {
-        "gpu"
-    }
-
-    fn schema_check(&self) -> bool {
-        true
     }
 }
 
