@@ -261,12 +261,12 @@ impl GpuHashJoinExec {
         self.out_of_core.as_deref()
     }
 
-    /// The cost model's estimate, when it was consulted.
     /// The `HashJoinExec` this replaces.
     pub fn original(&self) -> &Arc<dyn ExecutionPlan> {
         &self.join
     }
 
+    /// The cost model's estimate, when it was consulted.
     pub fn estimate(&self) -> Option<&JoinEstimate> {
         self.estimate.as_deref()
     }
