@@ -10,7 +10,13 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 
 use crate::exec::{GpuAggregateExec, GpuHashJoinExec};
 use crate::join::filter::generate as generate_filter;
@@ -150,23 +156,26 @@ fn bounded_rows_at(plan: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<usize>
             _ => Some(l()?.max(r()?)),
         };
     }
-    let name = node.name();
-    let passes_input = node.downcast_ref::<AggregateExec>().is_some()
-        || node.downcast_ref::<GpuAggregateExec>().is_some()
-        || matches!(
-            name,
-            "FilterExec"
-                | "ProjectionExec"
-                | "RepartitionExec"
-                | "CoalescePartitionsExec"
-                | "CoalesceBatchesExec"
-                | "SortExec"
-                | "SortPreservingMergeExec"
-        );
     match node.children().as_slice() {
-        [child] if passes_input => bounded_rows_at(child, depth + 1),
+        [child] if passes_bound(node) => bounded_rows_at(child, depth + 1),
         _ => None,
     }
+}
+
+/// Whether `node` outputs at most as many rows as its one input: an aggregate (at most a group
+/// per row), a filter, a projection, an exchange or a sort.
+#[allow(deprecated)] // CoalesceBatchesExec: DataFusion 55 no longer plans it; a plan built by hand may
+fn passes_bound(node: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+    node.downcast_ref::<CoalesceBatchesExec>().is_some()
+        || node.downcast_ref::<AggregateExec>().is_some()
+        || node.downcast_ref::<GpuAggregateExec>().is_some()
+        || node.downcast_ref::<FilterExec>().is_some()
+        || node.downcast_ref::<ProjectionExec>().is_some()
+        || node.downcast_ref::<RepartitionExec>().is_some()
+        || node.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || node.downcast_ref::<SortExec>().is_some()
+        || node.downcast_ref::<SortPreservingMergeExec>().is_some()
 }
 
 fn check_min_rows(rows: Option<usize>, min_rows: usize, out: &mut Vec<FallbackReason>) {
@@ -325,7 +334,73 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
+    use crate::exec::CpuFallbackExec;
     use crate::tpch::{Suite, data, queries};
+
+    /// Filters, projections, exchanges and sorts pass their input's bound up (recognised by
+    /// type, also when kept on the CPU); a join does not.
+    #[test]
+    fn pass_through_operators_keep_the_bound() {
+        use datafusion::arrow::array::{Int64Array, RecordBatch};
+        use datafusion::arrow::datatypes::Field;
+        use datafusion::common::NullEquality;
+        use datafusion::datasource::memory::MemorySourceConfig;
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{BinaryExpr, lit};
+        use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+        use datafusion::physical_plan::Partitioning;
+        use datafusion::physical_plan::projection::ProjectionExpr;
+
+        let source = |rows: i64, parts: usize| -> Arc<dyn ExecutionPlan> {
+            let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+            let batch =
+                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from_iter_values(0..rows))])
+                    .unwrap();
+            MemorySourceConfig::try_new_exec(&vec![vec![batch]; parts], schema, None).unwrap()
+        };
+        let k = |i| Arc::new(Column::new("k", i)) as Arc<dyn PhysicalExpr>;
+        let join = |l, r| -> Arc<dyn ExecutionPlan> {
+            Arc::new(
+                HashJoinExec::try_new(
+                    l,
+                    r,
+                    vec![(k(0), k(0))],
+                    None,
+                    &JoinType::Inner,
+                    Some(vec![1]),
+                    PartitionMode::CollectLeft,
+                    NullEquality::NullEqualsNothing,
+                    false,
+                )
+                .unwrap(),
+            )
+        };
+        let joined = join(source(10, 1), join(source(1000, 1), source(5000, 2)));
+        assert!(!passes_bound(&joined), "a join's output is bounded by its inputs, not passed through");
+        let predicate = Arc::new(BinaryExpr::new(k(0), Operator::Gt, lit(10i64)));
+        let mut chain: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, joined).unwrap());
+        let mut passing = vec![Arc::clone(&chain)];
+        chain = Arc::new(ProjectionExec::try_new(vec![ProjectionExpr::new(k(0), "k")], chain).unwrap());
+        passing.push(Arc::clone(&chain));
+        chain = Arc::new(RepartitionExec::try_new(chain, Partitioning::RoundRobinBatch(4)).unwrap());
+        passing.push(Arc::clone(&chain));
+        let order = LexOrdering::new(vec![PhysicalSortExpr::new_default(k(0))]).unwrap();
+        chain = Arc::new(SortExec::new(order.clone(), chain).with_preserve_partitioning(true));
+        passing.push(Arc::clone(&chain));
+        chain = Arc::new(SortPreservingMergeExec::new(order, chain));
+        passing.push(Arc::clone(&chain));
+        chain = Arc::new(CoalescePartitionsExec::new(chain));
+        passing.push(Arc::clone(&chain));
+        for node in &passing {
+            assert!(passes_bound(node), "{} should pass its input's bound", node.name());
+        }
+        // Kept on the CPU with a reason, a node still passes it (downcasts see through).
+        let kept = Arc::new(CpuFallbackExec::new(Arc::clone(&passing[0]), vec![])) as Arc<dyn ExecutionPlan>;
+        assert!(passes_bound(&kept));
+        // The whole chain is bounded (by its estimate when DataFusion has one, else the joins').
+        let bound = bounded_rows(&chain).expect("the chain over joins of memory tables is bounded");
+        assert!(bound > 0);
+    }
 
     /// One shared statistics walk gives every node of TPC-H and SSB plans the estimates and
     /// bounds a walk of its own gives, in less time.
