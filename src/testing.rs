@@ -1,4 +1,5 @@
-//! Test helpers: random Arrow arrays of every type the device layer holds, and the GPU gate.
+//! Test helpers: random Arrow arrays of every type the device layer holds, small plans for the
+//! rule's tests, and the GPU gate.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,8 +8,14 @@ use datafusion::arrow::array::{
     Array, ArrayData, ArrayRef, BooleanArray, DictionaryArray, LargeStringArray, StringArray, StringViewArray,
     make_array,
 };
+use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::buffer::{MutableBuffer, NullBuffer};
-use datafusion::arrow::datatypes::{DataType, Int8Type, Int32Type, TimeUnit, UInt16Type};
+use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int32Type, Schema, TimeUnit, UInt16Type};
+use datafusion::common::{JoinType, NullEquality};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore};
 
@@ -197,4 +204,39 @@ impl Zipf {
         let u: f64 = rng.random();
         self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1) as u64
     }
+}
+
+/// A memory source of `rows` rows of non-null Int64 columns (k, v), both `0..rows`, split into
+/// `parts` partitions of consecutive rows (the last takes what does not divide).
+pub fn memory_kv(rows: i64, parts: i64) -> Arc<dyn ExecutionPlan> {
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Int64, false)]));
+    let parts = parts.max(1);
+    let per = rows / parts;
+    let partitions: Vec<Vec<RecordBatch>> = (0..parts)
+        .map(|p| {
+            let end = if p + 1 == parts { rows } else { (p + 1) * per };
+            let k = Int64Array::from_iter_values(p * per..end);
+            vec![RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k.clone()), Arc::new(k)]).expect("k, v")]
+        })
+        .collect();
+    MemorySourceConfig::try_new_exec(&partitions, schema, None).expect("memory source")
+}
+
+/// `l` and `r` hash-joined on their first columns in `mode`, projected to `projection`.
+pub fn hash_join_on_first(
+    l: Arc<dyn ExecutionPlan>,
+    r: Arc<dyn ExecutionPlan>,
+    join_type: JoinType,
+    projection: Option<Vec<usize>>,
+    mode: PartitionMode,
+) -> Arc<dyn ExecutionPlan> {
+    let first = |side: &Arc<dyn ExecutionPlan>| {
+        Arc::new(Column::new(side.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>
+    };
+    let on = vec![(first(&l), first(&r))];
+    Arc::new(
+        HashJoinExec::try_new(l, r, on, None, &join_type, projection, mode, NullEquality::NullEqualsNothing, false)
+            .expect("hash join"),
+    )
 }

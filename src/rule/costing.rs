@@ -150,28 +150,13 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use datafusion::arrow::array::{Int64Array, RecordBatch};
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::common::{JoinType, NullEquality};
-    use datafusion::datasource::memory::MemorySourceConfig;
-    use datafusion::physical_expr::expressions::Column;
-    use datafusion::physical_plan::PhysicalExpr;
+    use datafusion::common::JoinType;
 
     use super::*;
+    use crate::testing::{hash_join_on_first, memory_kv};
 
     fn source(rows: i64) -> Arc<dyn ExecutionPlan> {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("v", DataType::Int64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(Int64Array::from_iter_values(0..rows)), Arc::new(Int64Array::from_iter_values(0..rows))],
-        )
-        .unwrap();
-        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+        memory_kv(rows, 1)
     }
 
     /// `l` and `r` joined on `k` (CollectLeft), projected to `projection`.
@@ -181,24 +166,7 @@ mod tests {
         join_type: JoinType,
         projection: Option<Vec<usize>>,
     ) -> Arc<dyn ExecutionPlan> {
-        let on = vec![(
-            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
-            Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>,
-        )];
-        Arc::new(
-            HashJoinExec::try_new(
-                l,
-                r,
-                on,
-                None,
-                &join_type,
-                projection,
-                PartitionMode::CollectLeft,
-                NullEquality::NullEqualsNothing,
-                false,
-            )
-            .unwrap(),
-        )
+        hash_join_on_first(l, r, join_type, projection, PartitionMode::CollectLeft)
     }
 
     /// A join above another join has no statistics to estimate from; the cost model still

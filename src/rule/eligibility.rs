@@ -341,41 +341,18 @@ mod tests {
     /// type, also when kept on the CPU); a join does not.
     #[test]
     fn pass_through_operators_keep_the_bound() {
-        use datafusion::arrow::array::{Int64Array, RecordBatch};
-        use datafusion::arrow::datatypes::Field;
-        use datafusion::common::NullEquality;
-        use datafusion::datasource::memory::MemorySourceConfig;
         use datafusion::logical_expr::Operator;
         use datafusion::physical_expr::expressions::{BinaryExpr, lit};
         use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
         use datafusion::physical_plan::Partitioning;
         use datafusion::physical_plan::projection::ProjectionExpr;
 
-        let source = |rows: i64, parts: usize| -> Arc<dyn ExecutionPlan> {
-            let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-            let batch =
-                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from_iter_values(0..rows))])
-                    .unwrap();
-            MemorySourceConfig::try_new_exec(&vec![vec![batch]; parts], schema, None).unwrap()
-        };
+        use crate::testing::{hash_join_on_first, memory_kv};
+
         let k = |i| Arc::new(Column::new("k", i)) as Arc<dyn PhysicalExpr>;
-        let join = |l, r| -> Arc<dyn ExecutionPlan> {
-            Arc::new(
-                HashJoinExec::try_new(
-                    l,
-                    r,
-                    vec![(k(0), k(0))],
-                    None,
-                    &JoinType::Inner,
-                    Some(vec![1]),
-                    PartitionMode::CollectLeft,
-                    NullEquality::NullEqualsNothing,
-                    false,
-                )
-                .unwrap(),
-            )
-        };
-        let joined = join(source(10, 1), join(source(1000, 1), source(5000, 2)));
+        // Joined (k, v) with (k, v) or (k): the right side's k, the only column left.
+        let join = |l, r| hash_join_on_first(l, r, JoinType::Inner, Some(vec![2]), PartitionMode::CollectLeft);
+        let joined = join(memory_kv(10, 1), join(memory_kv(1000, 1), memory_kv(5000, 2)));
         assert!(!passes_bound(&joined), "a join's output is bounded by its inputs, not passed through");
         let predicate = Arc::new(BinaryExpr::new(k(0), Operator::Gt, lit(10i64)));
         let mut chain: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, joined).unwrap());

@@ -125,35 +125,21 @@ pub fn remove_join_repartitions(
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::{Int64Array, RecordBatch};
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::common::{JoinType, NullEquality};
-    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::common::JoinType;
     use datafusion::physical_expr::expressions::Column;
     use datafusion::physical_plan::PhysicalExpr;
-    use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+    use datafusion::physical_plan::joins::PartitionMode;
 
     use super::*;
     use crate::config::GpuConfig;
     use crate::cost::Profile;
     use crate::rule::costing::join_estimate;
+    use crate::testing::{hash_join_on_first, memory_kv};
 
     /// `rows` rows of (k, v) in `parts` partitions, hash-repartitioned on k into 4.
     fn repartitioned(rows: i64, parts: i64) -> Arc<dyn ExecutionPlan> {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("v", DataType::Int64, false),
-        ]));
-        let per = rows / parts;
-        let partitions: Vec<Vec<RecordBatch>> = (0..parts)
-            .map(|p| {
-                let k = Int64Array::from_iter_values(p * per..(p + 1) * per);
-                vec![RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k.clone()), Arc::new(k)]).unwrap()]
-            })
-            .collect();
-        let source = MemorySourceConfig::try_new_exec(&partitions, schema, None).unwrap();
         let key = Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>;
-        Arc::new(RepartitionExec::try_new(source, Partitioning::Hash(vec![key], 4)).unwrap())
+        Arc::new(RepartitionExec::try_new(memory_kv(rows, parts), Partitioning::Hash(vec![key], 4)).unwrap())
     }
 
     /// A Partitioned join is priced for 4 builds of a quarter of the build rows each; read
@@ -162,20 +148,12 @@ mod tests {
     /// to win keeps its repartitions.
     #[test]
     fn joins_without_repartitions_are_priced_for_one_build() {
-        let key = |i| Arc::new(Column::new("k", i)) as Arc<dyn PhysicalExpr>;
-        let node: Arc<dyn ExecutionPlan> = Arc::new(
-            HashJoinExec::try_new(
-                repartitioned(400_000, 4),
-                repartitioned(4_000_000, 4),
-                vec![(key(0), key(0))],
-                None,
-                &JoinType::Inner,
-                None,
-                PartitionMode::Partitioned,
-                NullEquality::NullEqualsNothing,
-                false,
-            )
-            .unwrap(),
+        let node = hash_join_on_first(
+            repartitioned(400_000, 4),
+            repartitioned(4_000_000, 4),
+            JoinType::Inner,
+            None,
+            PartitionMode::Partitioned,
         );
         let cfg = GpuConfig::default();
         let profile = Profile::h100();
