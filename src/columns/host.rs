@@ -101,11 +101,7 @@ pub fn pack(array: &dyn Array) -> Result<HostColumn> {
     }
     let data = array.to_data();
     let (offset, len) = (data.offset(), data.len());
-    let null_count = data.null_count();
-    let validity = match data.nulls() {
-        Some(n) if null_count > 0 => Some(n.inner().sliced()),
-        _ => None,
-    };
+    let (null_count, validity) = validity(&data);
     let (buffers, children) = match &dt {
         DataType::Boolean => (vec![bits_from_zero(&data.buffers()[0], offset, len)], vec![]),
         DataType::Utf8 | DataType::Binary => (pack_bytes::<i32>(&data, offset, len), vec![]),
@@ -129,6 +125,21 @@ pub fn pack(array: &dyn Array) -> Result<HostColumn> {
     Ok(HostColumn { data_type: dt, len, null_count, validity, buffers, children })
 }
 
+/// The null count of `data` and its validity bitmap from bit 0, none without nulls.
+fn validity(data: &ArrayData) -> (usize, Option<Buffer>) {
+    let null_count = data.null_count();
+    match data.nulls() {
+        Some(n) if null_count > 0 => (null_count, Some(n.inner().sliced())),
+        _ => (null_count, None),
+    }
+}
+
+/// Rows per task when `len` rows are split over the threads: a share each, at least a quarter
+/// of [`PARALLEL_ROWS`].
+fn rows_per_task(len: usize) -> usize {
+    len.div_ceil(rayon::current_num_threads().max(1)).max(PARALLEL_ROWS / 4)
+}
+
 /// A `Utf8View` / `BinaryView` array in its device storage ([`storage_type`]: the rows' bytes
 /// end to end after i64 offsets), made on several threads over row ranges: each range sums its
 /// rows' lengths, then copies its bytes to where the lengths before it end (Arrow's cast to
@@ -142,7 +153,7 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     let blocks = &data.buffers()[1..];
     let nulls = data.nulls();
     let length = |row: usize, v: u128| if nulls.is_some_and(|n| n.is_null(row)) { 0 } else { v as u32 as usize };
-    let per = len.div_ceil(rayon::current_num_threads().max(1)).max(PARALLEL_ROWS / 4);
+    let per = rows_per_task(len);
     let ranges: Vec<std::ops::Range<usize>> = (0..len).step_by(per.max(1)).map(|a| a..(a + per).min(len)).collect();
     let totals: Vec<usize> = ranges.par_iter().map(|r| r.clone().map(|row| length(row, views[row])).sum()).collect();
     let mut offsets = vec![0i64; len + 1];
@@ -175,11 +186,7 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
         }
         Ok::<_, DataFusionError>(())
     })?;
-    let null_count = data.null_count();
-    let validity = match nulls {
-        Some(n) if null_count > 0 => Some(n.inner().sliced()),
-        _ => None,
-    };
+    let (null_count, validity) = validity(&data);
     Ok(HostColumn {
         data_type: data.data_type().clone(),
         len,
@@ -366,7 +373,7 @@ fn views<O: datafusion::arrow::array::OffsetSizeTrait>(data: &ArrayData, logical
     let starts: &[O] = &data.buffer::<O>(0)[data.offset()..data.offset() + data.len() + 1];
     let nulls = data.nulls();
     let mut v = vec![0u128; data.len()];
-    let per = data.len().div_ceil(rayon::current_num_threads().max(1)).max(PARALLEL_ROWS / 4);
+    let per = rows_per_task(data.len());
     v.par_chunks_mut(per).enumerate().for_each(|(c, out)| {
         for (i, view) in out.iter_mut().enumerate() {
             let row = c * per + i;
