@@ -199,6 +199,8 @@ gpu_options! {
         pub host_register_limit: ByteSize, default = ByteSize::Auto
         /// Host threads that copy into pinned staging buffers (0: one per core, at most 16).
         pub transfer_threads: usize, default = 0
+        /// CUDA streams the GPU operators' partitions take round-robin (1 to 64). Partitions that share a stream wait for each other's work at every synchronisation.
+        pub streams: usize, default = 16
         /// Folder of the compiled-kernel cache ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/kernels).
         pub kernel_cache_dir: String, default = String::new()
         /// GPU join algorithm: auto (the cost model chooses, at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur, smj_gftr.

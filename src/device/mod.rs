@@ -26,8 +26,8 @@ pub use transfer::StagingRing;
 use crate::config::GpuConfig;
 use crate::error::{CudaResultExt, Result, gpu_error};
 
-/// Streams per device. Partitions take them round-robin.
-const STREAMS: usize = 4;
+/// Most streams `gpu.streams` may ask for.
+pub const MAX_STREAMS: usize = 64;
 /// Share of the free device memory that `gpu.memory_limit = auto` grants.
 const AUTO_LIMIT_SHARE: f64 = 0.9;
 /// Default of `gpu.host_register_limit`.
@@ -62,7 +62,10 @@ impl TransferSettings {
 pub struct Gpu {
     info: DeviceInfo,
     ctx: Arc<CudaContext>,
-    streams: Vec<Arc<CudaStream>>,
+    /// The stream pool: grown to the largest `gpu.streams` any session asked for; work takes the
+    /// first `active_streams` round-robin.
+    streams: RwLock<Vec<Arc<CudaStream>>>,
+    active_streams: AtomicUsize,
     next_stream: AtomicUsize,
     memory: Arc<MemoryBudget>,
     pinned: Arc<PinnedPool>,
@@ -128,7 +131,15 @@ impl Gpu {
         if ctx.has_async_alloc() {
             memory::retain_pool_memory(&ctx)?;
         }
-        let streams = (0..STREAMS).map(|_| ctx.new_stream().gpu("creating a stream")).collect::<Result<Vec<_>>>()?;
+        // Every cross-stream use of device memory here is ordered explicitly (work follows a
+        // batch onto its stream, or waits for it), so cudarc's own tracking only costs: two
+        // CUDA events per allocation, a wait and a record each time an address is taken, which
+        // 16 partitions' threads then queue for on the driver's lock.
+        // SAFETY: no allocation exists yet; every later one is ordered by the code using it.
+        unsafe { ctx.disable_event_tracking() };
+        let default_streams = GpuConfig::default().streams.clamp(1, MAX_STREAMS);
+        let streams =
+            (0..default_streams).map(|_| ctx.new_stream().gpu("creating a stream")).collect::<Result<Vec<_>>>()?;
         let default_limit = (info.free_memory_at_start as f64 * AUTO_LIMIT_SHARE) as u64;
         Ok(Gpu {
             kernels: kernels::KernelCache::new(Arc::clone(&ctx), &info, cache_dir),
@@ -140,7 +151,8 @@ impl Gpu {
             settings: RwLock::new(TransferSettings::from_config(&GpuConfig::default())),
             rings: Mutex::new(Vec::new()),
             next_stream: AtomicUsize::new(0),
-            streams,
+            active_streams: AtomicUsize::new(streams.len()),
+            streams: RwLock::new(streams),
             info,
             ctx,
         })
@@ -150,6 +162,9 @@ impl Gpu {
     /// device's: the most recently configured value applies to every query in the process.
     pub fn apply_config(&self, cfg: &GpuConfig) {
         self.memory.set_limit(cfg.memory_limit.bytes());
+        if let Err(e) = self.use_streams(cfg.streams) {
+            log::warn!("{e}; keeping {} streams", self.active_streams.load(Ordering::Relaxed));
+        }
         self.registry.set_limit(cfg.host_register_limit.bytes().unwrap_or(DEFAULT_REGISTER_LIMIT));
         let new = TransferSettings::from_config(cfg);
         if let Ok(mut s) = self.settings.write() {
@@ -209,10 +224,32 @@ impl Gpu {
         }
     }
 
-    /// A stream from the pool (round-robin).
+    /// Spreads later work over `n` streams (`gpu.streams`, clamped to 1..=[`MAX_STREAMS`]),
+    /// creating the ones the pool lacks.
+    pub fn use_streams(&self, n: usize) -> Result<()> {
+        let n = n.clamp(1, MAX_STREAMS);
+        let mut streams = self.streams.write().map_err(|_| gpu_error("stream pool lock poisoned"))?;
+        while streams.len() < n {
+            streams.push(self.ctx.new_stream().gpu("creating a stream")?);
+        }
+        self.active_streams.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Streams work is spread over now.
+    pub fn active_streams(&self) -> usize {
+        self.active_streams.load(Ordering::Relaxed)
+    }
+
+    /// A stream from the pool (round-robin over the active ones).
     pub fn stream(&self) -> Arc<CudaStream> {
-        let i = self.next_stream.fetch_add(1, Ordering::Relaxed) % self.streams.len();
-        Arc::clone(&self.streams[i])
+        let streams = match self.streams.read() {
+            Ok(s) => s,
+            Err(e) => e.into_inner(),
+        };
+        let active = self.active_streams.load(Ordering::Relaxed).clamp(1, streams.len());
+        let i = self.next_stream.fetch_add(1, Ordering::Relaxed) % active;
+        Arc::clone(&streams[i])
     }
 
     /// Allocates `len` bytes on `stream` within the memory budget.
