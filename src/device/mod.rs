@@ -397,3 +397,36 @@ pub fn check_launch<T>(
     launched.gpu(format!("launching kernel {kernel}"))?;
     stream.context().check_err().gpu(format!("after launching kernel {kernel}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use crate::config::GpuConfig;
+    use crate::testing::{gpu_lock, gpu_or_skip};
+
+    /// `gpu.streams` spreads work over that many streams (clamped), growing the pool; cudarc's
+    /// event tracking is off (our runtime orders cross-stream work itself).
+    #[test]
+    fn gpu_streams_option_and_no_event_tracking() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_streams_option_and_no_event_tracking") else { return };
+        assert!(!gpu.context().is_event_tracking(), "cudarc's event tracking must be off");
+        let distinct = |n: usize| (0..4 * n).map(|_| gpu.stream().cu_stream() as usize).collect::<HashSet<_>>().len();
+        let mut cfg = GpuConfig { streams: 3, ..GpuConfig::default() };
+        gpu.apply_config(&cfg);
+        assert_eq!(gpu.active_streams(), 3);
+        assert_eq!(distinct(3), 3);
+        cfg.streams = 40;
+        gpu.apply_config(&cfg);
+        assert_eq!(distinct(40), 40);
+        cfg.streams = 0;
+        gpu.apply_config(&cfg);
+        assert_eq!((gpu.active_streams(), distinct(1)), (1, 1));
+        cfg.streams = 10_000;
+        gpu.apply_config(&cfg);
+        assert_eq!(gpu.active_streams(), super::MAX_STREAMS);
+        gpu.apply_config(&GpuConfig::default());
+        assert_eq!(gpu.active_streams(), GpuConfig::default().streams);
+    }
+}
