@@ -336,6 +336,7 @@ impl GpuAggregateExec {
             chunk_rows: cfg.batch_rows.max(1),
             batch_size: context.session_config().batch_size().max(1),
             min_rows: cfg.min_rows,
+            host_filter_below: cfg.host_filter_below,
             context: Arc::clone(context),
             metrics: Metrics::new(&self.metrics, partition),
             who: match timeline::enabled() {
@@ -655,6 +656,8 @@ struct Run {
     batch_size: usize,
     /// A partition whose whole input has fewer rows runs on the CPU (`gpu.min_rows`).
     min_rows: usize,
+    /// `gpu.host_filter_below`: see [`HostPrefilter`].
+    host_filter_below: f64,
     context: Arc<TaskContext>,
     metrics: Metrics,
     /// The name of this run in the debug timeline (empty when the timeline is off).
@@ -783,7 +786,7 @@ impl Run {
         }
         let state = State {
             input,
-            pre: fused.host_filter.clone().map(HostPrefilter::new),
+            pre: fused.host_filter.clone().map(|p| HostPrefilter::new(p, self.host_filter_below)),
             fused,
             chosen: Arc::clone(&self.filtered_on_host),
             held: Vec::new(),

@@ -194,7 +194,7 @@ pub enum PrefilterMode {
 /// Uploading a row costs a host copy into the pinned staging buffer and the DMA (about as long
 /// again); filtering it on the host costs the predicate and, for kept rows, one copy. So the host
 /// filter pays while it keeps less than about half of the rows, the predicate's own cost aside:
-/// [`HostPrefilter::KEEP_THRESHOLD`] is a half. Measured
+/// `gpu.host_filter_below` defaults to a half. Measured
 /// on TPC-H SF10 (H100): Q1's filter keeps 98% of lineitem and runs 1.4x faster uploaded whole;
 /// Q15's (4%) and Q20's (15%) ran 2x and 1.3x slower uploaded whole. DataFusion's statistics of
 /// in-memory tables cannot tell these apart at plan time, so the fraction is measured on the first
@@ -204,6 +204,8 @@ pub enum PrefilterMode {
 #[derive(Debug)]
 pub struct HostPrefilter {
     predicate: Arc<dyn PhysicalExpr>,
+    /// The host filters while the sample's kept fraction is below this (`gpu.host_filter_below`).
+    keep_below: f64,
     mode: PrefilterMode,
     sampled: usize,
     kept: usize,
@@ -212,11 +214,10 @@ pub struct HostPrefilter {
 impl HostPrefilter {
     /// Rows of a partition the decision is made on.
     pub const SAMPLE_ROWS: usize = 1 << 16;
-    /// Largest fraction of rows kept for which the host filters the rest of the partition.
-    pub const KEEP_THRESHOLD: f64 = 0.5;
-
-    pub fn new(predicate: Arc<dyn PhysicalExpr>) -> Self {
-        HostPrefilter { predicate, mode: PrefilterMode::Sampling, sampled: 0, kept: 0 }
+    /// A pre-filter that keeps filtering on the host when its sample's kept fraction is below
+    /// `keep_below` (0: never, 1: always).
+    pub fn new(predicate: Arc<dyn PhysicalExpr>, keep_below: f64) -> Self {
+        HostPrefilter { predicate, keep_below, mode: PrefilterMode::Sampling, sampled: 0, kept: 0 }
     }
 
     pub fn mode(&self) -> PrefilterMode {
@@ -234,7 +235,7 @@ impl HostPrefilter {
         if self.mode != PrefilterMode::Sampling {
             return false;
         }
-        self.mode = match self.kept_fraction() < Self::KEEP_THRESHOLD {
+        self.mode = match self.kept_fraction() < self.keep_below || self.keep_below >= 1.0 {
             true => PrefilterMode::Filter,
             false => PrefilterMode::Raw,
         };
@@ -310,10 +311,19 @@ mod tests {
         use rand::SeedableRng;
         let seed = crate::testing::fresh_seed("host_prefilter");
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        for (below, mode) in [(10, PrefilterMode::Filter), (45, PrefilterMode::Filter), (90, PrefilterMode::Raw)] {
+        // (v < below keeps about 0.9 * below % of the rows, gpu.host_filter_below, the mode).
+        for (below, keep_below, mode) in [
+            (10, 0.5, PrefilterMode::Filter),
+            (45, 0.5, PrefilterMode::Filter),
+            (90, 0.5, PrefilterMode::Raw),
+            (10, 0.05, PrefilterMode::Raw),
+            (10, 0.0, PrefilterMode::Raw),
+            (90, 0.95, PrefilterMode::Filter),
+            (100, 1.0, PrefilterMode::Filter),
+        ] {
             let schema = numbers(&mut rng, 0, 1).schema();
             let predicate = binary(Arc::new(Column::new("v", 0)), Operator::Lt, lit(below), &schema).unwrap();
-            let mut pre = HostPrefilter::new(predicate);
+            let mut pre = HostPrefilter::new(predicate, keep_below);
             let (mut start, mut decided_at) = (0i64, None);
             let mut kept_ids = Vec::new();
             let mut expected_ids = Vec::new();
@@ -347,7 +357,12 @@ mod tests {
                 expected_ids.extend(passing);
             }
             assert!(decided_at.is_some(), "seed {seed}: no decision after {start} rows");
-            assert_eq!(pre.mode(), mode, "seed {seed}: v < {below} kept {:.2} of the sample", pre.kept_fraction());
+            assert_eq!(
+                pre.mode(),
+                mode,
+                "seed {seed}: v < {below} kept {:.2} of the sample (threshold {keep_below})",
+                pre.kept_fraction()
+            );
             assert!(kept_ids.len() >= expected_ids.len());
         }
     }
