@@ -47,7 +47,7 @@ use tokio::sync::OnceCell;
 
 use super::fuse::{FusedInput, HostPrefilter, PrefilterMode};
 use super::upload::ChunkUploader;
-use super::{blocking, timeline};
+use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, group_by};
 use crate::columns::{DeviceBatch, DeviceColumn};
@@ -305,11 +305,34 @@ impl GpuAggregateExec {
     }
 
     /// The input stream of `partition` (through the fused input when there is one).
-    fn execute_input(&self, partition: usize, context: &Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        match &self.fused {
-            Some(f) => f.input.execute(partition, Arc::clone(context)),
-            None => aggregate(&self.agg)?.input().execute(partition, Arc::clone(context)),
+    fn execute_input(&self, partition: usize, context: &Arc<TaskContext>) -> Result<Input> {
+        if let Some((gpu, columns, schema)) = self.device_input()? {
+            let batches = gpu.execute_device(partition, Arc::clone(context))?;
+            return Ok(Input::Device { batches, columns, schema });
         }
+        match &self.fused {
+            Some(f) => f.input.execute(partition, Arc::clone(context)).map(Input::Host),
+            None => aggregate(&self.agg)?.input().execute(partition, Arc::clone(context)).map(Input::Host),
+        }
+    }
+
+    /// When the node this aggregate reads is a GPU exec: that exec, the columns of its output
+    /// this aggregate groups (the fused kernels' inputs, or the layout's plain columns), and
+    /// their schema. Its batches then stay on the device. `None` when the input comes from the
+    /// host, or when the layout has expressions DataFusion must evaluate first.
+    fn device_input(&self) -> Result<Option<(&dyn GpuExec, Vec<usize>, SchemaRef)>> {
+        let (node, columns, schema) = match &self.fused {
+            Some(f) => (&f.input, Some(f.projection.inputs.clone()), Arc::clone(&f.projection.upload_schema)),
+            None => {
+                let columns =
+                    self.layout.upload.iter().map(|e| e.downcast_ref::<Column>().map(Column::index)).collect();
+                (aggregate(&self.agg)?.input(), columns, Arc::clone(&self.layout.upload_schema))
+            }
+        };
+        Ok(match (as_gpu_exec(node), columns) {
+            (Some(gpu), Some(columns)) => Some((gpu, columns, schema)),
+            _ => None,
+        })
     }
 
     /// The work of one partition.
@@ -452,6 +475,9 @@ impl DisplayAs for GpuAggregateExec {
                             write!(f, ", input filter/projection on the CPU ({why})")?;
                         }
                     }
+                }
+                if let Ok(Some((gpu, _, _))) = self.device_input() {
+                    write!(f, ", reads {}'s batches on the device", gpu.name())?;
                 }
                 Ok(())
             }
@@ -664,6 +690,13 @@ struct Run {
     who: String,
 }
 
+/// A partition's input: host batches, or the device batches of a GPU exec below (with the
+/// columns of them this aggregate reads, and their schema).
+enum Input {
+    Host(SendableRecordBatchStream),
+    Device { batches: DeviceBatchStream, columns: Vec<usize>, schema: SchemaRef },
+}
+
 /// A partition's input reduced on the device (the state) or on the CPU (DataFusion's output).
 enum Reduced {
     Device(DeviceBatch),
@@ -692,7 +725,7 @@ impl Run {
     /// too high (sizes after joins and filters are guesses) and DataFusion's aggregate, with the
     /// filters and projections fused into this one, runs on them on the CPU: a GPU group-by has a
     /// fixed cost of transfers, launches and synchronisations that so few rows do not repay.
-    async fn run(self, input: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
+    async fn run(self, input: Input) -> Result<Vec<RecordBatch>> {
         match self.reduce_or_cpu(input).await? {
             Reduced::Device(state) => self.finish(state).await,
             Reduced::Host(out) => {
@@ -704,7 +737,35 @@ impl Run {
 
     /// `input` reduced to a state on the device, or, for fewer than `gpu.min_rows` rows,
     /// DataFusion's output on the host (see [`Run::run`]).
-    async fn reduce_or_cpu(&self, mut input: SendableRecordBatchStream) -> Result<Reduced> {
+    async fn reduce_or_cpu(&self, input: Input) -> Result<Reduced> {
+        let mut input = match input {
+            Input::Host(input) => input,
+            // Rows already on the device are grouped there, however few.
+            Input::Device { batches, columns, schema } => {
+                let rows = self.metrics.input_rows.clone();
+                let pieces = batches.map(move |b| {
+                    let b = b?;
+                    rows.add(b.num_rows());
+                    let cols = columns
+                        .iter()
+                        .map(|&c| {
+                            b.columns().get(c).cloned().ok_or_else(|| {
+                                DataFusionError::Internal(format!("a GPU aggregate's device input has no column {c}"))
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let piece = DeviceBatch::try_new(
+                        Arc::clone(&schema),
+                        cols,
+                        b.num_rows(),
+                        Arc::clone(b.gpu()),
+                        Arc::clone(b.stream()),
+                    )?;
+                    Ok(Piece::Device(piece))
+                });
+                return self.reduce(Box::pin(pieces)).await.map(Reduced::Device);
+            }
+        };
         let schema = input.schema();
         let (mut head, mut rows) = (Vec::new(), 0usize);
         while self.min_rows > 0 && rows < self.min_rows {

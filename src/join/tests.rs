@@ -881,3 +881,70 @@ async fn gpu_joins_without_repartitions_match_cpu() {
     );
     assert!(failures.is_empty(), "seed {seed}: {} queries differ:\n{}", failures.len(), failures.join("\n\n"));
 }
+
+/// A GPU aggregate directly over a GPU join reads the join's output batches on the device (no
+/// download and upload between them), with its projections fused or not, grouped and global,
+/// through its exchange, and over empty, outer (null-extended) and semi join outputs: SQL answers
+/// equal DataFusion's on the CPU, and EXPLAIN says which aggregates read device batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregates_read_gpu_join_output_on_the_device() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregates_read_gpu_join_output_on_the_device") else { return };
+    let seed = fresh_seed("gpu_aggregates_read_gpu_join_output_on_the_device");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tables = [
+        ("a", sql_table(&mut rng, 3_000, 4_000, "a")),
+        ("b", sql_table(&mut rng, 80_000, 4_000, "b")),
+        ("c", sql_table(&mut rng, 2_000, 4_000, "c")),
+    ];
+    let config = || SessionConfig::new().with_target_partitions(4);
+    let cpu = SessionContext::new_with_config(config());
+    let mut gpu_cfg = GpuConfig::default();
+    gpu_cfg.min_rows = 0;
+    gpu_cfg.placement = PlacementSetting::Always;
+    let gpu = gpu_session_context(config().with_option_extension(gpu_cfg));
+    for (name, t) in &tables {
+        cpu.register_table(*name, Arc::clone(t) as _).expect("register");
+        gpu.register_table(*name, Arc::clone(t) as _).expect("register");
+    }
+    let queries = [
+        "SELECT a.s, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k GROUP BY a.s ORDER BY 1",
+        "SELECT b.k % 7, sum(a.v * b.v), min(b.v), max(a.s) FROM a JOIN b ON a.k = b.k GROUP BY 1 ORDER BY 1",
+        "SELECT count(*), sum(b.v), count(a.s) FROM a JOIN b ON a.k = b.k",
+        "SELECT a.s, count(*) FROM a JOIN b ON a.k = b.k WHERE a.k < -5 GROUP BY a.s ORDER BY 1",
+        "SELECT count(*), sum(b.v) FROM a JOIN b ON a.k = b.k WHERE a.k < -5",
+        "SELECT b.s, count(a.v), sum(a.v) FROM a RIGHT JOIN b ON a.k = b.k GROUP BY b.s ORDER BY 1",
+        "SELECT k, count(*), sum(v) FROM b WHERE k IN (SELECT k FROM c) GROUP BY k ORDER BY 1",
+        "SELECT a.s, count(DISTINCT b.v) FROM a JOIN b ON a.k = b.k GROUP BY a.s ORDER BY 1",
+    ];
+    let text =
+        |b: &[RecordBatch]| datafusion::arrow::util::pretty::pretty_format_batches(b).expect("format").to_string();
+    let mut failures = Vec::new();
+    let mut on_device = Vec::new();
+    for fuse in [true, false] {
+        gpu.sql(&format!("SET gpu.fuse_expressions = {fuse}")).await.expect("set").collect().await.expect("set");
+        for q in queries {
+            let want = text(&cpu.sql(q).await.expect("plan").collect().await.expect("cpu run"));
+            let df = gpu.sql(q).await.expect("plan");
+            let plan = df.clone().create_physical_plan().await.expect("physical plan");
+            let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true).to_string();
+            on_device.push(shown.matches("reads GpuHashJoinExec's batches on the device").count());
+            match df.collect().await {
+                Ok(got) if text(&got) == want => {}
+                Ok(got) => failures.push(format!("{q} (fuse {fuse}): GPU\n{}\nCPU\n{want}\n{shown}", text(&got))),
+                Err(e) => failures.push(format!("{q} (fuse {fuse}): failed: {e}\n{shown}")),
+            }
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "aggregates over GPU joins: {} read device batches (per query {on_device:?}); seed {seed}",
+        on_device.iter().sum::<usize>()
+    );
+    assert!(failures.is_empty(), "seed {seed}: {} queries differ:\n{}", failures.len(), failures.join("\n\n"));
+    // With fused expressions every query has an aggregate right over a GPU join.
+    assert!(
+        on_device[..queries.len()].iter().all(|&n| n > 0),
+        "seed {seed}: an aggregate over a GPU join read host batches (per query {on_device:?})"
+    );
+}
