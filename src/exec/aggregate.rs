@@ -306,8 +306,8 @@ impl GpuAggregateExec {
 
     /// The input stream of `partition` (through the fused input when there is one).
     fn execute_input(&self, partition: usize, context: &Arc<TaskContext>) -> Result<Input> {
-        if let Some((gpu, columns, schema)) = self.device_input()? {
-            let batches = gpu.execute_device(partition, Arc::clone(context))?;
+        if let Some(DeviceInput { exec, columns, schema }) = self.device_input()? {
+            let batches = exec.execute_device(partition, Arc::clone(context))?;
             return Ok(Input::Device { batches, columns, schema });
         }
         match &self.fused {
@@ -320,7 +320,7 @@ impl GpuAggregateExec {
     /// this aggregate groups (the fused kernels' inputs, or the layout's plain columns), and
     /// their schema. Its batches then stay on the device. `None` when the input comes from the
     /// host, or when the layout has expressions DataFusion must evaluate first.
-    fn device_input(&self) -> Result<Option<(&dyn GpuExec, Vec<usize>, SchemaRef)>> {
+    fn device_input(&self) -> Result<Option<DeviceInput<'_>>> {
         let (node, columns, schema) = match &self.fused {
             Some(f) => (&f.input, Some(f.projection.inputs.clone()), Arc::clone(&f.projection.upload_schema)),
             None => {
@@ -330,7 +330,7 @@ impl GpuAggregateExec {
             }
         };
         Ok(match (as_gpu_exec(node), columns) {
-            (Some(gpu), Some(columns)) => Some((gpu, columns, schema)),
+            (Some(exec), Some(columns)) => Some(DeviceInput { exec, columns, schema }),
             _ => None,
         })
     }
@@ -476,8 +476,8 @@ impl DisplayAs for GpuAggregateExec {
                         }
                     }
                 }
-                if let Ok(Some((gpu, _, _))) = self.device_input() {
-                    write!(f, ", reads {}'s batches on the device", gpu.name())?;
+                if let Ok(Some(d)) = self.device_input() {
+                    write!(f, ", reads {}'s batches on the device", d.exec.name())?;
                 }
                 Ok(())
             }
@@ -688,6 +688,14 @@ struct Run {
     metrics: Metrics,
     /// The name of this run in the debug timeline (empty when the timeline is off).
     who: String,
+}
+
+/// The GPU exec an aggregate reads on the device, the columns of its output the aggregate
+/// groups, and their schema (see [`GpuAggregateExec::device_input`]).
+struct DeviceInput<'a> {
+    exec: &'a dyn GpuExec,
+    columns: Vec<usize>,
+    schema: SchemaRef,
 }
 
 /// A partition's input: host batches, or the device batches of a GPU exec below (with the

@@ -798,6 +798,38 @@ fn sql_table(rng: &mut StdRng, rows: usize, domain: i64, prefix: &str) -> Arc<da
     Arc::new(datafusion::datasource::MemTable::try_new(schema, partitions(&batch, 4)).expect("mem table"))
 }
 
+/// A CPU session and a GPU session (`gpu_cfg` over `config()`) with the same tables registered.
+fn cpu_and_gpu_sessions(
+    config: impl Fn() -> SessionConfig,
+    gpu_cfg: GpuConfig,
+    tables: &[(&str, Arc<datafusion::datasource::MemTable>)],
+) -> (SessionContext, SessionContext) {
+    let cpu = SessionContext::new_with_config(config());
+    let gpu = gpu_session_context(config().with_option_extension(gpu_cfg));
+    for (name, t) in tables {
+        cpu.register_table(*name, Arc::clone(t) as _).expect("register");
+        gpu.register_table(*name, Arc::clone(t) as _).expect("register");
+    }
+    (cpu, gpu)
+}
+
+/// Runs `q` in both sessions: the GPU session's physical plan (indented), and what differs when
+/// its answer is not the CPU's or its run fails (`label` names the setting in the message).
+async fn compare_sql(cpu: &SessionContext, gpu: &SessionContext, q: &str, label: &str) -> (String, Option<String>) {
+    let text =
+        |b: &[RecordBatch]| datafusion::arrow::util::pretty::pretty_format_batches(b).expect("format").to_string();
+    let want = text(&cpu.sql(q).await.expect("plan").collect().await.expect("cpu run"));
+    let df = gpu.sql(q).await.expect("plan");
+    let plan = df.clone().create_physical_plan().await.expect("physical plan");
+    let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true).to_string();
+    let failure = match df.collect().await {
+        Ok(got) if text(&got) == want => None,
+        Ok(got) => Some(format!("{q} ({label}): GPU\n{}\nCPU\n{want}\n{shown}", text(&got))),
+        Err(e) => Some(format!("{q} ({label}): failed: {e}\n{shown}")),
+    };
+    (shown, failure)
+}
+
 /// Partitioned GPU joins read their inputs without DataFusion's hash repartitions, and nodes
 /// above that rely on the join keys' partitioning (partitioned aggregates over the join, a
 /// partitioned join over another) still get it: SQL answers equal DataFusion's on the CPU with
@@ -821,15 +853,8 @@ async fn gpu_joins_without_repartitions_match_cpu() {
         o.optimizer.hash_join_single_partition_threshold_rows = 0;
         c
     };
-    let cpu = SessionContext::new_with_config(config());
-    let mut gpu_cfg = GpuConfig::default();
-    gpu_cfg.min_rows = 0;
-    gpu_cfg.placement = PlacementSetting::Always;
-    let gpu = gpu_session_context(config().with_option_extension(gpu_cfg));
-    for (name, t) in &tables {
-        cpu.register_table(*name, Arc::clone(t) as _).expect("register");
-        gpu.register_table(*name, Arc::clone(t) as _).expect("register");
-    }
+    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    let (cpu, gpu) = cpu_and_gpu_sessions(config, gpu_cfg, &tables);
     let queries = [
         "SELECT a.k, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k GROUP BY a.k ORDER BY 1",
         "SELECT a.k, a.s, count(*), min(c.v) FROM a JOIN b ON a.k = b.k JOIN c ON b.k = c.k GROUP BY a.k, a.s ORDER BY 1, 2",
@@ -842,18 +867,14 @@ async fn gpu_joins_without_repartitions_match_cpu() {
         // As TPC-H q18: a join over a join and a grouped subquery, both already partitioned.
         "SELECT a.s, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k WHERE a.k IN (SELECT k FROM c GROUP BY k HAVING count(*) > 10) GROUP BY a.s ORDER BY 1",
     ];
-    let text =
-        |b: &[RecordBatch]| datafusion::arrow::util::pretty::pretty_format_batches(b).expect("format").to_string();
     let mut failures = Vec::new();
     let mut removed = 0;
     let mut per_query = Vec::new();
     for keep in [false, true] {
         gpu.sql(&format!("SET gpu.join_repartition = {keep}")).await.expect("set").collect().await.expect("set");
         for q in queries {
-            let want = text(&cpu.sql(q).await.expect("plan").collect().await.expect("cpu run"));
-            let df = gpu.sql(q).await.expect("plan");
-            let plan = df.clone().create_physical_plan().await.expect("physical plan");
-            let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true).to_string();
+            let (shown, failure) = compare_sql(&cpu, &gpu, q, &format!("keep {keep}")).await;
+            failures.extend(failure);
             let n = shown.matches("repartitions removed").count();
             if keep && n > 0 {
                 failures.push(format!("gpu.join_repartition = true removed repartitions:\n{shown}"));
@@ -861,11 +882,6 @@ async fn gpu_joins_without_repartitions_match_cpu() {
             removed += n;
             if !keep {
                 per_query.push(n);
-            }
-            match df.collect().await {
-                Ok(got) if text(&got) == want => {}
-                Ok(got) => failures.push(format!("{q} (keep {keep}): GPU\n{}\nCPU\n{want}\n{shown}", text(&got))),
-                Err(e) => failures.push(format!("{q} (keep {keep}): failed: {e}\n{shown}")),
             }
         }
     }
@@ -898,15 +914,8 @@ async fn gpu_aggregates_read_gpu_join_output_on_the_device() {
         ("c", sql_table(&mut rng, 2_000, 4_000, "c")),
     ];
     let config = || SessionConfig::new().with_target_partitions(4);
-    let cpu = SessionContext::new_with_config(config());
-    let mut gpu_cfg = GpuConfig::default();
-    gpu_cfg.min_rows = 0;
-    gpu_cfg.placement = PlacementSetting::Always;
-    let gpu = gpu_session_context(config().with_option_extension(gpu_cfg));
-    for (name, t) in &tables {
-        cpu.register_table(*name, Arc::clone(t) as _).expect("register");
-        gpu.register_table(*name, Arc::clone(t) as _).expect("register");
-    }
+    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    let (cpu, gpu) = cpu_and_gpu_sessions(config, gpu_cfg, &tables);
     let queries = [
         "SELECT a.s, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k GROUP BY a.s ORDER BY 1",
         "SELECT b.k - 7, sum(a.v * b.v), min(b.v), count(a.s) FROM a JOIN b ON a.k = b.k GROUP BY 1 ORDER BY 1",
@@ -920,23 +929,14 @@ async fn gpu_aggregates_read_gpu_join_output_on_the_device() {
         // host batches (the last query, left out of the check below).
         "SELECT b.k % 7, sum(b.v), count(a.s) FROM a JOIN b ON a.k = b.k GROUP BY 1 ORDER BY 1",
     ];
-    let text =
-        |b: &[RecordBatch]| datafusion::arrow::util::pretty::pretty_format_batches(b).expect("format").to_string();
     let mut failures = Vec::new();
     let mut on_device = Vec::new();
     for fuse in [true, false] {
         gpu.sql(&format!("SET gpu.fuse_expressions = {fuse}")).await.expect("set").collect().await.expect("set");
         for q in queries {
-            let want = text(&cpu.sql(q).await.expect("plan").collect().await.expect("cpu run"));
-            let df = gpu.sql(q).await.expect("plan");
-            let plan = df.clone().create_physical_plan().await.expect("physical plan");
-            let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true).to_string();
+            let (shown, failure) = compare_sql(&cpu, &gpu, q, &format!("fuse {fuse}")).await;
+            failures.extend(failure);
             on_device.push(shown.matches("reads GpuHashJoinExec's batches on the device").count());
-            match df.collect().await {
-                Ok(got) if text(&got) == want => {}
-                Ok(got) => failures.push(format!("{q} (fuse {fuse}): GPU\n{}\nCPU\n{want}\n{shown}", text(&got))),
-                Err(e) => failures.push(format!("{q} (fuse {fuse}): failed: {e}\n{shown}")),
-            }
         }
     }
     let _ = writeln!(
