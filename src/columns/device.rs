@@ -291,6 +291,20 @@ impl DeviceBatch {
         DeviceBatch::try_new(schema, columns, rows, Arc::clone(gpu), Arc::clone(stream))
     }
 
+    /// The batch of `columns` (indices into this one's), with `schema`, sharing their device
+    /// memory and this batch's stream.
+    pub fn select(&self, columns: &[usize], schema: &SchemaRef) -> Result<DeviceBatch> {
+        let cols = columns
+            .iter()
+            .map(|&c| {
+                self.columns.get(c).cloned().ok_or_else(|| {
+                    gpu_error(format!("a device batch of {} columns has no column {c}", self.columns.len()))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        DeviceBatch::try_new(Arc::clone(schema), cols, self.num_rows, Arc::clone(&self.gpu), Arc::clone(&self.stream))
+    }
+
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
     }

@@ -228,9 +228,14 @@ impl Gpu {
     /// creating the ones the pool lacks.
     pub fn use_streams(&self, n: usize) -> Result<()> {
         let n = n.clamp(1, MAX_STREAMS);
-        let mut streams = self.streams.write().map_err(|_| gpu_error("stream pool lock poisoned"))?;
-        while streams.len() < n {
-            streams.push(self.ctx.new_stream().gpu("creating a stream")?);
+        // Every partition's run applies its session's options: the pool is locked for writing
+        // only when it must grow.
+        let have = self.streams.read().map(|s| s.len()).unwrap_or(0);
+        if have < n {
+            let mut streams = self.streams.write().map_err(|_| gpu_error("stream pool lock poisoned"))?;
+            while streams.len() < n {
+                streams.push(self.ctx.new_stream().gpu("creating a stream")?);
+            }
         }
         self.active_streams.store(n, Ordering::Relaxed);
         Ok(())

@@ -406,15 +406,7 @@ impl GpuAggregateExec {
         let states = tasks.map(move |joined| {
             let state =
                 joined.map_err(|e| DataFusionError::Execution(format!("a GPU partial aggregate failed: {e}")))??;
-            let cols = columns.iter().map(|&c| Arc::clone(&state.columns()[c])).collect();
-            let b = DeviceBatch::try_new(
-                Arc::clone(&schema),
-                cols,
-                state.num_rows(),
-                Arc::clone(state.gpu()),
-                Arc::clone(state.stream()),
-            )?;
-            Ok(Piece::Device(b))
+            Ok(Piece::Device(state.select(&columns, &schema)?))
         });
         let state = run.reduce(states).await?;
         // The host work the exchange's partitions did in parallel (finalising, hashing) is
@@ -754,22 +746,7 @@ impl Run {
                 let pieces = batches.map(move |b| {
                     let b = b?;
                     rows.add(b.num_rows());
-                    let cols = columns
-                        .iter()
-                        .map(|&c| {
-                            b.columns().get(c).cloned().ok_or_else(|| {
-                                DataFusionError::Internal(format!("a GPU aggregate's device input has no column {c}"))
-                            })
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    let piece = DeviceBatch::try_new(
-                        Arc::clone(&schema),
-                        cols,
-                        b.num_rows(),
-                        Arc::clone(b.gpu()),
-                        Arc::clone(b.stream()),
-                    )?;
-                    Ok(Piece::Device(piece))
+                    Ok(Piece::Device(b.select(&columns, &schema)?))
                 });
                 return self.reduce(Box::pin(pieces)).await.map(Reduced::Device);
             }

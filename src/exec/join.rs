@@ -652,12 +652,12 @@ async fn collect(
         let mut tasks = Vec::new();
         for p in partitions {
             let mut s = child.execute_device(p, Arc::clone(context))?;
-            let (layout, gpu) = (Arc::clone(layout), Arc::clone(gpu));
+            let layout = Arc::clone(layout);
             tasks.push(SpawnedTask::spawn(async move {
                 let mut parts = Vec::new();
                 while let Some(b) = s.next().await.transpose()? {
                     if b.num_rows() > 0 {
-                        parts.push(select_columns(&gpu, &b, &layout.build_cols, &layout.build_schema)?);
+                        parts.push(b.select(&layout.build_cols, &layout.build_schema)?);
                     }
                 }
                 Ok::<_, DataFusionError>(parts)
@@ -836,15 +836,9 @@ async fn build_side(
     .await
 }
 
-/// The columns `cols` (with their `schema`) of a GPU child's batch, shared, not copied.
-fn select_columns(gpu: &Arc<Gpu>, dev: &DeviceBatch, cols: &[usize], schema: &SchemaRef) -> Result<DeviceBatch> {
-    let columns = cols.iter().map(|&c| Arc::clone(&dev.columns()[c])).collect();
-    DeviceBatch::try_new(Arc::clone(schema), columns, dev.num_rows(), Arc::clone(gpu), Arc::clone(dev.stream()))
-}
-
-/// The columns of a GPU child's batch that the probe uses.
-fn probe_columns(layout: &Layout, gpu: &Arc<Gpu>, dev: &DeviceBatch) -> Result<DeviceBatch> {
-    select_columns(gpu, dev, &layout.probe_cols, &layout.probe_schema)
+/// The columns of a GPU child's batch that the probe uses (shared, not copied).
+fn probe_columns(layout: &Layout, dev: &DeviceBatch) -> Result<DeviceBatch> {
+    dev.select(&layout.probe_cols, &layout.probe_schema)
 }
 
 /// Everything one probe stream of an out-of-core join needs.
@@ -895,7 +889,7 @@ impl OutOfCoreProbe {
             Probe::Device(mut stream) => {
                 while let Some(dev) = stream.next().await.transpose()? {
                     if dev.num_rows() > 0 {
-                        let batch = probe_columns(&self.layout, &self.gpu, &dev)?;
+                        let batch = probe_columns(&self.layout, &dev)?;
                         side = self.split(side, ProbeBatch::Device(batch)).await?;
                     }
                 }
@@ -1179,7 +1173,7 @@ impl GpuExec for GpuHashJoinExec {
                                 continue;
                             }
                             timeline::mark(&who, || format!("probe device batch of {} rows arrived", dev.num_rows()));
-                            let chunk = probe_columns(&layout, &gpu, &dev)?;
+                            let chunk = probe_columns(&layout, &dev)?;
                             let (build, m) = (Arc::clone(&build), metrics.clone());
                             // On the stream that produced the batch, so the probe follows it.
                             let outputs = blocking(move || probe_chunk(&build, &m, chunk.stream(), &chunk)).await?;
