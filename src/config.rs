@@ -219,6 +219,8 @@ gpu_options! {
         pub fuse_filters: bool, default = true
         /// With gpu.fuse_filters: a partition whose bottom filter keeps less than this fraction of its first 65536 rows is filtered on the host before the upload; otherwise its rows are uploaded whole and only the GPU filters them (0 never filters on the host, 1 always does).
         pub host_filter_below: f64, default = 0.5
+        /// Price the host pre-filter's choice instead of gpu.host_filter_below: the host filters a partition when the time it measured filtering the sample, per row, is below the upload time of the rows the filter drops (the profile's transfer cost of the uploaded columns, the link shared by the input's partitions).
+        pub host_filter_priced: bool, default = true
         /// Merge a GPU Partial aggregate's states into the GPU Final aggregate above it on the device, removing the RepartitionExec or CoalescePartitionsExec between them (one GPU does all the work, so states never cross PCIe; the output keeps the exchange's hash partitioning); false keeps DataFusion's exchange on the host.
         pub aggregate_exchange: bool, default = true
         /// Keep the hash RepartitionExecs below a Partitioned GPU join. false (the default) lets such a join read the repartitions' inputs in CollectLeft mode: one build from every partition of its build input, each input partition of its probe side probed as it comes (the CPU no longer hashes and redistributes both inputs, and GPU inputs stay on the device); where a node above needs the join keys' partitioning, the join's output is hash-repartitioned instead (below another GPU join the repartitions stay).

@@ -348,6 +348,7 @@ impl GpuAggregateExec {
             }
             _ => None,
         };
+        let host_upload_ns_per_row = self.host_upload_ns_per_row(&cfg, &gpu);
         Ok(Run {
             gpu,
             fused: self.fused.clone(),
@@ -360,6 +361,7 @@ impl GpuAggregateExec {
             batch_size: context.session_config().batch_size().max(1),
             min_rows: cfg.min_rows,
             host_filter_below: cfg.host_filter_below,
+            host_upload_ns_per_row,
             context: Arc::clone(context),
             metrics: Metrics::new(&self.metrics, partition),
             who: match timeline::enabled() {
@@ -371,6 +373,17 @@ impl GpuAggregateExec {
                 false => String::new(),
             },
         })
+    }
+
+    /// With `gpu.host_filter_priced` and a host pre-filter: nanoseconds one row of the fused
+    /// input costs to upload, for one of the input's partitions sharing the link (the profile's
+    /// transfer cost per byte times the uploaded columns' bytes times the partitions).
+    fn host_upload_ns_per_row(&self, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
+        let f = self.fused.as_ref().filter(|f| f.host_filter.is_some() && cfg.host_filter_priced)?;
+        let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
+        let per_byte = crate::cost::upload_seconds(1.0, 0.0, &profile);
+        let partitions = f.input.output_partitioning().partition_count().max(1) as f64;
+        Some(per_byte * crate::cost::row_bytes(&f.projection.upload_schema) * partitions * 1e9)
     }
 
     /// The output of every partition of a Final aggregate with its partial stage on the device:
@@ -676,6 +689,9 @@ struct Run {
     min_rows: usize,
     /// `gpu.host_filter_below`: see [`HostPrefilter`].
     host_filter_below: f64,
+    /// With `gpu.host_filter_priced`: what uploading one row of the fused input costs this
+    /// partition, in nanoseconds (see [`crate::exec::fuse::priced_mode`]).
+    host_upload_ns_per_row: Option<f64>,
     context: Arc<TaskContext>,
     metrics: Metrics,
     /// The name of this run in the debug timeline (empty when the timeline is off).
@@ -819,9 +835,13 @@ impl Run {
                         let _ = self.chosen.set(Arc::new(f));
                     }
                 }
-                let kept = p.kept_fraction();
-                timeline::mark(&self.who, || {
-                    format!("fused filter keeps {:.1}% of the sample: {mode:?}", 100.0 * kept)
+                let (kept, filter_ns, upload_ns) = (p.kept_fraction(), p.filter_ns_per_row(), p.upload_ns_per_row());
+                timeline::mark(&self.who, || match upload_ns {
+                    Some(u) => format!(
+                        "fused filter keeps {:.1}% of the sample, {filter_ns:.1} ns/row on the host against {u:.1} ns/row to upload: {mode:?}",
+                        100.0 * kept
+                    ),
+                    None => format!("fused filter keeps {:.1}% of the sample: {mode:?}", 100.0 * kept),
                 });
                 self.ready.extend(self.held.drain(..));
             }
@@ -832,7 +852,13 @@ impl Run {
         }
         let state = State {
             input,
-            pre: fused.host_filter.clone().map(|p| HostPrefilter::new(p, self.host_filter_below)),
+            pre: fused.host_filter.clone().map(|p| {
+                let pre = HostPrefilter::new(p, self.host_filter_below);
+                match self.host_upload_ns_per_row {
+                    Some(u) => pre.priced(u),
+                    None => pre,
+                }
+            }),
             fused,
             chosen: Arc::clone(&self.filtered_on_host),
             held: Vec::new(),

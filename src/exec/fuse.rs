@@ -206,6 +206,11 @@ pub struct HostPrefilter {
     predicate: Arc<dyn PhysicalExpr>,
     /// The host filters while the sample's kept fraction is below this (`gpu.host_filter_below`).
     keep_below: f64,
+    /// With `gpu.host_filter_priced`: nanoseconds one row's upload costs this partition (its
+    /// share of the link), against which the measured host filter time is priced.
+    upload_ns_per_row: Option<f64>,
+    /// Time spent filtering the sampled rows on the host.
+    filter_nanos: u128,
     mode: PrefilterMode,
     sampled: usize,
     kept: usize,
@@ -217,7 +222,33 @@ impl HostPrefilter {
     /// A pre-filter that keeps filtering on the host when its sample's kept fraction is below
     /// `keep_below` (0: never, 1: always).
     pub fn new(predicate: Arc<dyn PhysicalExpr>, keep_below: f64) -> Self {
-        HostPrefilter { predicate, keep_below, mode: PrefilterMode::Sampling, sampled: 0, kept: 0 }
+        HostPrefilter {
+            predicate,
+            keep_below,
+            upload_ns_per_row: None,
+            filter_nanos: 0,
+            mode: PrefilterMode::Sampling,
+            sampled: 0,
+            kept: 0,
+        }
+    }
+
+    /// Prices the choice instead (`gpu.host_filter_priced`): the host filters when its measured
+    /// time per row is below the upload time of the rows it drops, a row costing
+    /// `upload_ns_per_row` (see [`priced_mode`]).
+    pub fn priced(mut self, upload_ns_per_row: f64) -> Self {
+        self.upload_ns_per_row = Some(upload_ns_per_row);
+        self
+    }
+
+    /// Host filter time per sampled row, in nanoseconds (0 before any row).
+    pub fn filter_ns_per_row(&self) -> f64 {
+        if self.sampled == 0 { 0.0 } else { self.filter_nanos as f64 / self.sampled as f64 }
+    }
+
+    /// With [`Self::priced`]: the upload cost of a row the choice was priced against.
+    pub fn upload_ns_per_row(&self) -> Option<f64> {
+        self.upload_ns_per_row
     }
 
     pub fn mode(&self) -> PrefilterMode {
@@ -235,9 +266,10 @@ impl HostPrefilter {
         if self.mode != PrefilterMode::Sampling {
             return false;
         }
-        self.mode = match self.kept_fraction() < self.keep_below || self.keep_below >= 1.0 {
-            true => PrefilterMode::Filter,
-            false => PrefilterMode::Raw,
+        self.mode = match self.upload_ns_per_row {
+            Some(u) if self.sampled > 0 => priced_mode(self.filter_ns_per_row(), self.kept_fraction(), u),
+            _ if self.kept_fraction() < self.keep_below || self.keep_below >= 1.0 => PrefilterMode::Filter,
+            _ => PrefilterMode::Raw,
         };
         true
     }
@@ -248,6 +280,7 @@ impl HostPrefilter {
         if self.mode == PrefilterMode::Raw || batch.num_rows() == 0 {
             return Ok((batch, false));
         }
+        let started = std::time::Instant::now();
         let mask = self.predicate.evaluate(&batch)?.into_array(batch.num_rows())?;
         let mask = mask.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
             DataFusionError::Internal(format!("a filter predicate gave {} instead of booleans", mask.data_type()))
@@ -255,6 +288,7 @@ impl HostPrefilter {
         let filtered = filter_record_batch(&batch, mask)?;
         let mut decided = false;
         if self.mode == PrefilterMode::Sampling {
+            self.filter_nanos += started.elapsed().as_nanos();
             self.sampled += batch.num_rows();
             self.kept += filtered.num_rows();
             if self.sampled >= Self::SAMPLE_ROWS {
@@ -263,6 +297,15 @@ impl HostPrefilter {
         }
         Ok((filtered, decided))
     }
+}
+
+/// The priced choice of a partition's host pre-filter. All partitions filter on their own cores
+/// at once while their uploads share the link, so per row of a partition the host filter costs
+/// `filter_ns` (measured) and saves the upload of the rows it drops, `(1 - kept) * upload_ns`
+/// (`upload_ns`: the row's bytes at the link's measured cost, times the partitions sharing it).
+/// The device filters either way.
+pub fn priced_mode(filter_ns: f64, kept: f64, upload_ns: f64) -> PrefilterMode {
+    if filter_ns < (1.0 - kept.clamp(0.0, 1.0)) * upload_ns { PrefilterMode::Filter } else { PrefilterMode::Raw }
 }
 
 #[cfg(test)]
@@ -364,6 +407,51 @@ mod tests {
                 pre.kept_fraction()
             );
             assert!(kept_ids.len() >= expected_ids.len());
+        }
+    }
+
+    /// The priced choice, worked by hand: the host filters while its time per row is below the
+    /// upload time of the rows it drops.
+    #[test]
+    fn priced_host_filter_choice() {
+        // 5 ns to filter, 4% kept, 30 ns to upload: saves 28.8 ns a row.
+        assert_eq!(priced_mode(5.0, 0.04, 30.0), PrefilterMode::Filter);
+        // 40 ns to filter saves at most 29.4 ns.
+        assert_eq!(priced_mode(40.0, 0.02, 30.0), PrefilterMode::Raw);
+        // Keeping 98%: 1 ns against 0.6 ns saved.
+        assert_eq!(priced_mode(1.0, 0.98, 30.0), PrefilterMode::Raw);
+        // Keeping everything never pays; keeping nothing pays below the whole upload.
+        assert_eq!(priced_mode(0.1, 1.0, 30.0), PrefilterMode::Raw);
+        assert_eq!(priced_mode(29.0, 0.0, 30.0), PrefilterMode::Filter);
+        assert_eq!(priced_mode(30.0, 0.0, 30.0), PrefilterMode::Raw);
+        // Out-of-range fractions are clamped.
+        assert_eq!(priced_mode(1.0, -0.5, 30.0), PrefilterMode::Filter);
+    }
+
+    /// A priced pre-filter decides on its measured time, not the kept fraction: an unselective
+    /// predicate is filtered on the host when uploads are dear, a selective one is uploaded whole
+    /// when they are free; the rows kept are the filter's either way.
+    #[test]
+    fn priced_host_prefilter_uses_the_measured_time() {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{binary, lit};
+        use rand::SeedableRng;
+        let seed = crate::testing::fresh_seed("priced_host_prefilter");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for (below, upload_ns, mode) in [(90, 1e9, PrefilterMode::Filter), (10, 0.0, PrefilterMode::Raw)] {
+            let schema = numbers(&mut rng, 0, 1).schema();
+            let predicate = binary(Arc::new(Column::new("v", 0)), Operator::Lt, lit(below), &schema).unwrap();
+            let mut pre = HostPrefilter::new(predicate, 0.5).priced(upload_ns);
+            let mut start = 0;
+            while pre.mode() == PrefilterMode::Sampling {
+                let batch = numbers(&mut rng, start, 8192);
+                start += 8192;
+                let (out, _) = pre.apply(batch).unwrap();
+                assert!(out.num_rows() <= 8192);
+            }
+            assert_eq!(pre.mode(), mode, "seed {seed}: v < {below}, upload {upload_ns} ns/row");
+            assert!(pre.filter_ns_per_row() > 0.0, "seed {seed}: no filter time measured");
+            assert_eq!(pre.upload_ns_per_row(), Some(upload_ns));
         }
     }
 
