@@ -148,6 +148,47 @@ pub struct DeviceBatch {
     stream: Arc<CudaStream>,
 }
 
+/// Host batches made ready for an upload: the host side of [`DeviceBatch::upload`] and
+/// [`DeviceBatch::upload_concat`], kept apart so that its time can be told from the copies'.
+pub enum HostUpload {
+    /// The packed columns of one batch (page-locked on a second upload when `register`).
+    Packed { schema: SchemaRef, rows: usize, columns: Vec<HostColumn>, register: bool },
+    /// Columns assembled from several batches' own buffers (see [`AssembledColumn`]).
+    Assembled { schema: SchemaRef, rows: usize, columns: Vec<AssembledColumn> },
+}
+
+impl HostUpload {
+    /// `batch`'s columns packed into device layout.
+    pub fn pack(batch: &RecordBatch, register: bool) -> Result<Self> {
+        let columns = batch.columns().iter().map(|a| pack(a.as_ref())).collect::<Result<Vec<_>>>()?;
+        Ok(HostUpload::Packed { schema: batch.schema(), rows: batch.num_rows(), columns, register })
+    }
+
+    /// The rows of several host batches of one schema as one upload, each byte to be copied
+    /// once (into the staging buffers): every column is assembled from the batches' own buffers
+    /// ([`AssembledColumn`]) instead of being concatenated on the host first, except
+    /// dictionaries and lists, for which the batches are concatenated. Never page-locked in
+    /// place (see [`Gpu::upload_transient`]).
+    pub fn assemble(batches: &[RecordBatch]) -> Result<Self> {
+        let first = batches.first().ok_or_else(|| gpu_error("uploading no batches"))?;
+        let schema = first.schema();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let concat_first = || -> Result<Self> { Self::pack(&concat_batches(&schema, batches)?, false) };
+        if schema.fields().iter().any(|f| matches!(f.data_type(), DataType::Dictionary(..) | DataType::List(_))) {
+            return concat_first();
+        }
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for i in 0..schema.fields().len() {
+            let parts = batches.iter().map(|b| pack(b.column(i).as_ref())).collect::<Result<Vec<_>>>()?;
+            match AssembledColumn::assemble(&parts) {
+                Some(a) => columns.push(a),
+                None => return concat_first(),
+            }
+        }
+        Ok(HostUpload::Assembled { schema, rows, columns })
+    }
+}
+
 impl DeviceBatch {
     pub fn try_new(
         schema: SchemaRef,
@@ -189,12 +230,40 @@ impl DeviceBatch {
     }
 
     fn upload_with(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, batch: &RecordBatch, register: bool) -> Result<Self> {
-        let hosts = batch.columns().iter().map(|a| pack(a.as_ref())).collect::<Result<Vec<_>>>()?;
-        let cols = upload_columns_with(gpu, stream, &hosts, register)?;
+        Self::upload_prepared(gpu, stream, HostUpload::pack(batch, register)?)
+    }
+
+    /// Uploads what [`HostUpload::pack`] or [`HostUpload::assemble`] prepared on the host.
+    pub fn upload_prepared(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, host: HostUpload) -> Result<Self> {
+        let (schema, rows, cols) = match host {
+            HostUpload::Packed { schema, rows, columns, register } => {
+                (schema, rows, upload_columns_with(gpu, stream, &columns, register)?)
+            }
+            HostUpload::Assembled { schema, rows, columns } => {
+                let cols = columns
+                    .iter()
+                    .map(|a| {
+                        let (validity, buffers) = (a.validity.as_ref().map(|v| v.len), a.buffers.iter().map(|b| b.len));
+                        DeviceColumn::alloc(gpu, stream, &a.data_type, a.len, a.null_count, validity, buffers)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let mut pieces = Vec::new();
+                for (a, d) in columns.iter().zip(&cols) {
+                    let host = a.validity.iter().chain(&a.buffers);
+                    for (h, dev) in host.zip(d.validity.iter().chain(&d.buffers)) {
+                        for (src, at) in &h.parts {
+                            pieces.push(UploadPiece { src, dst: dev, dst_offset: *at });
+                        }
+                    }
+                }
+                gpu.upload_transient(stream, &pieces)?;
+                (schema, rows, cols)
+            }
+        };
         DeviceBatch::try_new(
-            batch.schema(),
+            schema,
             cols.into_iter().map(Arc::new).collect(),
-            batch.num_rows(),
+            rows,
             Arc::clone(gpu),
             Arc::clone(stream),
         )
@@ -206,48 +275,7 @@ impl DeviceBatch {
     /// and lists, for which the batches are concatenated. Never page-locked in place (see
     /// [`Gpu::upload_transient`]).
     pub fn upload_concat(gpu: &Arc<Gpu>, stream: &Arc<CudaStream>, batches: &[RecordBatch]) -> Result<Self> {
-        let first = batches.first().ok_or_else(|| gpu_error("uploading no batches"))?;
-        let schema = first.schema();
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        let concat_first = || -> Result<Self> {
-            let host = concat_batches(&schema, batches)?;
-            Self::upload_transient(gpu, stream, &host)
-        };
-        if schema.fields().iter().any(|f| matches!(f.data_type(), DataType::Dictionary(..) | DataType::List(_))) {
-            return concat_first();
-        }
-        let mut assembled = Vec::with_capacity(schema.fields().len());
-        for i in 0..schema.fields().len() {
-            let parts = batches.iter().map(|b| pack(b.column(i).as_ref())).collect::<Result<Vec<_>>>()?;
-            match AssembledColumn::assemble(&parts) {
-                Some(a) => assembled.push(a),
-                None => return concat_first(),
-            }
-        }
-        let cols = assembled
-            .iter()
-            .map(|a| {
-                let (validity, buffers) = (a.validity.as_ref().map(|v| v.len), a.buffers.iter().map(|b| b.len));
-                DeviceColumn::alloc(gpu, stream, &a.data_type, a.len, a.null_count, validity, buffers)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut pieces = Vec::new();
-        for (a, d) in assembled.iter().zip(&cols) {
-            let host = a.validity.iter().chain(&a.buffers);
-            for (h, dev) in host.zip(d.validity.iter().chain(&d.buffers)) {
-                for (src, at) in &h.parts {
-                    pieces.push(UploadPiece { src, dst: dev, dst_offset: *at });
-                }
-            }
-        }
-        gpu.upload_transient(stream, &pieces)?;
-        DeviceBatch::try_new(
-            schema,
-            cols.into_iter().map(Arc::new).collect(),
-            rows,
-            Arc::clone(gpu),
-            Arc::clone(stream),
-        )
+        Self::upload_prepared(gpu, stream, HostUpload::assemble(batches)?)
     }
 
     /// Downloads into a host batch with the same schema.

@@ -7,5 +7,5 @@ pub mod concat;
 pub mod device;
 pub mod host;
 
-pub use device::{DeviceBatch, DeviceColumn, download_columns, upload_columns};
+pub use device::{DeviceBatch, DeviceColumn, HostUpload, download_columns, upload_columns};
 pub use host::{HostColumn, is_supported, is_supported_list, pack, unpack};

@@ -620,6 +620,8 @@ impl ExecutionPlan for GpuAggregateExec {
 #[derive(Clone)]
 struct Metrics {
     upload_time: Time,
+    /// The part of upload_time spent packing and assembling columns on the host.
+    pack_time: Time,
     project_time: Time,
     group_ids_time: Time,
     aggregate_time: Time,
@@ -650,6 +652,7 @@ impl Metrics {
         let b = || MetricBuilder::new(set);
         Metrics {
             upload_time: b().subset_time("upload_time", partition),
+            pack_time: b().subset_time("pack_time", partition),
             project_time: b().subset_time("project_time", partition),
             group_ids_time: b().subset_time("group_ids_time", partition),
             aggregate_time: b().subset_time("aggregate_time", partition),
@@ -936,7 +939,12 @@ impl Run {
             }
             Some(fused) => Box::pin(self.prefiltered(input, fused)),
         };
-        let uploader = ChunkUploader::new(Arc::clone(&self.gpu), self.chunk_rows, self.metrics.upload_time.clone());
+        let uploader = ChunkUploader::new(
+            Arc::clone(&self.gpu),
+            self.chunk_rows,
+            self.metrics.upload_time.clone(),
+            self.metrics.pack_time.clone(),
+        );
         let chunks = futures::stream::unfold(Some((projected, uploader)), |state| async move {
             let (mut input, mut uploader) = state?;
             loop {

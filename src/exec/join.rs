@@ -578,6 +578,8 @@ impl ExecutionPlan for GpuHashJoinExec {
 struct Metrics {
     build_time: Time,
     upload_time: Time,
+    /// The part of upload_time spent packing and assembling columns on the host.
+    pack_time: Time,
     keys_time: Time,
     transform_time: Time,
     match_time: Time,
@@ -602,6 +604,7 @@ impl Metrics {
         Metrics {
             build_time: b().subset_time("build_time", partition),
             upload_time: b().subset_time("upload_time", partition),
+            pack_time: b().subset_time("pack_time", partition),
             keys_time: b().subset_time("keys_time", partition),
             transform_time: b().subset_time("transform_time", partition),
             match_time: b().subset_time("match_time", partition),
@@ -1185,7 +1188,12 @@ impl GpuExec for GpuHashJoinExec {
                     }
                 };
                 // Probe rows go to the device as they arrive; each full chunk is probed.
-                let mut uploader = ChunkUploader::new(Arc::clone(&gpu), chunk_rows, metrics.upload_time.clone());
+                let mut uploader = ChunkUploader::new(
+                    Arc::clone(&gpu),
+                    chunk_rows,
+                    metrics.upload_time.clone(),
+                    metrics.pack_time.clone(),
+                );
                 let mut first = true;
                 loop {
                     let chunk = match probe.next().await.transpose()? {

@@ -14,7 +14,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Phy
 use futures::StreamExt;
 
 use super::{DeviceBatchStream, GpuExec, blocking, download_stream, single_child};
-use crate::columns::DeviceBatch;
+use crate::columns::{DeviceBatch, HostUpload};
 use crate::config::GpuConfig;
 use crate::device::Gpu;
 
@@ -124,6 +124,9 @@ pub struct ChunkUploader {
     chunk_rows: usize,
     group_bytes: u64,
     time: Time,
+    /// The part of `time` spent on the host preparing the groups (packing and assembling
+    /// columns), before any copy.
+    pack_time: Time,
     host: Vec<RecordBatch>,
     host_rows: usize,
     host_bytes: u64,
@@ -137,13 +140,15 @@ impl ChunkUploader {
     /// pair: large enough that a copy's fixed costs do not matter, small enough to overlap).
     pub const GROUP_BYTES: u64 = 16 << 20;
 
-    /// An uploader timing its copies in `time`.
-    pub fn new(gpu: Arc<Gpu>, chunk_rows: usize, time: Time) -> Self {
+    /// An uploader timing its uploads in `time`, and the host preparation within them (packing
+    /// and assembling the columns) in `pack_time`.
+    pub fn new(gpu: Arc<Gpu>, chunk_rows: usize, time: Time, pack_time: Time) -> Self {
         ChunkUploader {
             gpu,
             chunk_rows: chunk_rows.max(1),
             group_bytes: Self::GROUP_BYTES,
             time,
+            pack_time,
             host: Vec::new(),
             host_rows: 0,
             host_bytes: 0,
@@ -184,13 +189,17 @@ impl ChunkUploader {
         self.host_rows = 0;
         self.host_bytes = 0;
         let stream = Arc::clone(self.stream.get_or_insert_with(|| self.gpu.stream()));
-        let (gpu, time) = (Arc::clone(&self.gpu), self.time.clone());
+        let (gpu, time, pack_time) = (Arc::clone(&self.gpu), self.time.clone(), self.pack_time.clone());
         let dev = blocking(move || {
             let _t = time.timer();
-            match batches.as_slice() {
-                [one] => DeviceBatch::upload(&gpu, &stream, one),
-                many => DeviceBatch::upload_concat(&gpu, &stream, many),
-            }
+            let host = {
+                let _p = pack_time.timer();
+                match batches.as_slice() {
+                    [one] => HostUpload::pack(one, true)?,
+                    many => HostUpload::assemble(many)?,
+                }
+            };
+            DeviceBatch::upload_prepared(&gpu, &stream, host)
         })
         .await?;
         self.device_rows += dev.num_rows();
