@@ -145,6 +145,9 @@ fn rows_per_task(len: usize) -> usize {
 /// rows' lengths, then copies its bytes to where the lengths before it end (Arrow's cast to
 /// LargeUtf8 does it on one thread: TPC-H q14's 2 M-row `p_type` build column waited on it).
 /// Null rows take no bytes.
+/// Bytes a view holds inline.
+const INLINE_VIEW_BYTES: usize = 12;
+
 fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     use rayon::prelude::*;
     let data = array.to_data();
@@ -155,25 +158,40 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     let length = |row: usize, v: u128| if nulls.is_some_and(|n| n.is_null(row)) { 0 } else { v as u32 as usize };
     let per = rows_per_task(len);
     let ranges: Vec<std::ops::Range<usize>> = (0..len).step_by(per.max(1)).map(|a| a..(a + per).min(len)).collect();
-    let totals: Vec<usize> = ranges.par_iter().map(|r| r.clone().map(|row| length(row, views[row])).sum()).collect();
+    let range_total = |r: &std::ops::Range<usize>| r.clone().map(|row| length(row, views[row])).sum::<usize>();
+    let totals: Vec<usize> = match ranges.len() {
+        0 | 1 => ranges.iter().map(range_total).collect(),
+        _ => ranges.par_iter().map(range_total).collect(),
+    };
+    let total: usize = totals.iter().sum();
     let mut offsets = vec![0i64; len + 1];
-    let mut bytes = vec![0u8; totals.iter().sum()];
-    // Each range's share of the offsets (after the leading zero) and of the bytes.
+    // Inline values (at most 12 bytes) are copied as 12 bytes, the next row's overwriting the
+    // excess: a fixed-size move instead of a copy of each row's length. The slack keeps the last
+    // row's excess inside the allocation; it is cut off before the bytes are handed out.
+    let mut bytes = vec![0u8; total + INLINE_VIEW_BYTES];
+    // Each range's share of the offsets (after the leading zero) and of the bytes (a range's
+    // excess may spill into the next range's first bytes only when it is the last range, into
+    // the slack: so each range gets its bytes plus, while they exist, the slack's).
     let mut jobs = Vec::with_capacity(ranges.len());
     let (mut offs_rest, mut bytes_rest, mut base) = (&mut offsets[1..], &mut bytes[..], 0usize);
-    for (r, &total) in ranges.iter().zip(&totals) {
+    for (i, (r, &t)) in ranges.iter().zip(&totals).enumerate() {
         let (o, orest) = std::mem::take(&mut offs_rest).split_at_mut(r.len());
-        let (b, brest) = std::mem::take(&mut bytes_rest).split_at_mut(total);
+        let take = if i + 1 == ranges.len() { bytes_rest.len() } else { t };
+        let (b, brest) = std::mem::take(&mut bytes_rest).split_at_mut(take);
         jobs.push((r.clone(), base, o, b));
-        (offs_rest, bytes_rest, base) = (orest, brest, base + total);
+        (offs_rest, bytes_rest, base) = (orest, brest, base + t);
     }
-    jobs.into_par_iter().try_for_each(|(rows, base, offs, out)| {
+    let pack_range = |(rows, base, offs, out): (std::ops::Range<usize>, usize, &mut [i64], &mut [u8])| {
         let mut at = 0usize;
         for (i, row) in rows.enumerate() {
             let v = views[row];
             let n = length(row, v);
-            if n <= 12 {
-                out[at..at + n].copy_from_slice(&v.to_le_bytes()[4..4 + n]);
+            if n <= INLINE_VIEW_BYTES {
+                // A middle range's last inline rows may not have 12 bytes left: exact copy there.
+                match out.get_mut(at..at + INLINE_VIEW_BYTES) {
+                    Some(dst) => dst.copy_from_slice(&v.to_le_bytes()[4..16]),
+                    None => out[at..at + n].copy_from_slice(&v.to_le_bytes()[4..4 + n]),
+                }
             } else {
                 let (block, start) = ((v >> 64) as u32 as usize, (v >> 96) as u32 as usize);
                 let src = blocks.get(block).and_then(|b| b.as_slice().get(start..start + n)).ok_or_else(|| {
@@ -185,7 +203,14 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
             offs[i] = (base + at) as i64;
         }
         Ok::<_, DataFusionError>(())
-    })?;
+    };
+    // One range (a batch of a few thousand rows) stays on this thread: a fork-join costs more.
+    if jobs.len() == 1 {
+        jobs.into_iter().try_for_each(pack_range)?;
+    } else {
+        jobs.into_par_iter().try_for_each(pack_range)?;
+    }
+    bytes.truncate(total);
     let (null_count, validity) = validity(&data);
     Ok(HostColumn {
         data_type: data.data_type().clone(),
