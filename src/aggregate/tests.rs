@@ -18,6 +18,7 @@ use datafusion::arrow::datatypes::{DataType, Int32Type};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -484,7 +485,11 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
     register(&cpu, &batch, 4);
     for sql in &queries {
         let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
-        for (exchange, batch_rows) in [(true, 1 << 22), (true, 5_000), (false, 1 << 22)] {
+        // The last run's partial partitions all find fewer rows than gpu.min_rows (set after
+        // planning) and run on the CPU; the Final merges their states there too.
+        for (exchange, batch_rows, all_cpu) in
+            [(true, 1 << 22, false), (true, 5_000, false), (false, 1 << 22, false), (true, 1 << 22, true)]
+        {
             let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, batch_rows, exchange);
             // Keep the join partitioned, as it is between large tables.
             for opt in ["hash_join_single_partition_threshold", "hash_join_single_partition_threshold_rows"] {
@@ -502,9 +507,20 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
             if exchange && sql.contains("JOIN") {
                 assert!(text.contains("mode=FinalPartitioned") && text.contains("mode=Partitioned"), "{text}");
             }
-            let got = collect(plan, ctx.task_ctx()).await.unwrap();
-            if let Some(f) = compare(&want, &got, &format!("exchange {exchange}, batch_rows {batch_rows}")) {
+            if all_cpu {
+                ctx.sql("SET gpu.min_rows = 1000000").await.unwrap().collect().await.unwrap();
+            }
+            let got = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+            let label = format!("exchange {exchange}, batch_rows {batch_rows}, partials on the CPU {all_cpu}");
+            if let Some(f) = compare(&want, &got, &label) {
                 panic!("seed {seed}: {sql}: {f}\n{text}");
+            }
+            if all_cpu && exchange {
+                let analyzed = DisplayableExecutionPlan::with_metrics(plan.as_ref()).indent(true).to_string();
+                assert!(
+                    analyzed.contains("cpu_partitions=4"),
+                    "{label}: the partials did not run on the CPU:\n{analyzed}"
+                );
             }
         }
     }
