@@ -39,9 +39,14 @@ use crate::join::JoinAlgorithm;
 /// The sweep's options, also its command-line arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SweepOptions {
-    /// log2 of |S| for the joins (|R| = |S| / 2).
+    /// log2 of |S| for the joins.
     #[arg(long, value_delimiter = ',', default_value = "16,19,22,25,28")]
     pub join_sizes: Vec<u32>,
+    /// log2 of |S| / |R|: 1 is seed 002's |R| = |S| / 2; larger values give the small builds
+    /// and long probes of star and snowflake joins (a dimension table against a fact table),
+    /// without which the CPU's build and probe terms cannot be told apart.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub build_shifts: Vec<u32>,
     #[arg(long, value_delimiter = ',', default_value = "1.0,0.5,0.1")]
     pub match_ratios: Vec<f64>,
     /// Int32 payload columns per side.
@@ -155,13 +160,19 @@ async fn join_point(
     profile: &Profile,
     o: &SweepOptions,
     log_s: u32,
+    shift: u32,
     c: join_bench::Config,
     threads: usize,
 ) -> Result<Point> {
-    let (r_rows, s_rows) = (1u64 << (log_s - 1), 1u64 << log_s);
-    let (r, s, matches) = join_bench::relations(c, r_rows, s_rows, o.runs.seed ^ log_s as u64)?;
+    let log_r = log_s.saturating_sub(shift.max(1)).max(4);
+    let (r_rows, s_rows) = (1u64 << log_r, 1u64 << log_s);
+    // Seed 002's shape keeps the seeds (and data) of earlier sweeps.
+    let half = log_r + 1 == log_s;
+    let seed = o.runs.seed ^ log_s as u64 ^ if half { 0 } else { (log_r as u64) << 8 };
+    let (r, s, matches) = join_bench::relations(c, r_rows, s_rows, seed)?;
+    let builds = if half { String::new() } else { format!(" |R|=2^{log_r}") };
     let label = format!(
-        "join |S|=2^{log_s} mr={} pay={} {}",
+        "join |S|=2^{log_s}{builds} mr={} pay={} {}",
         c.match_ratio,
         c.payloads,
         if c.skew > 0.0 { "zipf1" } else { "uniform" }
@@ -459,11 +470,13 @@ pub async fn run(gpu: &Arc<Gpu>, o: &SweepOptions) -> Result<SweepReport> {
     }
     let mut points = Vec::new();
     for &log_s in &o.join_sizes {
-        for &payloads in &o.payloads {
-            for &match_ratio in &o.match_ratios {
-                for &skew in &o.skews {
-                    let c = join_bench::Config { key_bytes: 4, payloads, match_ratio, skew };
-                    points.push(join_point(gpu, &profile, o, log_s, c, threads).await?);
+        for &shift in &o.build_shifts {
+            for &payloads in &o.payloads {
+                for &match_ratio in &o.match_ratios {
+                    for &skew in &o.skews {
+                        let c = join_bench::Config { key_bytes: 4, payloads, match_ratio, skew };
+                        points.push(join_point(gpu, &profile, o, log_s, shift, c, threads).await?);
+                    }
                 }
             }
         }
