@@ -17,7 +17,8 @@ use datafusion::common::{JoinType, NullEquality};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, execute_stream};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr, execute_stream};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use rand::rngs::StdRng;
@@ -219,12 +220,34 @@ pub(crate) fn gpu_join(
 /// DataFusion's CollectLeft hash join of host R (one partition) and S (`partitions`) on their
 /// first columns, projected to R's columns and S's payloads.
 pub(crate) fn collect_left_plan(r: &RecordBatch, s: &RecordBatch, partitions: usize) -> Result<Arc<dyn ExecutionPlan>> {
-    let left = MemorySourceConfig::try_new_exec(&host_partitions(r, 1), r.schema(), None)?;
-    let right = MemorySourceConfig::try_new_exec(&host_partitions(s, partitions), s.schema(), None)?;
-    let on = vec![(
-        Arc::new(Column::new(r.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>,
-        Arc::new(Column::new(s.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>,
-    )];
+    cpu_plan(r, s, partitions, PartitionMode::CollectLeft)
+}
+
+/// DataFusion's hash join of R and S in `mode`: `CollectLeft` builds one table from R (one
+/// partition) for `partitions` probe partitions of S; `Partitioned` hash-repartitions both
+/// sides into `partitions` and joins each pair, as DataFusion plans joins of large builds.
+pub(crate) fn cpu_plan(
+    r: &RecordBatch,
+    s: &RecordBatch,
+    partitions: usize,
+    mode: PartitionMode,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let key = |b: &RecordBatch| Arc::new(Column::new(b.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
+    let (mut left, mut right): (Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>) = match mode {
+        PartitionMode::Partitioned => (
+            MemorySourceConfig::try_new_exec(&host_partitions(r, partitions), r.schema(), None)?,
+            MemorySourceConfig::try_new_exec(&host_partitions(s, partitions), s.schema(), None)?,
+        ),
+        _ => (
+            MemorySourceConfig::try_new_exec(&host_partitions(r, 1), r.schema(), None)?,
+            MemorySourceConfig::try_new_exec(&host_partitions(s, partitions), s.schema(), None)?,
+        ),
+    };
+    if mode == PartitionMode::Partitioned {
+        left = Arc::new(RepartitionExec::try_new(left, Partitioning::Hash(vec![key(r)], partitions))?);
+        right = Arc::new(RepartitionExec::try_new(right, Partitioning::Hash(vec![key(s)], partitions))?);
+    }
+    let on = vec![(key(r), key(s))];
     let ncols = r.num_columns();
     let projection: Vec<usize> = (0..ncols).chain(ncols + 1..ncols + s.num_columns()).collect();
     Ok(Arc::new(HashJoinExec::try_new(
@@ -234,7 +257,7 @@ pub(crate) fn collect_left_plan(r: &RecordBatch, s: &RecordBatch, partitions: us
         None,
         &JoinType::Inner,
         Some(projection),
-        PartitionMode::CollectLeft,
+        mode,
         NullEquality::NullEqualsNothing,
         false,
     )?))
@@ -242,8 +265,18 @@ pub(crate) fn collect_left_plan(r: &RecordBatch, s: &RecordBatch, partitions: us
 
 /// DataFusion's hash join of host R and S on every core: seconds and output rows.
 pub(crate) async fn cpu_join(r: &RecordBatch, s: &RecordBatch, threads: usize) -> Result<(f64, u64)> {
+    cpu_join_in(r, s, threads, PartitionMode::CollectLeft).await
+}
+
+/// [`cpu_join`] in `mode` (see [`cpu_plan`]).
+pub(crate) async fn cpu_join_in(
+    r: &RecordBatch,
+    s: &RecordBatch,
+    threads: usize,
+    mode: PartitionMode,
+) -> Result<(f64, u64)> {
     let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
-    let join = collect_left_plan(r, s, threads)?;
+    let join = cpu_plan(r, s, threads, mode)?;
     let t = Instant::now();
     let mut stream = execute_stream(join, ctx.task_ctx())?;
     let mut rows = 0u64;

@@ -19,10 +19,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_plan::joins::PartitionMode;
 use serde::{Deserialize, Serialize};
 
 use super::aggregate::{self as agg_bench, cpu_group_by, gpu_group_by};
-use super::join::{self as join_bench, cpu_join, spec};
+use super::join::{self as join_bench, cpu_join, cpu_join_in, spec};
 use super::median;
 use crate::aggregate::{GroupByOptions, GroupIdMethod};
 use crate::columns::DeviceBatch;
@@ -64,6 +65,13 @@ pub struct SweepOptions {
     /// Int32 columns summed per group.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     pub agg_columns: Vec<usize>,
+    /// Also time DataFusion's partitioned hash join (both sides hash-repartitioned, as it plans
+    /// joins of large builds) at every join point, fitted as `join.cpu_partitioned`. Placement
+    /// does not use that model: priced with it (and the CPU model refitted with these points),
+    /// TPC-H SF10 fell from 1.29x to 1.14x and SSB from 1.44x to 1.26x on an H100
+    /// (benches/results/2026-11-24-h100-cpu-join-models.md).
+    #[arg(long)]
+    pub cpu_partitioned: bool,
     /// Fit the model to this sweep and save the device profile before choosing.
     #[arg(long)]
     pub calibrate: bool,
@@ -111,8 +119,10 @@ pub struct Point {
 }
 
 impl Point {
+    /// The fastest of the options the model chooses among (all of them before it has chosen).
     fn fastest(&self) -> Option<&OptionTiming> {
-        self.options.iter().min_by(|a, b| a.seconds.total_cmp(&b.seconds))
+        let candidate = |o: &&OptionTiming| self.estimates.is_empty() || self.estimates.iter().any(|e| e.0 == o.name);
+        self.options.iter().filter(candidate).min_by(|a, b| a.seconds.total_cmp(&b.seconds))
     }
 
     fn auto_seconds(&self) -> f64 {
@@ -254,6 +264,27 @@ async fn join_point(
             features: shape.cpu_features().to_vec(),
             model_seconds: seconds,
         });
+        if o.cpu_partitioned {
+            let mode = PartitionMode::Partitioned;
+            let (_, rows) = cpu_join_in(&r, &s, threads, mode).await?;
+            if rows != matches {
+                return Err(gpu_error(format!(
+                    "the partitioned CPU join gave {rows} rows; the data has {matches} matches"
+                )));
+            }
+            let mut runs = Vec::new();
+            for _ in 0..o.runs.cpu_runs {
+                runs.push((cpu_join_in(&r, &s, threads, mode).await?.0, ()));
+            }
+            let seconds = median(runs).0;
+            options.push(OptionTiming {
+                name: "cpu_partitioned".into(),
+                seconds,
+                model: "join.cpu_partitioned".into(),
+                features: shape.cpu_features().to_vec(),
+                model_seconds: seconds,
+            });
+        }
     }
     Ok(Point {
         kind: "join".into(),
@@ -395,9 +426,12 @@ pub fn choose(points: &mut [Point], profile: &Profile) {
     for p in points.iter_mut() {
         let up = upload_seconds(p.upload_features[0], p.upload_features[1], profile);
         let down = download_seconds(p.download_bytes, profile);
+        // An option whose model the profile has no coefficients for (the partitioned CPU join,
+        // which placement does not use) is measured but not a candidate.
         p.estimates = p
             .options
             .iter()
+            .filter(|o| !profile.coefficients(&o.model).is_empty())
             .map(|o| {
                 let compute = crate::cost::dot(&o.features, &profile.coefficients(&o.model));
                 let transfers = if o.name == "cpu" { 0.0 } else { up + down };
