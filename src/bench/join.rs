@@ -233,17 +233,13 @@ pub(crate) fn cpu_plan(
     mode: PartitionMode,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let key = |b: &RecordBatch| Arc::new(Column::new(b.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
-    let (mut left, mut right): (Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>) = match mode {
-        PartitionMode::Partitioned => (
-            MemorySourceConfig::try_new_exec(&host_partitions(r, partitions), r.schema(), None)?,
-            MemorySourceConfig::try_new_exec(&host_partitions(s, partitions), s.schema(), None)?,
-        ),
-        _ => (
-            MemorySourceConfig::try_new_exec(&host_partitions(r, 1), r.schema(), None)?,
-            MemorySourceConfig::try_new_exec(&host_partitions(s, partitions), s.schema(), None)?,
-        ),
-    };
-    if mode == PartitionMode::Partitioned {
+    let partitioned = mode == PartitionMode::Partitioned;
+    let build_partitions = if partitioned { partitions } else { 1 };
+    let mut left: Arc<dyn ExecutionPlan> =
+        MemorySourceConfig::try_new_exec(&host_partitions(r, build_partitions), r.schema(), None)?;
+    let mut right: Arc<dyn ExecutionPlan> =
+        MemorySourceConfig::try_new_exec(&host_partitions(s, partitions), s.schema(), None)?;
+    if partitioned {
         left = Arc::new(RepartitionExec::try_new(left, Partitioning::Hash(vec![key(r)], partitions))?);
         right = Arc::new(RepartitionExec::try_new(right, Partitioning::Hash(vec![key(s)], partitions))?);
     }

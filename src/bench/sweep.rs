@@ -23,7 +23,7 @@ use datafusion::physical_plan::joins::PartitionMode;
 use serde::{Deserialize, Serialize};
 
 use super::aggregate::{self as agg_bench, cpu_group_by, gpu_group_by};
-use super::join::{self as join_bench, cpu_join, cpu_join_in, spec};
+use super::join::{self as join_bench, cpu_join_in, spec};
 use super::median;
 use crate::aggregate::{GroupByOptions, GroupIdMethod};
 use crate::columns::DeviceBatch;
@@ -247,44 +247,35 @@ async fn join_point(
         opt.seconds += upload + download;
     }
     drop((r_dev, s_dev));
-    if o.runs.cpu_runs > 0 {
-        let (_, rows) = cpu_join(&r, &s, threads).await?;
+    // DataFusion's CollectLeft join, and with `--cpu-partitioned` its partitioned one.
+    let modes = [
+        (PartitionMode::CollectLeft, "cpu", "join.cpu"),
+        (PartitionMode::Partitioned, "cpu_partitioned", "join.cpu_partitioned"),
+    ];
+    let cpu_modes = if o.runs.cpu_runs == 0 {
+        0
+    } else if o.cpu_partitioned {
+        2
+    } else {
+        1
+    };
+    for &(mode, name, model) in &modes[..cpu_modes] {
+        let (_, rows) = cpu_join_in(&r, &s, threads, mode).await?;
         if rows != matches {
-            return Err(gpu_error(format!("the CPU joined {rows} rows; the data has {matches} matches")));
+            return Err(gpu_error(format!("the CPU ({mode:?}) joined {rows} rows; the data has {matches} matches")));
         }
         let mut runs = Vec::new();
         for _ in 0..o.runs.cpu_runs {
-            runs.push((cpu_join(&r, &s, threads).await?.0, ()));
+            runs.push((cpu_join_in(&r, &s, threads, mode).await?.0, ()));
         }
         let seconds = median(runs).0;
         options.push(OptionTiming {
-            name: "cpu".into(),
+            name: name.into(),
             seconds,
-            model: "join.cpu".into(),
+            model: model.into(),
             features: shape.cpu_features().to_vec(),
             model_seconds: seconds,
         });
-        if o.cpu_partitioned {
-            let mode = PartitionMode::Partitioned;
-            let (_, rows) = cpu_join_in(&r, &s, threads, mode).await?;
-            if rows != matches {
-                return Err(gpu_error(format!(
-                    "the partitioned CPU join gave {rows} rows; the data has {matches} matches"
-                )));
-            }
-            let mut runs = Vec::new();
-            for _ in 0..o.runs.cpu_runs {
-                runs.push((cpu_join_in(&r, &s, threads, mode).await?.0, ()));
-            }
-            let seconds = median(runs).0;
-            options.push(OptionTiming {
-                name: "cpu_partitioned".into(),
-                seconds,
-                model: "join.cpu_partitioned".into(),
-                features: shape.cpu_features().to_vec(),
-                model_seconds: seconds,
-            });
-        }
     }
     Ok(Point {
         kind: "join".into(),

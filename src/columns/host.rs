@@ -140,14 +140,14 @@ fn rows_per_task(len: usize) -> usize {
     len.div_ceil(rayon::current_num_threads().max(1)).max(PARALLEL_ROWS / 4)
 }
 
+/// Bytes a view holds inline.
+const INLINE_VIEW_BYTES: usize = 12;
+
 /// A `Utf8View` / `BinaryView` array in its device storage ([`storage_type`]: the rows' bytes
 /// end to end after i64 offsets), made on several threads over row ranges: each range sums its
 /// rows' lengths, then copies its bytes to where the lengths before it end (Arrow's cast to
 /// LargeUtf8 does it on one thread: TPC-H q14's 2 M-row `p_type` build column waited on it).
 /// Null rows take no bytes.
-/// Bytes a view holds inline.
-const INLINE_VIEW_BYTES: usize = 12;
-
 fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     use rayon::prelude::*;
     let data = array.to_data();
