@@ -160,11 +160,15 @@ impl PinnedPool {
             let Some(k) = free.iter().rev().find(|(k, v)| **k != size && !v.is_empty()).map(|(k, _)| *k) else {
                 break;
             };
-            if let Some(b) = free.get_mut(&k).and_then(|v| v.pop()) {
+            if let Some(v) = free.get_mut(&k)
+                && let Some(b) = v.pop()
+            {
                 self.cached.fetch_sub(k as u64, Ordering::SeqCst);
                 evicted.push(b);
+                if v.is_empty() {
+                    free.remove(&k);
+                }
             }
-            free.retain(|_, v| !v.is_empty());
         }
         if fits(self.cached.load(Ordering::SeqCst)) {
             free.entry(size).or_default().push(FreeBlock { addr, chunk });

@@ -392,16 +392,13 @@ impl GpuAggregateExec {
     async fn exchange_output(&self, ex: &Exchange, context: Arc<TaskContext>) -> Result<Vec<Vec<RecordBatch>>> {
         let partial = &ex.partial;
         let inputs = partial.children().first().map_or(1, |c| c.output_partitioning().partition_count());
-        let tasks = futures::stream::FuturesUnordered::new();
+        let mut tasks = futures::stream::FuturesUnordered::new();
         for i in 0..inputs {
             let mut run = partial.new_run(i, &context)?;
             // One exec does both stages: the partial's work shows in this exec's metrics.
             run.metrics = Metrics::new(&self.metrics, i);
             let input = partial.execute_input(i, &context)?;
-            let schema = run.agg.schema();
-            tasks.push(SpawnedTask::spawn(async move {
-                Ok::<_, DataFusionError>((run.reduce_or_cpu(input).await?, schema))
-            }));
+            tasks.push(SpawnedTask::spawn(async move { run.reduce_or_cpu(input).await }));
         }
         // Every partition's partial stage chooses the GPU or (a small input) the CPU as it
         // goes; the merge waits for all of them. When every one ran on the CPU, the states are
@@ -410,27 +407,28 @@ impl GpuAggregateExec {
         // than that, and no state is on the device to save a transfer (TPC-H q16's
         // distinct-count stages: 1.2 M state rows, 16 partitions of 74 K input rows each).
         let mut reduced = Vec::with_capacity(inputs);
-        let mut tasks = tasks;
         while let Some(joined) = tasks.next().await {
             reduced.push(
                 joined.map_err(|e| DataFusionError::Execution(format!("a GPU partial aggregate failed: {e}")))??,
             );
         }
-        if !reduced.is_empty() && reduced.iter().all(|(r, _)| matches!(r, Reduced::Host(_))) {
+        let run = self.new_run(0, &context)?;
+        if !reduced.is_empty() && reduced.iter().all(|r| matches!(r, Reduced::Host(_))) {
             let parts = reduced
                 .into_iter()
-                .filter_map(|(r, _)| match r {
+                .filter_map(|r| match r {
                     Reduced::Host(states) => Some(states),
                     Reduced::Device(_) => None,
                 })
                 .collect();
-            return self.exchange_on_cpu(&self.new_run(0, &context)?, parts, &context).await;
+            return self.exchange_on_cpu(&run, parts, &context).await;
         }
-        let run = self.new_run(0, &context)?;
         let (schema, columns) = (Arc::clone(&self.layout.upload_schema), ex.columns.clone());
-        let gpu = Arc::clone(&run.gpu);
-        let states = futures::stream::iter(reduced).then(move |(r, state_schema)| {
-            let (schema, columns, gpu) = (Arc::clone(&schema), columns.clone(), Arc::clone(&gpu));
+        // DataFusion's partial states have the partial aggregate's schema.
+        let (gpu, state_schema) = (Arc::clone(&run.gpu), partial.agg.schema());
+        let states = futures::stream::iter(reduced).then(move |r| {
+            let (schema, columns, gpu, state_schema) =
+                (Arc::clone(&schema), columns.clone(), Arc::clone(&gpu), Arc::clone(&state_schema));
             async move {
                 let state = match r {
                     Reduced::Device(state) => state,
