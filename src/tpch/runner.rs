@@ -32,8 +32,8 @@ pub struct SuiteBenchOptions {
     /// Queries to run, e.g. `1,3,18` (TPC-H) or `1.1,4.3` (SSB); all when omitted.
     #[arg(long, value_delimiter = ',')]
     pub queries: Vec<String>,
-    /// Timed runs of each query on each side, after one untimed run that also checks the results
-    /// (0: check only).
+    /// Timed runs of each query on each side, after one untimed run on each that also checks the
+    /// results; the CPU's and the GPU's timed runs alternate (0: check only).
     #[arg(long, default_value_t = 3)]
     pub iterations: usize,
     /// Folder of Parquet data: `DIR/<suite>-sf<SF>/<table>.parquet` is read into memory when present,
@@ -171,26 +171,16 @@ async fn run_once(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, 
     Ok((batches, t.elapsed().as_secs_f64() * 1e3))
 }
 
-/// `iterations` timed runs (planning included), and the physical plan of the last, whose
-/// metrics are those of that run.
-async fn timed(
-    ctx: &SessionContext,
-    sql: &str,
-    iterations: usize,
-) -> Result<(Vec<f64>, Option<Arc<dyn ExecutionPlan>>)> {
-    let mut times = Vec::with_capacity(iterations);
-    let mut last = None;
-    for _ in 0..iterations {
-        let t = Instant::now();
-        crate::exec::timeline::mark("bench", || "timed run starts".into());
-        let plan = ctx.sql(sql).await?.create_physical_plan().await?;
-        crate::exec::timeline::mark("bench", || "planned".into());
-        collect(Arc::clone(&plan), ctx.task_ctx()).await?;
-        crate::exec::timeline::mark("bench", || format!("timed run ends ({:.1} ms)", t.elapsed().as_secs_f64() * 1e3));
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        last = Some(plan);
-    }
-    Ok((times, last))
+/// One timed run (planning included) and its physical plan, whose metrics are that run's.
+async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn ExecutionPlan>)> {
+    let t = Instant::now();
+    crate::exec::timeline::mark("bench", || "timed run starts".into());
+    let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+    crate::exec::timeline::mark("bench", || "planned".into());
+    collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    crate::exec::timeline::mark("bench", || format!("timed run ends ({ms:.1} ms)"));
+    Ok((ms, plan))
 }
 
 fn analyzed(plan: &Arc<dyn ExecutionPlan>) -> String {
@@ -329,7 +319,7 @@ async fn run_query(
         check: String::new(),
         plan: String::new(),
     };
-    // CPU: one run for the expected rows, then the timed runs.
+    // CPU: one run for the expected rows (and the CPU's warm-up).
     let expected = match run_once(cpu, q.sql).await {
         Ok((b, _)) => b,
         Err(e) => {
@@ -338,16 +328,8 @@ async fn run_query(
         }
     };
     r.rows = expected.iter().map(|b| b.num_rows()).sum();
-    match timed(cpu, q.sql, iterations).await {
-        Ok((t, _)) => r.cpu_runs_ms = t,
-        Err(e) => {
-            r.check = format!("error on the CPU: {e}");
-            return r;
-        }
-    }
-    r.cpu_ms = median(&r.cpu_runs_ms);
 
-    // With the GPU rule: plan (for the placements), run and check, then the timed runs.
+    // With the GPU rule: plan (for the placements), run and check (the GPU's warm-up).
     bar.set_message(format!("{} with the GPU rule", q.name));
     let checked: Result<Vec<RecordBatch>> = async {
         let df = gpu.sql(q.sql).await?;
@@ -375,13 +357,25 @@ async fn run_query(
             }
         },
     }
-    if have_gpu {
-        match timed(gpu, q.sql, iterations).await {
-            Ok((t, plan)) => {
-                r.gpu_runs_ms = t;
-                if let Some(p) = plan {
-                    r.plan = analyzed(&p);
-                }
+    // The timed runs alternate CPU and GPU, so that the host's drift over the runs (other work,
+    // clocks, memory) falls on both columns alike.
+    bar.set_message(format!("{} timed, CPU and GPU in turn", q.name));
+    for _ in 0..iterations {
+        match timed(cpu, q.sql).await {
+            Ok((ms, _)) => r.cpu_runs_ms.push(ms),
+            Err(e) => {
+                r.ok = false;
+                r.check = format!("error on the CPU (timed run): {e}");
+                return r;
+            }
+        }
+        if !have_gpu {
+            continue;
+        }
+        match timed(gpu, q.sql).await {
+            Ok((ms, plan)) => {
+                r.gpu_runs_ms.push(ms);
+                r.plan = analyzed(&plan);
             }
             Err(e) => {
                 r.ok = false;
@@ -389,12 +383,13 @@ async fn run_query(
                 return r;
             }
         }
-        r.gpu_ms = median(&r.gpu_runs_ms);
-        if let (Some(c), Some(g)) = (r.cpu_ms, r.gpu_ms)
-            && g > 0.0
-        {
-            r.speedup = Some(c / g);
-        }
+    }
+    r.cpu_ms = median(&r.cpu_runs_ms);
+    r.gpu_ms = median(&r.gpu_runs_ms);
+    if let (Some(c), Some(g)) = (r.cpu_ms, r.gpu_ms)
+        && g > 0.0
+    {
+        r.speedup = Some(c / g);
     }
     r
 }
