@@ -161,6 +161,25 @@ fn upload_chunks(gpu: &Arc<Gpu>, batch: &RecordBatch, batch_rows: usize) -> Resu
     Ok((out, t.elapsed().as_secs_f64()))
 }
 
+/// [`upload_chunks`] `runs` times (at least once): the last upload's chunks and the median time
+/// (one upload is too noisy a sample next to options timed as medians).
+fn upload_median(
+    gpu: &Arc<Gpu>,
+    batch: &RecordBatch,
+    batch_rows: usize,
+    runs: usize,
+) -> Result<(Vec<DeviceBatch>, f64)> {
+    let mut times = Vec::new();
+    let mut last = Vec::new();
+    for _ in 0..runs.max(1) {
+        drop(std::mem::take(&mut last));
+        let (chunks, seconds) = upload_chunks(gpu, batch, batch_rows)?;
+        times.push((seconds, ()));
+        last = chunks;
+    }
+    Ok((last, median(times).0))
+}
+
 fn batch_bytes(b: &RecordBatch) -> f64 {
     b.columns().iter().map(|c| c.get_buffer_memory_size() as f64).sum()
 }
@@ -189,8 +208,8 @@ async fn join_point(
     );
     eprintln!("bench sweep: {label}");
     // Upload: R whole (a build is one batch), S in chunks, as the exec does.
-    let (r_dev, up_r) = upload_chunks(gpu, &r, usize::MAX)?;
-    let (s_dev, up_s) = upload_chunks(gpu, &s, o.batch_rows)?;
+    let (r_dev, up_r) = upload_median(gpu, &r, usize::MAX, o.runs.runs)?;
+    let (s_dev, up_s) = upload_median(gpu, &s, o.batch_rows, o.runs.runs)?;
     let r_dev = r_dev.into_iter().next().ok_or_else(|| gpu_error("no build batch"))?;
     let upload = up_r + up_s;
     let up_bytes = batch_bytes(&r) + batch_bytes(&s);
@@ -302,7 +321,7 @@ async fn aggregate_point(
     let (host, groups) = agg_bench::table(c, rows, o.runs.seed ^ (log_rows as u64) << 8)?;
     let label = format!("group-by rows=2^{log_rows} groups=2^{} aggs={}", c.log_groups, c.aggs);
     eprintln!("bench sweep: {label}");
-    let (chunks_dev, upload) = upload_chunks(gpu, &host, o.batch_rows)?;
+    let (chunks_dev, upload) = upload_median(gpu, &host, o.batch_rows, o.runs.runs)?;
     let up_bytes = batch_bytes(&host);
     let shape = AggregateShape {
         rows: rows as f64,
