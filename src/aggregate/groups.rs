@@ -81,6 +81,24 @@ const FILL_SHARDS: usize = 32;
 /// Slots of the second, still bounded, hash table (2^19 groups; 4 or 8 MiB of key words).
 const LARGER_TABLE_SLOTS: u64 = 1 << 20;
 
+/// The hash tables the general path inserts every row into when the input has `groups` groups
+/// (slots of each attempt, in order): the bounded first table, then the larger one, then one of
+/// twice the rows, each tried until one holds the groups (a bounded table holds 5/8 of its
+/// slots). Empty when the one-pass kernel takes the groups. The cost model prices each attempt.
+pub(crate) fn hash_table_attempts(rows: u64, groups: u64) -> Vec<u64> {
+    if groups <= ONE_PASS_GROUPS {
+        return Vec::new();
+    }
+    let full = (2 * rows).max(1024).next_power_of_two();
+    let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
+    let mut attempts = vec![slots];
+    while slots < full && groups > slots * 5 / 8 {
+        slots = if slots < LARGER_TABLE_SLOTS { LARGER_TABLE_SLOTS.min(full) } else { full };
+        attempts.push(slots);
+    }
+    attempts
+}
+
 /// Test hook: cut wide hash words to this many bits, so that collisions happen.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CollisionTest {

@@ -3,7 +3,7 @@
 //!
 //! GPU features, in seconds at the profile's bandwidths: launch groups (one per input chunk),
 //! group ids, and the aggregation. Hash group ids are seed 002's dictionary encoding `D(N, g)`
-//! (build a table of the `g` keys, probe it with all `N`); sort group ids are an LSD radix sort
+//! priced with the tables our kernels use ([`hash_ids`]); sort group ids are an LSD radix sort
 //! of (key word, row id) over every bit of the word. The aggregation reads the values once and
 //! updates accumulators in shared memory when a block's groups fit (48 KiB), else at random in
 //! the level that holds `g` accumulators. The partition group-by's ids are its radix passes
@@ -11,9 +11,10 @@
 //! pass; its aggregation updates shared memory at every group count.
 
 use super::dot;
-use super::paper::{dictionary_encoding_cost, memory_level_bandwidth, radix_passes};
+use super::paper::{memory_level_bandwidth, radix_passes};
 use super::profile::Profile;
 use crate::aggregate::GroupIdMethod;
+use crate::aggregate::groups::hash_table_attempts;
 use crate::aggregate::partition::{LARGEST_ROWS, partition_bits};
 
 /// Shared memory the hash group-by gives a block's accumulators.
@@ -50,7 +51,7 @@ impl AggregateShape {
         let levels = profile.memory_levels();
         let (n, g, k) = (self.rows, self.groups.max(1.0), self.key_bytes);
         let ids = match method {
-            GroupIdMethod::Hash => dictionary_encoding_cost(n, g, k, b_g, &levels),
+            GroupIdMethod::Hash => hash_ids(n, g, k, profile),
             GroupIdMethod::Sort => {
                 let passes = radix_passes(2f64.powf(8.0 * k));
                 (n * (k + 4.0) * (2.0 * passes + 1.0) + n * 4.0) / b_g
@@ -79,6 +80,26 @@ impl AggregateShape {
         let miss = (table / (32.0 * 1024.0 * 1024.0)).min(1.0);
         [1.0, self.rows, self.rows * miss, self.groups]
     }
+}
+
+/// Hash group ids as [`crate::aggregate::groups`] makes them: the one-pass kernel reads the keys
+/// and writes the ids when it holds the groups; otherwise, after its failed attempt, every table
+/// tried ([`hash_table_attempts`]) reads the keys, inserts each row at random in the memory
+/// level that holds the table, and writes the ids. Seed 002's `D(N, g)` prices one table of `g`
+/// keys; ours of twice the rows misses the L2 at any group count past the bounded tables'
+/// (H100, 2026-11-23: 2^27 rows took 7 ms at 2^16 groups, 20 ms at 2^22).
+fn hash_ids(n: f64, g: f64, k: f64, profile: &Profile) -> f64 {
+    let pass = n * (k + 4.0) / profile.b_g;
+    let attempts = hash_table_attempts(n as u64, g as u64);
+    if attempts.is_empty() {
+        return pass;
+    }
+    let levels = profile.memory_levels();
+    let insert = |slots: u64| {
+        pass + n * (k + 4.0) * profile.random_penalty
+            / memory_level_bandwidth(slots as f64 * (k + 4.0), profile.b_g, &levels)
+    };
+    pass + attempts.into_iter().map(insert).sum::<f64>()
 }
 
 pub fn model_name(method: GroupIdMethod) -> &'static str {
@@ -136,6 +157,23 @@ mod tests {
         // Sort ids do not depend on the groups.
         let s = |g: f64| shape(1e8, g).gpu_features(GroupIdMethod::Sort, &p)[1];
         assert_eq!(s(16.0), s(1e8));
+    }
+
+    /// Hash ids by hand at 2^27 rows of 4-byte keys: up to 4096 groups one pass (read the keys,
+    /// write the ids); 2^22 groups overflow the 2^16- and 2^20-slot tables (both in the L2) and
+    /// go to one of 2^28 slots (2 GiB: device memory), after the one-pass kernel's failed try.
+    #[test]
+    fn hash_ids_price_every_table_tried() {
+        let p = Profile::h100();
+        let n = (1u64 << 27) as f64;
+        let ids = |g: f64| AggregateShape { key_bytes: 4.0, ..shape(n, g) }.gpu_features(GroupIdMethod::Hash, &p)[1];
+        let pass = n * 8.0 / p.b_g;
+        assert!((ids(4096.0) - pass).abs() < 1e-15);
+        let insert = n * 8.0 * p.random_penalty;
+        let expected = 4.0 * pass + insert / (3.0 * p.b_g) + insert / (3.0 * p.b_g) + insert / p.b_g;
+        assert!((ids((1u64 << 22) as f64) - expected).abs() < 1e-12, "{} {expected}", ids((1u64 << 22) as f64));
+        // 40960 groups fit the first table (5/8 of 2^16 slots); one more needs the second.
+        assert!(ids(40_960.0) < ids(40_961.0));
     }
 
     /// Partition ids by hand: 2^20 rows take 9 partition bits (two passes); 4-byte keys and
