@@ -257,7 +257,7 @@ async fn join_point(
             name: a.name().into(),
             seconds: compute,
             model: join_cost::model_name(a),
-            features: shape.gpu_features(a, profile).to_vec(),
+            features: shape.gpu_features(a, profile),
             model_seconds: compute,
         });
     }

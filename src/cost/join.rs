@@ -3,8 +3,10 @@
 //!
 //! Every GPU model has four features, in seconds at the profile's bandwidths: the number of
 //! launch groups (one per build and per probe chunk), the transformation, the match and the
-//! materialisation. Its time is the dot product with the calibrated coefficients: a coefficient
-//! of 1 on a bandwidth term means that phase runs at its floor.
+//! materialisation. PHJ has a fifth, the partitions it handles in all (every build and every
+//! probe chunk is partitioned on the build's bits, and each partition's offsets and work units
+//! are made for it). Its time is the dot product with the calibrated coefficients: a
+//! coefficient of 1 on a bandwidth term means that phase runs at its floor.
 
 use super::dot;
 use super::paper::{memory_level_bandwidth, radix_passes};
@@ -45,7 +47,7 @@ pub type JoinChoice = super::Choice<JoinAlgorithm>;
 
 impl JoinShape {
     /// The features of `algorithm` on this shape, on `profile`'s device.
-    pub fn gpu_features(&self, algorithm: JoinAlgorithm, profile: &Profile) -> [f64; 4] {
+    pub fn gpu_features(&self, algorithm: JoinAlgorithm, profile: &Profile) -> Vec<f64> {
         let b_g = profile.b_g;
         let levels = profile.memory_levels();
         let random = |bytes: f64, footprint: f64| {
@@ -67,7 +69,7 @@ impl JoinShape {
                 let build = seq(nr * k) + random(nr * entry, table);
                 let probe = seq(ns * k) + random(ns * entry, table) + seq(m * 8.0);
                 let mat = gather_random(wr, nr) + seq(m * ws) + writes;
-                [launches, build, probe, mat]
+                vec![launches, build, probe, mat]
             }
             JoinAlgorithm::PhjGfur | JoinAlgorithm::PhjGftr => {
                 // Two 8-bit partitioning passes (one when the build side is small), each reading
@@ -83,7 +85,10 @@ impl JoinShape {
                 } else {
                     gather_random(wr, nr) + gather_random(ws, ns) + writes
                 };
-                [launches, transform, matching, mat]
+                // A 2^27-row build takes 2^16 partitions in each of 64 probe chunks of 2^22
+                // rows: PHJ ran 2x its bandwidth terms there (H100 sweep, seed 41), not at 2^24.
+                let partitions = launches * 2f64.powi(crate::join::phj::partition_bits(nr as u64) as i32);
+                vec![launches, transform, matching, mat, partitions]
             }
             JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
                 // An LSD radix sort over every bit of the key word, then a merge path.
@@ -98,7 +103,7 @@ impl JoinShape {
                 } else {
                     gather_random(wr, nr) + gather_random(ws, ns) + writes
                 };
-                [launches, transform, matching, mat]
+                vec![launches, transform, matching, mat]
             }
         }
     }
@@ -172,6 +177,18 @@ mod tests {
         assert!((tr[1] * p.b_g - 3e8 * 24.0 * 5.0).abs() < 1.0);
         assert!(tr[3] < ur[3] / 5.0, "clustered gathers are far cheaper: {tr:?} {ur:?}");
         assert_eq!(ur[0], 2.0);
+    }
+
+    /// PHJ's fifth feature counts the partitions of every build and probe chunk: a 2^27-row
+    /// build takes 16 bits, so one build and 64 probe chunks make 65 x 2^16; NPJ has no such term.
+    #[test]
+    fn phj_counts_the_partitions_of_every_chunk() {
+        let p = Profile::h100();
+        let s = JoinShape { probe_chunks: 64.0, ..shape(2f64.powi(27), 2f64.powi(28), 1.0, 4.0) };
+        assert_eq!(s.gpu_features(JoinAlgorithm::PhjGfur, &p)[4], 65.0 * 65536.0);
+        assert_eq!(s.gpu_features(JoinAlgorithm::Npj, &p).len(), 4);
+        let small = shape(2048.0, 1e6, 1.0, 4.0);
+        assert_eq!(small.gpu_features(JoinAlgorithm::PhjGftr, &p)[4], 2.0);
     }
 
     /// With equal coefficients the model takes GFTR for many payload bytes at a high match ratio
