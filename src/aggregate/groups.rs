@@ -81,19 +81,34 @@ const FILL_SHARDS: usize = 32;
 /// Slots of the second, still bounded, hash table (2^19 groups; 4 or 8 MiB of key words).
 const LARGER_TABLE_SLOTS: u64 = 1 << 20;
 
+/// Slots of the first (bounded) hash table for `rows` rows, and of the table of twice the rows,
+/// which cannot overflow.
+fn table_slots(rows: u64) -> (u64, u64) {
+    let full = (2 * rows).max(1024).next_power_of_two();
+    (full.min(2 * FIRST_TABLE_GROUPS), full)
+}
+
+/// The table tried after one of `slots` slots overflowed: the larger bounded one, then `full`.
+fn next_table_slots(slots: u64, full: u64) -> u64 {
+    if slots < LARGER_TABLE_SLOTS { LARGER_TABLE_SLOTS.min(full) } else { full }
+}
+
+/// Groups a bounded table of `slots` slots holds before it reports an overflow.
+fn bounded_capacity(slots: u64) -> u64 {
+    slots * 5 / 8
+}
+
 /// The hash tables the general path inserts every row into when the input has `groups` groups
-/// (slots of each attempt, in order): the bounded first table, then the larger one, then one of
-/// twice the rows, each tried until one holds the groups (a bounded table holds 5/8 of its
-/// slots). Empty when the one-pass kernel takes the groups. The cost model prices each attempt.
+/// (slots of each attempt, in order): the steps of [`table_round`] until a table holds the
+/// groups. Empty when the one-pass kernel takes the groups. The cost model prices each attempt.
 pub(crate) fn hash_table_attempts(rows: u64, groups: u64) -> Vec<u64> {
     if groups <= ONE_PASS_GROUPS {
         return Vec::new();
     }
-    let full = (2 * rows).max(1024).next_power_of_two();
-    let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
+    let (mut slots, full) = table_slots(rows);
     let mut attempts = vec![slots];
-    while slots < full && groups > slots * 5 / 8 {
-        slots = if slots < LARGER_TABLE_SLOTS { LARGER_TABLE_SLOTS.min(full) } else { full };
+    while slots < full && groups > bounded_capacity(slots) {
+        slots = next_table_slots(slots, full);
         attempts.push(slots);
     }
     attempts
@@ -341,8 +356,7 @@ fn table_round(
     // in L2; one of twice the rows is mostly empty and its probes miss the caches), then with one
     // of twice the rows, which cannot overflow. (Bounded tables of 2^24 slots cost more in failed
     // attempts at 2^26 groups than they saved at 2^22: H100, 2026-11-23.)
-    let full = (2 * n).max(1024).next_power_of_two();
-    let mut slots = full.min(2 * FIRST_TABLE_GROUPS);
+    let (mut slots, full) = table_slots(n);
     let slot_row = loop {
         let mask = slots - 1;
         let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
@@ -351,7 +365,7 @@ fn table_round(
         // each allowing its share of 5/8 of the slots (room for the shards' uneven counts when the
         // groups are half the slots).
         let counters = gpu.alloc_filled(stream, 128 * (FILL_SHARDS + 1), 0, "the group-by hash table")?;
-        let max_fill = if slots < full { (slots * 5 / 8 / FILL_SHARDS as u64) as u32 } else { u32::MAX };
+        let max_fill = if slots < full { (bounded_capacity(slots) / FILL_SHARDS as u64) as u32 } else { u32::MAX };
         // gb_insert_kX(keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill, overflow)
         gpu.launch_n(
             stream,
@@ -378,7 +392,7 @@ fn table_round(
         if slots >= full {
             return Err(gpu_error(format!("the group-by hash table of {slots} slots overflowed with {n} rows")));
         }
-        slots = if slots < LARGER_TABLE_SLOTS { LARGER_TABLE_SLOTS.min(full) } else { full };
+        slots = next_table_slots(slots, full);
     };
     let flags = gpu.alloc(stream, slots as usize + 1, "the group-by hash table")?;
     // gb_occupied(const u32* slot_row, u64 n, u8* flags)
