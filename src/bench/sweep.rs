@@ -172,6 +172,8 @@ fn upload_median(
     let mut times = Vec::new();
     let mut last = Vec::new();
     for _ in 0..runs.max(1) {
+        // The previous upload's chunks go before the next upload, not after: one copy on the
+        // device at a time.
         drop(std::mem::take(&mut last));
         let (chunks, seconds) = upload_chunks(gpu, batch, batch_rows)?;
         times.push((seconds, ()));

@@ -360,6 +360,7 @@ async fn run_query(
     // The timed runs alternate CPU and GPU, so that the host's drift over the runs (other work,
     // clocks, memory) falls on both columns alike.
     bar.set_message(format!("{} timed, CPU and GPU in turn", q.name));
+    let mut last_gpu_plan = None;
     for _ in 0..iterations {
         match timed(cpu, q.sql).await {
             Ok((ms, _)) => r.cpu_runs_ms.push(ms),
@@ -375,7 +376,7 @@ async fn run_query(
         match timed(gpu, q.sql).await {
             Ok((ms, plan)) => {
                 r.gpu_runs_ms.push(ms);
-                r.plan = analyzed(&plan);
+                last_gpu_plan = Some(plan);
             }
             Err(e) => {
                 r.ok = false;
@@ -383,6 +384,9 @@ async fn run_query(
                 return r;
             }
         }
+    }
+    if let Some(plan) = last_gpu_plan {
+        r.plan = analyzed(&plan);
     }
     r.cpu_ms = median(&r.cpu_runs_ms);
     r.gpu_ms = median(&r.gpu_runs_ms);
