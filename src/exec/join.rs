@@ -49,7 +49,7 @@ use crate::device::{DeviceBuffer, Gpu};
 use crate::error::CudaResultExt;
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
-use crate::join::triton::{Rounds, SpillSizes, SpilledSide, fits_in_memory};
+use crate::join::triton::{Arrival, DriverGuard, Meeting, Outcome, SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
 use crate::rule::eligibility::row_width;
 
@@ -84,12 +84,21 @@ enum Built {
 struct OutOfCore {
     build: SpilledSide,
     sizes: SpillSizes,
-    /// The rounds every probe stream goes through, in order.
+    /// The steps of the join, in order.
     steps: Vec<Step>,
-    rounds: Arc<Rounds>,
+    /// Where the probe streams hand over their partitioned input.
+    meeting: Arc<Meeting<Handover>>,
 }
 
-/// One round of an out-of-core join: a chunk of one partition's build pieces (a partition too
+/// What a probe stream hands to the out-of-core join's driver: its probe rows in host
+/// partitions, the sender of its output stream, and its metrics.
+struct Handover {
+    side: SpilledSide,
+    tx: mpsc::Sender<Result<DeviceBatch>>,
+    metrics: Metrics,
+}
+
+/// One step of an out-of-core join: a chunk of one partition's build pieces (a partition too
 /// large for one build state is built in several chunks, each probed by the whole partition).
 #[derive(Debug, Clone)]
 struct Step {
@@ -103,7 +112,8 @@ impl OutOfCore {
     fn new(build: SpilledSide, sizes: SpillSizes, consumers: usize) -> Self {
         let mut steps = Vec::new();
         for part in 0..build.partitions() {
-            let mut groups = build.groups(part, sizes.build_bytes);
+            let mut groups: Vec<_> =
+                build.groups(part, sizes.build_bytes, false).into_iter().map(|g| g.pieces).collect();
             if groups.is_empty() {
                 groups.push(0..0);
             }
@@ -115,8 +125,7 @@ impl OutOfCore {
                 last: i + 1 == n,
             }));
         }
-        let rounds = Rounds::new(consumers);
-        OutOfCore { build, sizes, steps, rounds }
+        OutOfCore { build, sizes, steps, meeting: Meeting::new(consumers) }
     }
 }
 
@@ -590,10 +599,10 @@ struct Metrics {
     /// Out-of-core joins: partitions, and bytes moved to pinned host memory (both sides).
     spill_partitions: datafusion::physical_plan::metrics::Count,
     spill_bytes: datafusion::physical_plan::metrics::Count,
-    /// Out-of-core joins: partitioning the probe side into host memory, and waiting for the
-    /// other probe streams at the partition rounds.
+    /// Out-of-core joins: partitioning the probe side into host memory, and waiting, once
+    /// handed over, for the join that one stream drives for all of them.
     spill_time: Time,
-    round_wait_time: Time,
+    handover_wait_time: Time,
     /// Builds run by each algorithm (EXPLAIN ANALYZE shows the one actually run).
     ran: Vec<(JoinAlgorithm, datafusion::physical_plan::metrics::Count)>,
 }
@@ -615,7 +624,7 @@ impl Metrics {
             spill_partitions: b().counter("spill_partitions", partition),
             spill_bytes: b().counter("spill_bytes", partition),
             spill_time: b().subset_time("spill_time", partition),
-            round_wait_time: b().subset_time("round_wait_time", partition),
+            handover_wait_time: b().subset_time("handover_wait_time", partition),
             ran: JoinAlgorithm::ALL.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
         }
     }
@@ -852,6 +861,9 @@ struct OutOfCoreProbe {
     estimate: Option<Arc<JoinEstimate>>,
     cfg: GpuConfig,
     metrics: Metrics,
+    /// Whether each output row must go to the stream its probe row came from (the join's
+    /// output partitioning is the probe side's); otherwise any stream still reading takes it.
+    route: bool,
 }
 
 impl OutOfCoreProbe {
@@ -883,9 +895,10 @@ impl OutOfCoreProbe {
         .await
     }
 
-    /// Reads the whole probe input into host partitions, then joins partition by partition in
-    /// step with the other probe streams, sending the output to `tx`.
-    async fn run(&self, probe: Probe, tx: &mut mpsc::Sender<Result<DeviceBatch>>) -> Result<()> {
+    /// Reads the whole probe input into host partitions and hands them over; the last stream
+    /// to do so starts the driver ([`OutOfCoreProbe::drive`]), which sends this stream's output
+    /// to `tx`. Returns when the join has ended.
+    async fn run(self, probe: Probe, tx: &mpsc::Sender<Result<DeviceBatch>>, arrival: Arrival<Handover>) -> Result<()> {
         let sizes = self.ooc.sizes;
         let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
         match probe {
@@ -923,16 +936,45 @@ impl OutOfCoreProbe {
                 }
             }
         }
+        let meeting = Arc::clone(&self.ooc.meeting);
+        let wait = self.metrics.handover_wait_time.clone();
+        let entry = Handover { side, tx: tx.clone(), metrics: self.metrics.clone() };
+        if let Some(entries) = arrival.arrive(entry)? {
+            let guard = DriverGuard(Arc::clone(&meeting));
+            let task = SpawnedTask::spawn(async move {
+                let outcome = match self.drive(entries).await {
+                    Ok(()) => Outcome::Finished,
+                    Err(e) => Outcome::Failed(e.to_string()),
+                };
+                guard.0.end(outcome);
+            });
+            meeting.set_driver(task);
+        }
+        let _w = wait.timer();
+        meeting.wait().await
+    }
+
+    /// Joins every stream's probe rows partition by partition: each build chunk of a partition
+    /// is prepared once, and its probe pieces, whatever stream they came from, are joined in
+    /// groups of at most a chunk (by stream when `route`); output goes to the streams through
+    /// [`Outputs`]. Stops early when no stream reads any more.
+    async fn drive(self, entries: Vec<Handover>) -> Result<()> {
+        let sizes = self.ooc.sizes;
+        let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
+        let mut outputs = Outputs { targets: Vec::with_capacity(entries.len()), next: 0 };
+        for (origin, e) in entries.into_iter().enumerate() {
+            side.absorb(e.side, origin)?;
+            outputs.targets.push(Some((e.tx, e.metrics)));
+        }
         let side = Arc::new(side);
         let spec = &self.layout.spec;
+        let mut groups = Vec::new();
         // Probe flags of the current partition's groups, kept across its build chunks.
         let mut flags: Vec<Arc<DeviceBuffer>> = Vec::new();
-        for (round, step) in self.ooc.steps.iter().enumerate() {
-            let cell = {
-                let _w = self.metrics.round_wait_time.timer();
-                self.ooc.rounds.enter(round).await?
-            };
-            let groups = side.groups(step.part, sizes.chunk_bytes);
+        for step in &self.ooc.steps {
+            if step.first {
+                groups = side.groups(step.part, sizes.chunk_bytes, self.route);
+            }
             let chunked = !(step.first && step.last);
             if step.first && chunked && spec.needs_probe_flags() {
                 let (gpu, side, sizes_p) = (Arc::clone(&self.gpu), Arc::clone(&side), groups.clone());
@@ -942,7 +984,7 @@ impl OutOfCoreProbe {
                     let out = sizes_p
                         .iter()
                         .map(|g| {
-                            let rows = side.group_rows(part, g.clone()) as usize;
+                            let rows = side.group_rows(part, g.pieces.clone()) as usize;
                             gpu.alloc_filled(&stream, rows, 0, "probe flags across build chunks").map(Arc::new)
                         })
                         .collect::<crate::error::Result<Vec<_>>>()?;
@@ -952,85 +994,146 @@ impl OutOfCoreProbe {
                 .await?;
             }
             // A build is needed to probe, or to emit the build rows decided at the end.
-            if !groups.is_empty() || spec.emits_build_rows() {
-                let build = {
-                    let (gpu, ooc, layout, m) =
-                        (Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&self.layout), self.metrics.clone());
-                    let (estimate, cfg, step) = (self.estimate.clone(), self.cfg.clone(), step.clone());
-                    let init = move || async move {
-                        let slot = gpu.spill_slot().await?;
-                        blocking(move || {
-                            let _t = m.build_time.timer();
-                            let _slot = slot;
-                            let stream = gpu.stream();
-                            let dev = {
-                                let _u = m.upload_time.timer();
-                                ooc.build.restore(&gpu, &stream, step.part, step.pieces.clone())?
-                            };
-                            let window = Some(ooc.sizes.window_rows);
-                            let spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), &gpu, &cfg, window);
-                            m.ran(spec.algorithm);
-                            let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
-                            let rows = dev.num_rows();
-                            let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
-                            m.add_phases(&build.times);
-                            trace.step("build");
-                            trace.print(&format!("build part {} of {rows} rows", step.part));
-                            Ok(Arc::new(build))
-                        })
-                        .await
+            if groups.is_empty() && !spec.emits_build_rows() {
+                continue;
+            }
+            let build = {
+                let (gpu, ooc, layout, m) =
+                    (Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&self.layout), self.metrics.clone());
+                let (estimate, cfg, step) = (self.estimate.clone(), self.cfg.clone(), step.clone());
+                let slot = gpu.spill_slot().await?;
+                blocking(move || {
+                    let _t = m.build_time.timer();
+                    let _slot = slot;
+                    let stream = gpu.stream();
+                    let dev = {
+                        let _u = m.upload_time.timer();
+                        ooc.build.restore(&gpu, &stream, step.part, step.pieces.clone())?
                     };
-                    Arc::clone(cell.get_or_try_init(init).await?)
-                };
-                for (h, group) in groups.into_iter().enumerate() {
-                    let (gpu, side, build, m) =
-                        (Arc::clone(&self.gpu), Arc::clone(&side), Arc::clone(&build), self.metrics.clone());
-                    let (part, last) = (step.part, step.last);
-                    let f = if chunked { flags.get(h).cloned() } else { None };
-                    let slot = self.gpu.spill_slot().await?;
-                    let outputs = blocking(move || {
-                        let _slot = slot;
-                        let stream = gpu.stream();
-                        let dev = {
-                            let _u = m.upload_time.timer();
-                            side.restore(&gpu, &stream, part, group)?
-                        };
-                        let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
-                        let mut times = PhaseTimes::default();
-                        let out = build.probe_part(&stream, &dev, &mut times, f.as_deref(), last)?;
-                        m.add_phases(&times);
-                        // Done before the slot goes to the next piece: memory this piece freed
-                        // is reused at once (stream-ordered frees on other streams are not).
-                        stream.synchronize().gpu("waiting for an out-of-core probe")?;
-                        trace.step("probe");
-                        trace.print(&format!("probe {} rows, {} out", dev.num_rows(), out.len()));
-                        Ok(out)
-                    })
-                    .await?;
-                    send(tx, &self.metrics, outputs).await?;
+                    let window = Some(ooc.sizes.window_rows);
+                    let spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), &gpu, &cfg, window);
+                    m.ran(spec.algorithm);
+                    let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
+                    let rows = dev.num_rows();
+                    let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
+                    m.add_phases(&build.times);
+                    trace.step("build");
+                    trace.print(&format!("build part {} of {rows} rows", step.part));
+                    Ok(Arc::new(build))
+                })
+                .await?
+            };
+            for (h, group) in groups.iter().enumerate() {
+                let (gpu, side, build, m) =
+                    (Arc::clone(&self.gpu), Arc::clone(&side), Arc::clone(&build), self.metrics.clone());
+                let (part, last, pieces) = (step.part, step.last, group.pieces.clone());
+                let f = if chunked { flags.get(h).cloned() } else { None };
+                let slot = self.gpu.spill_slot().await?;
+                let out = blocking(move || {
+                    let _slot = slot;
+                    let stream = gpu.stream();
+                    let dev = {
+                        let _u = m.upload_time.timer();
+                        side.restore(&gpu, &stream, part, pieces)?
+                    };
+                    let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
+                    let mut times = PhaseTimes::default();
+                    let out = build.probe_part(&stream, &dev, &mut times, f.as_deref(), last)?;
+                    m.add_phases(&times);
+                    // Done before the slot goes to the next step: memory this step freed is
+                    // reused at once (stream-ordered frees on other streams are not).
+                    stream.synchronize().gpu("waiting for an out-of-core probe")?;
+                    trace.step("probe");
+                    trace.print(&format!("probe {} rows, {} out", dev.num_rows(), out.len()));
+                    Ok(out)
+                })
+                .await?;
+                if !outputs.send(self.route.then_some(group.origin), out).await {
+                    return Ok(());
                 }
             }
             if step.last {
                 flags.clear();
             }
-            drop(cell);
-            if let Some(done) = self.ooc.rounds.leave_round(round)?
-                && done.spec().emits_build_rows()
-            {
+            if spec.emits_build_rows() {
                 let (gpu, m) = (Arc::clone(&self.gpu), self.metrics.clone());
                 let slot = self.gpu.spill_slot().await?;
-                let outputs = blocking(move || {
+                let out = blocking(move || {
                     let _slot = slot;
                     let mut times = PhaseTimes::default();
-                    let out = done.finish(&gpu.stream(), &mut times)?;
+                    let stream = gpu.stream();
+                    let out = build.finish(&stream, &mut times)?;
                     m.add_phases(&times);
+                    stream.synchronize().gpu("waiting for an out-of-core join's build rows")?;
                     Ok(out)
                 })
                 .await?;
-                send(tx, &self.metrics, outputs).await?;
+                if !outputs.send(None, out).await {
+                    return Ok(());
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// The output streams of an out-of-core join, as its driver sees them: each probe stream's
+/// sender and metrics, `None` once its consumer has gone.
+struct Outputs {
+    targets: Vec<Option<(mpsc::Sender<Result<DeviceBatch>>, Metrics)>>,
+    /// Where the next unrouted batch is offered first.
+    next: usize,
+}
+
+impl Outputs {
+    /// Sends `batches` to stream `to` (dropped if its consumer has gone), or, for `None`, each to
+    /// the first stream with room from the one after the last used (waiting for one when all
+    /// are full). False when no stream reads any more.
+    async fn send(&mut self, to: Option<usize>, batches: Vec<DeviceBatch>) -> bool {
+        for batch in batches {
+            let mut batch = Some(batch);
+            let n = self.targets.len();
+            let order: Vec<usize> = match to {
+                Some(i) => vec![i],
+                None => (0..n).map(|k| (self.next + k) % n).collect(),
+            };
+            // First a pass without waiting (unrouted only), then wait on each in turn.
+            for wait in [false, true] {
+                if to.is_some() && !wait {
+                    continue;
+                }
+                for &i in &order {
+                    let Some(Some((tx, m))) = self.targets.get_mut(i) else { continue };
+                    let Some(b) = batch.take() else { break };
+                    let rows = b.num_rows();
+                    let ready = match wait {
+                        true => futures::future::poll_fn(|cx| tx.poll_ready(cx)).await,
+                        false => match tx.poll_ready(&mut Context::from_waker(futures::task::noop_waker_ref())) {
+                            Poll::Ready(r) => r,
+                            Poll::Pending => {
+                                batch = Some(b);
+                                continue;
+                            }
+                        },
+                    };
+                    match ready.and_then(|()| tx.start_send(Ok(b))) {
+                        Ok(()) => {
+                            m.output_rows.add(rows);
+                            m.output_batches.add(1);
+                            self.next = i + 1;
+                        }
+                        Err(_) => self.targets[i] = None,
+                    }
+                }
+                if batch.is_none() {
+                    break;
+                }
+            }
+            if self.targets.iter().all(Option::is_none) {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -1114,6 +1217,12 @@ impl GpuExec for GpuHashJoinExec {
         let estimate = self.estimate.clone();
         let shared = Arc::clone(&self.shared);
         let planned_out_of_core = self.out_of_core.is_some();
+        // An out-of-core join sends each output row to the stream its probe row came from only
+        // when the output is partitioned like the probe side; otherwise any stream takes it.
+        let route = !matches!(
+            self.properties().output_partitioning(),
+            Partitioning::UnknownPartitioning(_) | Partitioning::RoundRobinBatch(_)
+        );
         let chunk_rows = cfg.batch_rows.max(1);
         // A GPU child hands over its device batches directly (no download and upload between
         // two GPU operators); any other child is read as host batches and uploaded in chunks.
@@ -1154,18 +1263,9 @@ impl GpuExec for GpuHashJoinExec {
                 let build = match built {
                     Built::Memory(b) => b,
                     Built::Spilled(ooc) => {
-                        let participant = ooc.rounds.participant();
-                        let job = OutOfCoreProbe { ooc: Arc::clone(&ooc), gpu, layout, estimate, cfg, metrics };
-                        return match job.run(probe, &mut tx).await {
-                            Ok(()) => {
-                                participant.complete();
-                                Ok(())
-                            }
-                            Err(e) => {
-                                ooc.rounds.fail(&e.to_string());
-                                Err(e)
-                            }
-                        };
+                        let arrival = Arrival::new(&ooc.meeting);
+                        let job = OutOfCoreProbe { ooc, gpu, layout, estimate, cfg, metrics, route };
+                        return job.run(probe, &tx, arrival).await;
                     }
                 };
                 let mut probe = match probe {

@@ -215,6 +215,9 @@ struct JoinCase<'a> {
     filter: Option<JoinFilter>,
     /// Partitioned mode: keep the hash repartitions below the GPU join (`gpu.join_repartition`).
     keep_repartitions: bool,
+    /// CollectLeft mode: the probe side hash-partitioned on its keys (three partitions), so the
+    /// join's output is partitioned like it (inner and right joins).
+    hash_probe: bool,
 }
 
 impl<'a> JoinCase<'a> {
@@ -238,6 +241,7 @@ impl<'a> JoinCase<'a> {
             null_aware: false,
             filter: None,
             keep_repartitions: false,
+            hash_probe: false,
         }
     }
 }
@@ -245,6 +249,12 @@ impl<'a> JoinCase<'a> {
 fn plan(c: &JoinCase<'_>) -> Arc<dyn ExecutionPlan> {
     let (lk, rk) = (key_exprs(&c.left.schema(), c.nkeys), key_exprs(&c.right.schema(), c.nkeys));
     let (left, right) = match c.mode {
+        PartitionMode::CollectLeft if c.hash_probe => (
+            source(c.left, 1),
+            Arc::new(
+                RepartitionExec::try_new(source(c.right, 2), Partitioning::Hash(rk.clone(), 3)).expect("repartition"),
+            ) as Arc<dyn ExecutionPlan>,
+        ),
         PartitionMode::CollectLeft => (source(c.left, 1), source(c.right, 2)),
         _ => (
             Arc::new(
@@ -686,8 +696,14 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
             let gpu = crate::device::Gpu::for_config(&GpuConfig::from_options(ctx.state().config_options()))
                 .map_err(|e| e.to_string())?;
             gpu.memory().reset_peak();
-            let batches = collect(Arc::clone(&gpu_plan), ctx.task_ctx()).await.map_err(|e| format!("failed: {e}"))?;
+            let parts = datafusion::physical_plan::collect_partitioned(Arc::clone(&gpu_plan), ctx.task_ctx())
+                .await
+                .map_err(|e| format!("failed: {e}"))?;
             let peak = gpu.memory().peak();
+            if let Partitioning::Hash(exprs, _) = gpu_plan.properties().output_partitioning() {
+                hash_partitioned(&parts, exprs)?;
+            }
+            let batches: Vec<RecordBatch> = parts.into_iter().flatten().collect();
             if peak > limit {
                 return Err(format!("device memory peaked at {peak} bytes, over the limit of {limit}"));
             }
@@ -701,6 +717,31 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
         failures.extend(mismatch(result, &format!("{what} {a}"), &want, &cpu, &schema));
     }
     failures
+}
+
+/// Checks that no value of `exprs` appears in two of `parts` (an output said to be hash-partitioned
+/// on them keeps each value in one partition).
+fn hash_partitioned(parts: &[Vec<RecordBatch>], exprs: &[Arc<dyn PhysicalExpr>]) -> Result<(), String> {
+    let mut seen: std::collections::HashMap<Vec<u8>, usize> = std::collections::HashMap::new();
+    for (p, batches) in parts.iter().enumerate() {
+        for b in batches {
+            let cols = exprs
+                .iter()
+                .map(|e| e.evaluate(b).and_then(|v| v.into_array(b.num_rows())))
+                .collect::<datafusion::error::Result<Vec<_>>>()
+                .map_err(|e| e.to_string())?;
+            let fields = cols.iter().map(|c| SortField::new(c.data_type().clone())).collect();
+            let rows = RowConverter::new(fields).and_then(|c| c.convert_columns(&cols)).map_err(|e| e.to_string())?;
+            for r in rows.iter() {
+                if let Some(q) = seen.insert(r.data().to_vec(), p)
+                    && q != p
+                {
+                    return Err(format!("a key is in output partitions {q} and {p} of a hash-partitioned output"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Out-of-core joins (issue: Triton join): the memory limit at a tenth (CollectLeft) and a quarter
@@ -768,6 +809,17 @@ async fn gpu_join_out_of_core_matches_cpu() {
         let c =
             JoinCase { filter: Some(filter), ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
         failures.extend(check_out_of_core(&c, &format!("[out of core filter {jt}]"), &algorithms, 4).await);
+        joins += algorithms.len();
+    }
+    // A probe side hash-partitioned on its keys: inner and right joins keep that partitioning, so
+    // each output row must come out of the stream its probe row came from.
+    for jt in [JoinType::Inner, JoinType::Right, JoinType::RightSemi, JoinType::Full] {
+        let c = JoinCase { hash_probe: true, ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
+        let hashed = matches!(plan(&c).properties().output_partitioning(), Partitioning::Hash(..));
+        assert_eq!(hashed, jt != JoinType::Full, "{jt}: the output partitioning checked is the probe side's");
+        failures.extend(
+            check_out_of_core(&c, &format!("[out of core hash-partitioned probe {jt}]"), &algorithms, 10).await,
+        );
         joins += algorithms.len();
     }
     assert!(failures.is_empty(), "seed {seed}: {} of {joins} joins differ:\n{}", failures.len(), failures.join("\n"));

@@ -2,7 +2,7 @@
 //! would not fit under `gpu.memory_limit`, both sides are radix-partitioned on the GPU by the top
 //! bits of their key words and the partitions are kept in pinned host memory; then each
 //! partition's build rows come back to the device, are prepared by the in-memory algorithm
-//! ([`JoinBuild`]), and that partition's probe rows stream through them in groups.
+//! ([`super::JoinBuild`]), and that partition's probe rows stream through them in groups.
 //!
 //! Equal keys fall in the same partition on both sides (the key words are the join's own), so
 //! every join type is answered partition by partition: a build row is decided (matched or not)
@@ -17,11 +17,17 @@
 //! the device and downloaded whole into the pinned pool; a partition is uploaded from its row
 //! ranges of every chunk straight from there (no staging copy).
 //!
-//! Limits: every probe stream goes through the partitions in step with the others (a round per
-//! partition), so the cost grows with the partitions times the probe streams; and one probe
-//! group's output is materialized at once, so a key whose matches multiply past the limit (NULL =
-//! NULL over many NULL keys, hot keys on both sides) fails with a memory-limit error instead of
-//! streaming. `DFG_OOC_TRACE=1` prints every step's time and the device memory in use.
+//! The probe streams of a shared build (`CollectLeft`) each partition their own input, then meet
+//! ([`Meeting`]): the last to arrive drives the join for all of them, one partition after
+//! another, probing each group of a partition's pieces once whatever streams they came from, and
+//! sends every output window to a stream that is still reading (to the stream the rows came from
+//! when the join's output partitioning is the probe side's). A stream's consumer that stops
+//! early only loses its own output.
+//!
+//! Limit: one probe group's output is materialized at once, so a key whose matches multiply past
+//! the limit (NULL = NULL over many NULL keys, hot keys on both sides) fails with a memory-limit
+//! error instead of streaming. `DFG_OOC_TRACE=1` prints every step's time and the device memory
+//! in use.
 //!
 //! Differences from the paper: the paper's first pass writes to host memory from the kernel
 //! through software write-combining buffers; here each chunk is sorted by partition on the device
@@ -34,7 +40,6 @@ use cudarc::driver::CudaStream;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::JoinBuild;
 use super::keys::{KeyPlan, prepare_keys};
 use super::materialize::{GatherSpec, gather_columns};
 use crate::columns::concat::{host_range_bytes, upload_row_ranges};
@@ -144,6 +149,16 @@ struct Piece {
     chunk: usize,
     rows: Range<usize>,
     bytes: u64,
+    /// The probe stream whose input the rows came from (see [`SpilledSide::absorb`]).
+    origin: usize,
+}
+
+/// Consecutive pieces of one partition joined at once, and the stream they came from (that of
+/// the first piece; every piece's when the groups were made by origin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub pieces: Range<usize>,
+    pub origin: usize,
 }
 
 /// One side of an out-of-core join: its rows in chunks in pinned host memory, each chunk sorted
@@ -255,7 +270,7 @@ impl SpilledSide {
             }
             let bytes = columns.iter().map(|c| host_range_bytes(c, &r)).sum();
             self.bytes += bytes;
-            self.parts[p].push(Piece { chunk, rows: r, bytes });
+            self.parts[p].push(Piece { chunk, rows: r, bytes, origin: 0 });
         }
         self.rows += rows;
         self.chunks.push(Chunk { columns });
@@ -267,21 +282,39 @@ impl SpilledSide {
         self.parts.get(p).and_then(|v| v.get(range)).map_or(0, |v| v.iter().map(|x| x.rows.len() as u64).sum())
     }
 
-    /// Ranges of partition `p`'s pieces, each of at most `max_bytes` (or one piece).
-    pub fn groups(&self, p: usize, max_bytes: u64) -> Vec<Range<usize>> {
+    /// Moves `other`'s chunks into this side, its pieces marked as coming from stream `origin`
+    /// (each partition's pieces stay in the order the sides were absorbed).
+    pub fn absorb(&mut self, other: SpilledSide, origin: usize) -> Result<()> {
+        if other.bits != self.bits || other.schema != self.schema {
+            return Err(gpu_error("out-of-core sides of different partitionings cannot be merged"));
+        }
+        let base = self.chunks.len();
+        self.chunks.extend(other.chunks);
+        for (mine, theirs) in self.parts.iter_mut().zip(other.parts) {
+            mine.extend(theirs.into_iter().map(|x| Piece { chunk: base + x.chunk, origin, ..x }));
+        }
+        self.rows += other.rows;
+        self.bytes += other.bytes;
+        Ok(())
+    }
+
+    /// Partition `p`'s pieces in groups of at most `max_bytes` each (or one piece); with
+    /// `by_origin`, a group holds the pieces of one stream only.
+    pub fn groups(&self, p: usize, max_bytes: u64, by_origin: bool) -> Vec<Group> {
         let Some(pieces) = self.parts.get(p) else { return Vec::new() };
         let mut out = Vec::new();
         let (mut start, mut bytes) = (0usize, 0u64);
         for (i, piece) in pieces.iter().enumerate() {
-            if i > start && bytes + piece.bytes > max_bytes {
-                out.push(start..i);
+            let other_origin = by_origin && pieces[start].origin != piece.origin;
+            if i > start && (bytes + piece.bytes > max_bytes || other_origin) {
+                out.push(Group { pieces: start..i, origin: pieces[start].origin });
                 start = i;
                 bytes = 0;
             }
             bytes += piece.bytes;
         }
         if start < pieces.len() {
-            out.push(start..pieces.len());
+            out.push(Group { pieces: start..pieces.len(), origin: pieces[start].origin });
         }
         out
     }
@@ -322,131 +355,140 @@ impl SpilledSide {
     }
 }
 
-/// Partition rounds of an out-of-core join whose build is shared by several probe streams
-/// (`CollectLeft`): every participant joins partition 0, then 1, and so on; a partition's build
-/// is prepared once, by the first participant to reach it, and released when the last one is
-/// done with it, which also emits the build rows the join type decides at the end.
-#[derive(Debug)]
-pub struct Rounds {
-    state: std::sync::Mutex<RoundState>,
-    notify: tokio::sync::Notify,
+/// Where the probe streams of an out-of-core join meet. Each stream partitions its own probe
+/// input into host memory and hands it over ([`Meeting::arrive`]); the last to arrive gets every
+/// stream's entry and drives the join, partition by partition, for all of them (one step per
+/// partition and probe group, not one per stream), while the others wait for its outcome.
+pub struct Meeting<T> {
+    state: std::sync::Mutex<MeetingState<T>>,
+    outcome: tokio::sync::watch::Sender<Outcome>,
+    /// The driving task, kept here so that it outlives the stream that started it.
+    driver: std::sync::Mutex<Option<datafusion::common::runtime::SpawnedTask<()>>>,
 }
 
-#[derive(Debug)]
-struct RoundState {
-    round: usize,
-    /// Participants still in the join, and how many of them are done with `round`.
-    active: usize,
-    done: usize,
-    build: Option<Arc<tokio::sync::OnceCell<Arc<JoinBuild>>>>,
-    failed: Option<String>,
+impl<T> std::fmt::Debug for Meeting<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meeting").field("outcome", &*self.outcome.borrow()).finish()
+    }
 }
 
-/// A participant's place in [`Rounds`]: dropping it before [`Participant::complete`] leaves
-/// the rounds (the others go on without it).
-#[derive(Debug)]
-pub struct Participant {
-    rounds: Arc<Rounds>,
-    completed: bool,
+struct MeetingState<T> {
+    /// Streams still expected to arrive, and the entries of those that did.
+    expected: usize,
+    entries: Vec<T>,
 }
 
-impl Rounds {
+/// How the driven join ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Running,
+    Finished,
+    Failed(String),
+}
+
+impl<T> Meeting<T> {
     pub fn new(participants: usize) -> Arc<Self> {
-        Arc::new(Rounds {
-            state: std::sync::Mutex::new(RoundState {
-                round: 0,
-                active: participants.max(1),
-                done: 0,
-                build: None,
-                failed: None,
-            }),
-            notify: tokio::sync::Notify::new(),
+        Arc::new(Meeting {
+            state: std::sync::Mutex::new(MeetingState { expected: participants.max(1), entries: Vec::new() }),
+            outcome: tokio::sync::watch::Sender::new(Outcome::Running),
+            driver: std::sync::Mutex::new(None),
         })
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, RoundState>> {
-        self.state.lock().map_err(|_| gpu_error("the out-of-core join's rounds lock is poisoned"))
-    }
-
-    /// One participant's place (call once per participant).
-    pub fn participant(self: &Arc<Self>) -> Participant {
-        Participant { rounds: Arc::clone(self), completed: false }
-    }
-
-    /// Waits until round `p` starts; returns the cell holding its build.
-    pub async fn enter(&self, p: usize) -> Result<Arc<tokio::sync::OnceCell<Arc<JoinBuild>>>> {
-        loop {
-            let notified = {
-                let mut s = self.lock()?;
-                if let Some(f) = &s.failed {
-                    return Err(gpu_error(format!("another partition of this out-of-core join failed: {f}")));
-                }
-                if s.round == p {
-                    return Ok(Arc::clone(s.build.get_or_insert_with(|| Arc::new(tokio::sync::OnceCell::new()))));
-                }
-                if s.round > p {
-                    return Err(gpu_error(format!("out-of-core round {p} entered after it ended")));
-                }
-                // Registered before the lock is released, so no wake-up is missed.
-                self.notify.notified()
-            };
-            notified.await;
+    fn failure(&self) -> Option<String> {
+        match &*self.outcome.borrow() {
+            Outcome::Failed(why) => Some(why.clone()),
+            _ => None,
         }
     }
 
-    /// This participant is done with round `p`. The last one gets the round's build back, to
-    /// emit its end-decided rows, and the next round starts.
-    pub fn leave_round(&self, p: usize) -> Result<Option<Arc<JoinBuild>>> {
-        let mut s = self.lock()?;
-        if s.round != p {
-            return Err(gpu_error(format!("out-of-core round {p} left while round {} runs", s.round)));
+    /// Hands over one stream's `entry`; every entry comes back to the last stream expected.
+    pub fn arrive(&self, entry: T) -> Result<Option<Vec<T>>> {
+        if let Some(why) = self.failure() {
+            return Err(gpu_error(format!("another probe stream of this out-of-core join failed: {why}")));
         }
-        s.done += 1;
-        if s.done < s.active {
+        let mut s = self.state.lock().map_err(|_| gpu_error("the out-of-core join's meeting lock is poisoned"))?;
+        s.entries.push(entry);
+        if s.entries.len() < s.expected {
             return Ok(None);
         }
-        Ok(self.advance(&mut s))
+        s.expected = 0;
+        Ok(Some(std::mem::take(&mut s.entries)))
     }
 
-    fn advance(&self, s: &mut RoundState) -> Option<Arc<JoinBuild>> {
-        let build = s.build.take().and_then(|c| c.get().cloned());
-        s.round += 1;
-        s.done = 0;
-        self.notify.notify_waiters();
-        build
-    }
-
-    /// Stops every participant with `why`.
-    pub fn fail(&self, why: &str) {
-        if let Ok(mut s) = self.state.lock() {
-            s.failed.get_or_insert_with(|| why.to_string());
+    /// Keeps the task driving the join (it stops when this meeting is dropped).
+    pub fn set_driver(&self, task: datafusion::common::runtime::SpawnedTask<()>) {
+        if let Ok(mut d) = self.driver.lock() {
+            *d = Some(task);
         }
-        self.notify.notify_waiters();
     }
-}
 
-impl Participant {
-    /// All rounds done: dropping this no longer counts as leaving.
-    pub fn complete(mut self) {
-        self.completed = true;
-    }
-}
-
-impl Drop for Participant {
-    fn drop(&mut self) {
-        if self.completed {
-            return;
-        }
-        // Stopped early (its stream was dropped, or it failed and said so with `fail`): the
-        // others no longer wait for it. Rows the round would have decided at its end are not
-        // emitted, as with DataFusion's own join when a probe stream stops early.
-        if let Ok(mut s) = self.rounds.state.lock() {
-            s.active = s.active.saturating_sub(1);
-            if s.active > 0 && s.done >= s.active {
-                let _ = self.rounds.advance(&mut s);
+    /// Ends the join: every waiting stream returns (the first outcome set stays).
+    pub fn end(&self, outcome: Outcome) {
+        self.outcome.send_if_modified(|o| {
+            let first = *o == Outcome::Running && outcome != Outcome::Running;
+            if first {
+                *o = outcome.clone();
             }
+            first
+        });
+    }
+
+    /// Stops every stream with `why`.
+    pub fn fail(&self, why: &str) {
+        self.end(Outcome::Failed(why.to_string()));
+    }
+
+    /// Waits for the join's end: an error when it failed.
+    pub async fn wait(&self) -> Result<()> {
+        let mut rx = self.outcome.subscribe();
+        let outcome = rx
+            .wait_for(|o| *o != Outcome::Running)
+            .await
+            .map_err(|_| gpu_error("the out-of-core join stopped without an outcome"))?
+            .clone();
+        match outcome {
+            Outcome::Failed(why) => Err(gpu_error(format!("the out-of-core join failed: {why}"))),
+            _ => Ok(()),
         }
-        self.rounds.notify.notify_waiters();
+    }
+}
+
+/// A stream's place in a [`Meeting`] until it arrives: dropped before that (its consumer
+/// stopped, or its split failed), it stops the join for every stream, since its probe rows
+/// would be missing from the answer.
+pub struct Arrival<T> {
+    meeting: Arc<Meeting<T>>,
+    arrived: bool,
+}
+
+impl<T> Arrival<T> {
+    pub fn new(meeting: &Arc<Meeting<T>>) -> Self {
+        Arrival { meeting: Arc::clone(meeting), arrived: false }
+    }
+
+    /// Hands over `entry` (see [`Meeting::arrive`]).
+    pub fn arrive(mut self, entry: T) -> Result<Option<Vec<T>>> {
+        self.arrived = true;
+        self.meeting.arrive(entry)
+    }
+}
+
+impl<T> Drop for Arrival<T> {
+    fn drop(&mut self) {
+        if !self.arrived {
+            self.meeting.fail("a probe stream stopped before its input was partitioned");
+        }
+    }
+}
+
+/// Ends a [`Meeting`] as failed if the driving task stops without saying how it ended (a panic,
+/// or the task dropped), so that no stream waits forever.
+pub struct DriverGuard<T>(pub Arc<Meeting<T>>);
+
+impl<T> Drop for DriverGuard<T> {
+    fn drop(&mut self) {
+        self.0.fail("the out-of-core join's driving task stopped");
     }
 }
 
@@ -455,27 +497,62 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn rounds_wait_for_every_participant() {
-        let rounds = Rounds::new(2);
-        let (a, b) = (rounds.participant(), rounds.participant());
-        let cell = rounds.enter(0).await.unwrap();
-        assert!(Arc::ptr_eq(&cell, &rounds.enter(0).await.unwrap()), "one build per round");
-        assert!(rounds.leave_round(0).unwrap().is_none());
-        // Round 1 starts only when the second participant is done with round 0.
-        let r = Arc::clone(&rounds);
-        let waiter = tokio::spawn(async move { r.enter(1).await.map(|_| ()) });
+    async fn meeting_hands_every_entry_to_the_last_arrival() {
+        let meeting = Meeting::<u32>::new(3);
+        assert!(Arrival::new(&meeting).arrive(1).unwrap().is_none());
+        assert!(Arrival::new(&meeting).arrive(2).unwrap().is_none());
+        let m = Arc::clone(&meeting);
+        let waiter = tokio::spawn(async move { m.wait().await });
         tokio::task::yield_now().await;
-        assert!(!waiter.is_finished());
-        assert!(rounds.leave_round(0).unwrap().is_none(), "the round's build was never made");
+        assert!(!waiter.is_finished(), "waits for the driver");
+        assert_eq!(Arrival::new(&meeting).arrive(3).unwrap(), Some(vec![1, 2, 3]));
+        {
+            let _guard = DriverGuard(Arc::clone(&meeting));
+            meeting.end(Outcome::Finished);
+        } // the guard's failure comes after the outcome: ignored
         waiter.await.unwrap().unwrap();
-        // A participant that stops early is no longer waited for.
-        rounds.enter(1).await.unwrap();
-        assert!(rounds.leave_round(1).unwrap().is_none());
-        drop(b);
-        rounds.enter(2).await.unwrap();
-        a.complete();
-        rounds.fail("boom");
-        assert!(rounds.enter(2).await.unwrap_err().to_string().contains("boom"));
+        meeting.wait().await.unwrap();
+
+        // A stream that stops before arriving stops the others.
+        let meeting = Meeting::<u32>::new(2);
+        assert!(Arrival::new(&meeting).arrive(1).unwrap().is_none());
+        drop(Arrival::new(&meeting));
+        assert!(meeting.wait().await.unwrap_err().to_string().contains("stopped before"));
+        assert!(Arrival::new(&meeting).arrive(2).is_err());
+
+        // A driver that stops without an outcome fails the join.
+        let meeting = Meeting::<u32>::new(1);
+        assert!(Arrival::new(&meeting).arrive(1).unwrap().is_some());
+        drop(DriverGuard(Arc::clone(&meeting)));
+        assert!(meeting.wait().await.unwrap_err().to_string().contains("driving task stopped"));
+    }
+
+    #[test]
+    fn groups_split_by_size_and_origin() {
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
+        let side = |origins: &[usize]| {
+            let mut s = SpilledSide::new(Arc::clone(&schema), 1);
+            s.chunks = origins.iter().map(|_| Chunk { columns: Vec::new() }).collect();
+            s.parts[1] = origins
+                .iter()
+                .enumerate()
+                .map(|(i, &origin)| Piece { chunk: i, rows: 0..10, bytes: 10, origin })
+                .collect();
+            s
+        };
+        let s = side(&[0, 0, 1, 1, 1]);
+        let ranges = |g: Vec<Group>| g.into_iter().map(|g| (g.pieces, g.origin)).collect::<Vec<_>>();
+        assert_eq!(ranges(s.groups(1, 100, false)), vec![(0..5, 0)]);
+        assert_eq!(ranges(s.groups(1, 100, true)), vec![(0..2, 0), (2..5, 1)]);
+        assert_eq!(ranges(s.groups(1, 20, true)), vec![(0..2, 0), (2..4, 1), (4..5, 1)]);
+        assert_eq!(ranges(s.groups(1, 5, false)).len(), 5, "a piece over the size is a group of its own");
+        assert!(s.groups(0, 100, false).is_empty());
+        // Absorbed sides keep their pieces' order and take the origin they are given.
+        let mut merged = side(&[0]);
+        merged.absorb(side(&[0, 0]), 3).unwrap();
+        assert_eq!(ranges(merged.groups(1, 100, true)), vec![(0..1, 0), (1..3, 3)]);
+        assert_eq!(merged.parts[1][2].chunk, 1 + 1, "chunks renumbered after the ones held");
+        assert_eq!(merged.chunks.len(), 3);
     }
 
     #[test]
