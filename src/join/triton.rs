@@ -13,7 +13,7 @@
 //! Sizes come from the limit ([`SpillSizes`]): partitions small enough that one build state
 //! takes an eighth of it (a quarter when skewed), chunks and probe groups of an eighth with at most
 //! [`crate::device::SPILL_WORKERS`] of them on the device at once, output windows small enough
-//! that the windows queued for the consumers stay within an eighth. A chunk is sorted by partition on
+//! that the windows queued for the consumers stay within a quarter. A chunk is sorted by partition on
 //! the device and downloaded whole into the pinned pool; a partition is uploaded from its row
 //! ranges of every chunk straight from there (no staging copy).
 //!
@@ -116,8 +116,10 @@ impl SpillSizes {
         // Partitions of an eighth of the limit in state on average, up to a quarter when skewed.
         let parts = state.div_ceil(eighth).max(2);
         let bits = (64 - (parts - 1).leading_zeros()).min(MAX_BITS);
-        // Windows: three per consumer (two queued, one being made) within an eighth.
-        let window_bytes = eighth / (3 * consumers.max(1) as u64 + 3);
+        // Windows: three per consumer (queued or being read) and three more (being made) within
+        // a quarter. Every window has a fixed cost in launches (about 0.1 ms), so they are made
+        // as large as the limit allows; the probe groups, builds and windows stay within it.
+        let window_bytes = (limit / 4) / (3 * consumers.max(1) as u64 + 3);
         let window_rows = (window_bytes / out_row_bytes.max(1)).clamp(64, batch_rows.max(64));
         SpillSizes {
             bits,
