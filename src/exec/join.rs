@@ -1044,6 +1044,14 @@ impl OutOfCoreProbe {
                     // reused at once (stream-ordered frees on other streams are not).
                     stream.synchronize().gpu("waiting for an out-of-core probe")?;
                     trace.step("probe");
+                    for (name, d) in [
+                        ("keys", times.keys),
+                        ("transform", times.transform),
+                        ("match", times.matching),
+                        ("materialize", times.materialize),
+                    ] {
+                        trace.note(name, d);
+                    }
                     trace.print(&format!("probe {} rows, {} out", dev.num_rows(), out.len()));
                     Ok(out)
                 })

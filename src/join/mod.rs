@@ -227,10 +227,15 @@ impl JoinSpec {
     }
 }
 
-/// Time spent in each phase, for metrics and benchmarks. Each phase ends with a stream
-/// synchronisation, so the times are the device's.
+/// Time spent in each phase, for metrics and benchmarks. With `synchronized` (benchmarks, and
+/// every build) each phase ends with a stream synchronisation, so the times are the device's;
+/// without it (the execs' probes) the host queues the next phase's kernels while the device runs
+/// this one, a phase's time is what the host spent in it (waits for results it reads included),
+/// and the probe waits for the device once, at its end. A small probe chunk with many output
+/// windows took about 1.2 ms whatever its size when every phase and window waited.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PhaseTimes {
+    pub synchronized: bool,
     /// Folding key columns into key words.
     pub keys: Duration,
     /// Sorting or partitioning keys with row ids (SMJ, PHJ) and, with GFTR, the payloads that
@@ -242,11 +247,13 @@ pub struct PhaseTimes {
     pub materialize: Duration,
 }
 
-/// Times a phase: the work it issued on `stream` is included.
-fn phase<T>(stream: &Arc<CudaStream>, slot: &mut Duration, f: impl FnOnce() -> Result<T>) -> Result<T> {
+/// Times a phase: with `sync`, the work it issued on `stream` is included.
+fn phase<T>(stream: &Arc<CudaStream>, sync: bool, slot: &mut Duration, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let t = Instant::now();
     let out = f()?;
-    stream.synchronize().gpu("waiting for a join phase")?;
+    if sync {
+        stream.synchronize().gpu("waiting for a join phase")?;
+    }
     *slot += t.elapsed();
     Ok(out)
 }
@@ -389,19 +396,20 @@ impl JoinBuild {
         if spec.ordered && spec.algorithm != JoinAlgorithm::Npj {
             return Err(gpu_error("an order-preserving join must use npj"));
         }
-        let mut times = PhaseTimes::default();
+        let mut times = PhaseTimes { synchronized: true, ..PhaseTimes::default() };
+        let sync = times.synchronized;
         let rows = batch.num_rows() as u64;
         let cols = key_columns(&batch, &spec.build_keys)?;
-        let keys = phase(stream, &mut times.keys, || prepare_keys(&gpu, stream, &spec.keys, &cols, rows))?;
+        let keys = phase(stream, sync, &mut times.keys, || prepare_keys(&gpu, stream, &spec.keys, &cols, rows))?;
         let width = spec.keys.encoding.width();
         let index = match spec.algorithm {
-            JoinAlgorithm::Npj => Index::Npj(phase(stream, &mut times.transform, || {
+            JoinAlgorithm::Npj => Index::Npj(phase(stream, sync, &mut times.transform, || {
                 NpjBuild::build(&gpu, stream, &keys, width, spec.ordered)
             })?),
             JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
                 let gftr = gftr_columns(&spec, &batch, true);
                 let rows = needs_rows(&spec, true, &gftr_indices(&gftr));
-                Index::Sorted(phase(stream, &mut times.transform, || {
+                Index::Sorted(phase(stream, sync, &mut times.transform, || {
                     transform_with_payloads(&gpu, stream, &keys, width, width.bits(), &gftr, rows)
                 })?)
             }
@@ -409,7 +417,7 @@ impl JoinBuild {
                 let bits = phj::partition_bits(keys.items);
                 let gftr = gftr_columns(&spec, &batch, true);
                 let rows = needs_rows(&spec, true, &gftr_indices(&gftr));
-                let (t, offsets) = phase(stream, &mut times.transform, || {
+                let (t, offsets) = phase(stream, sync, &mut times.transform, || {
                     let t = transform_with_payloads(&gpu, stream, &keys, width, bits, &gftr, rows)?;
                     let offsets = phj::offsets(&gpu, stream, &t, bits, width)?;
                     Ok((t, offsets))
@@ -477,6 +485,7 @@ impl JoinBuild {
         flags: Option<&DeviceBuffer>,
         last: bool,
     ) -> Result<Vec<DeviceBatch>> {
+        let sync = times.synchronized;
         let (spec, gpu) = (&*self.spec, &*self.gpu);
         let rows = chunk.num_rows() as u64;
         let key_cols = key_columns(chunk, &spec.probe_keys)?;
@@ -492,7 +501,7 @@ impl JoinBuild {
             }
         }
         let width = spec.keys.encoding.width();
-        let pkeys = phase(stream, &mut times.keys, || prepare_keys(gpu, stream, &spec.keys, &key_cols, rows))?;
+        let pkeys = phase(stream, sync, &mut times.keys, || prepare_keys(gpu, stream, &spec.keys, &key_cols, rows))?;
         let items = pkeys.items;
 
         // Match counts per probe item, and what writes the pairs.
@@ -503,28 +512,29 @@ impl JoinBuild {
         let mut probe_t: Option<Transformed> = None;
         let (counts, writer) = match &self.index {
             Index::Npj(t) => {
-                let (start, count) = phase(stream, &mut times.matching, || t.probe(gpu, stream, &pkeys))?;
+                let (start, count) = phase(stream, sync, &mut times.matching, || t.probe(gpu, stream, &pkeys))?;
                 (count, Writer::Csr(start))
             }
             Index::Sorted(b) => {
                 let gftr = gftr_columns(spec, chunk, false);
                 let rows = needs_rows(spec, false, &gftr_indices(&gftr));
-                let p = phase(stream, &mut times.transform, || {
+                let p = phase(stream, sync, &mut times.transform, || {
                     transform_with_payloads(gpu, stream, &pkeys, width, width.bits(), &gftr, rows)
                 })?;
-                let (start, count) = phase(stream, &mut times.matching, || smj::bounds(gpu, stream, b, &p, width))?;
+                let (start, count) =
+                    phase(stream, sync, &mut times.matching, || smj::bounds(gpu, stream, b, &p, width))?;
                 probe_t = Some(p);
                 (count, Writer::Csr(start))
             }
             Index::Partitioned { side, bits, offsets } => {
                 let gftr = gftr_columns(spec, chunk, false);
                 let rows = needs_rows(spec, false, &gftr_indices(&gftr));
-                let (p, poff) = phase(stream, &mut times.transform, || {
+                let (p, poff) = phase(stream, sync, &mut times.transform, || {
                     let p = transform_with_payloads(gpu, stream, &pkeys, width, *bits, &gftr, rows)?;
                     let poff = phj::offsets(gpu, stream, &p, *bits, width)?;
                     Ok((p, poff))
                 })?;
-                let (counts, units, nunits, cursor) = phase(stream, &mut times.matching, || {
+                let (counts, units, nunits, cursor) = phase(stream, sync, &mut times.matching, || {
                     let units = phj::units(offsets, &poff)?;
                     let nunits = (units.len() / 4) as u64;
                     let units = crate::primitives::upload_slice(gpu, stream, &units, "join work units")?;
@@ -540,7 +550,7 @@ impl JoinBuild {
             Some(p) => RowMap::of(p.perm.as_ref(), RowMap::Dropped),
             None => RowMap::of(pkeys.item_rows.as_ref(), RowMap::Identity),
         };
-        let (offsets, total) = phase(stream, &mut times.matching, || {
+        let (offsets, total) = phase(stream, sync, &mut times.matching, || {
             let (offsets, total) = exclusive_scan(gpu, stream, &counts, items, ScanKind::U32ToU64, true)?;
             let total = total.ok_or_else(|| gpu_error("scan returned no total"))?;
             Ok((offsets, gpu.read::<u64>(stream, &total, 0, 1)?[0]))
@@ -575,7 +585,7 @@ impl JoinBuild {
         let mut out = Vec::new();
         for (j0, j1, o0, o1) in windows {
             let n = o1 - o0;
-            let (pos_b, pos_p) = phase(stream, &mut times.matching, || match &writer {
+            let (pos_b, pos_p) = phase(stream, sync, &mut times.matching, || match &writer {
                 Writer::Csr(start) => csr_expand(gpu, stream, start, &counts, &offsets, (j0, j1, o0, n)),
                 Writer::Phj { units, nunits, cursor, bits } => {
                     let (Some(p), Index::Partitioned { side, .. }) = (&probe_t, &self.index) else {
@@ -584,7 +594,7 @@ impl JoinBuild {
                     phj::write(gpu, stream, side, p, units, *nunits, *bits, width, &offsets, cursor, (j0, j1, o0, n))
                 }
             })?;
-            let batch = phase(stream, &mut times.materialize, || {
+            let batch = phase(stream, sync, &mut times.materialize, || {
                 let mut pairs = Pairs {
                     rows_b: build_perm.compose(gpu, stream, &pos_b, n, need_rows_b)?,
                     rows_p: probe_perm.compose(gpu, stream, &pos_p, n, need_rows_p)?,
@@ -623,8 +633,14 @@ impl JoinBuild {
             out.extend(batch);
         }
         if let Some(flags) = probe_flags.filter(|_| last) {
-            let emitted = phase(stream, &mut times.materialize, || self.emit_probe_rows(stream, chunk, flags))?;
+            let emitted = phase(stream, sync, &mut times.materialize, || self.emit_probe_rows(stream, chunk, flags))?;
             out.extend(emitted);
+        }
+        // The probe's device work is done when it returns, however its phases were timed: other
+        // streams read the matched flags it set (`finish`), and the build it read is freed on the
+        // build's stream once every probe has returned.
+        if !sync {
+            stream.synchronize().gpu("waiting for a join probe")?;
         }
         Ok(out)
     }
@@ -635,7 +651,8 @@ impl JoinBuild {
         let Some(matched) = &self.matched else { return Ok(Vec::new()) };
         let (spec, gpu) = (&*self.spec, &*self.gpu);
         let rows = self.batch.num_rows() as u64;
-        phase(stream, &mut times.materialize, || {
+        // Once per join: always waited for, like the build.
+        phase(stream, true, &mut times.materialize, || {
             let batch = match spec.join_type {
                 JoinType::LeftMark => {
                     Some(self.assemble(stream, None, Source::All, Source::Nulls, Some((matched, None)), rows)?)

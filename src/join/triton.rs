@@ -73,6 +73,13 @@ impl Trace {
         self.at = std::time::Instant::now();
     }
 
+    /// Adds a time measured elsewhere (a phase of the in-memory join) to the printed steps.
+    pub fn note(&mut self, name: &'static str, d: std::time::Duration) {
+        if self.on.is_some() {
+            self.steps.push((name, d.as_secs_f64() * 1e3));
+        }
+    }
+
     pub fn print(&self, what: &str) {
         if let Some((memory, _)) = &self.on {
             let steps: Vec<String> = self.steps.iter().map(|(n, ms)| format!("{n}={ms:.2}")).collect();
