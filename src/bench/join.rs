@@ -190,18 +190,21 @@ pub(crate) fn spec(c: Config, r: &RecordBatch, s: &RecordBatch, algorithm: JoinA
 }
 
 /// One GPU join of device-resident R and the probe chunks of S: seconds, phases, output rows,
-/// and the output batches when `keep` (else they are freed after the timing).
+/// and the output batches when `keep` (else they are freed after the timing). With `phases` the
+/// probe waits for the device after every phase, so that the phase times are the device's;
+/// without, it runs as the execs run it (one wait per probe chunk), for total times.
 pub(crate) fn gpu_join(
     gpu: &Arc<Gpu>,
     spec: &Arc<JoinSpec>,
     r: &DeviceBatch,
     s: &[DeviceBatch],
     keep: bool,
+    phases: bool,
 ) -> Result<(f64, PhaseTimes, u64, Vec<DeviceBatch>)> {
     let stream = gpu.stream();
     let t = Instant::now();
     let build = JoinBuild::new(Arc::clone(gpu), &stream, Arc::clone(spec), r.clone())?;
-    let mut times = build.times;
+    let mut times = PhaseTimes { synchronized: phases, ..build.times };
     let mut out = Vec::new();
     for chunk in s {
         out.extend(build.probe(&stream, chunk, &mut times)?);
@@ -313,13 +316,13 @@ pub async fn run(gpu: &Arc<Gpu>, o: &JoinBenchOptions) -> Result<JoinReport> {
         stream.synchronize().gpu("synchronising")?;
         for &a in &o.algorithms {
             let spec = Arc::new(spec(c, &r, &s, a)?);
-            let (_, _, out_rows, _) = gpu_join(gpu, &spec, &dr, std::slice::from_ref(&ds), false)?;
+            let (_, _, out_rows, _) = gpu_join(gpu, &spec, &dr, std::slice::from_ref(&ds), false, true)?;
             if out_rows != matches {
                 return Err(gpu_error(format!("{a} joined {out_rows} rows; the data has {matches} matches")));
             }
             let mut runs = Vec::new();
             for _ in 0..o.runs.runs.max(1) {
-                let (secs, phases, _, _) = gpu_join(gpu, &spec, &dr, std::slice::from_ref(&ds), false)?;
+                let (secs, phases, _, _) = gpu_join(gpu, &spec, &dr, std::slice::from_ref(&ds), false, true)?;
                 runs.push((secs, phases));
             }
             let (seconds, phases) = median(runs);

@@ -232,7 +232,7 @@ async fn join_point(
     let mut download = None;
     for a in JoinAlgorithm::ALL {
         let spec = Arc::new(spec(c, &r, &s, a)?);
-        let (_, _, rows, kept) = join_bench::gpu_join(gpu, &spec, &r_dev, &s_dev, download.is_none())?;
+        let (_, _, rows, kept) = join_bench::gpu_join(gpu, &spec, &r_dev, &s_dev, download.is_none(), false)?;
         if rows != matches {
             return Err(gpu_error(format!("{a} joined {rows} rows; the data has {matches} matches")));
         }
@@ -252,7 +252,7 @@ async fn join_point(
         drop(kept);
         let mut runs = Vec::new();
         for _ in 0..o.runs.runs.max(1) {
-            runs.push((join_bench::gpu_join(gpu, &spec, &r_dev, &s_dev, false)?.0, ()));
+            runs.push((join_bench::gpu_join(gpu, &spec, &r_dev, &s_dev, false, false)?.0, ()));
         }
         let compute = median(runs).0;
         options.push(OptionTiming {
