@@ -764,6 +764,29 @@ fn slices(batch: &RecordBatch, rows: usize) -> Vec<RecordBatch> {
     (0..batch.num_rows()).step_by(rows).map(|at| batch.slice(at, rows.min(batch.num_rows() - at))).collect()
 }
 
+/// `batches` in groups of `rows` rows (the last one shorter), a batch crossing a group's end cut
+/// in two (slices share the batch's buffers).
+fn chunk_groups(batches: &[RecordBatch], rows: usize) -> Vec<Vec<RecordBatch>> {
+    let rows = rows.max(1);
+    let (mut groups, mut group, mut in_group) = (Vec::new(), Vec::new(), 0usize);
+    for b in batches {
+        let mut at = 0;
+        while at < b.num_rows() {
+            let n = (rows - in_group).min(b.num_rows() - at);
+            group.push(b.slice(at, n));
+            (at, in_group) = (at + n, in_group + n);
+            if in_group == rows {
+                groups.push(std::mem::take(&mut group));
+                in_group = 0;
+            }
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
+}
+
 /// Bytes per row of a host batch (at least 1).
 fn row_bytes(batch: &RecordBatch) -> u64 {
     (batch_bytes(batch) / batch.num_rows().max(1) as u64).max(1)
@@ -805,10 +828,9 @@ async fn build_side(
     let spill = !fits_in_memory(bytes, limit) || (planned_out_of_core && !consumers_share_build);
     if layout.no_spill.is_none() && spill {
         // Partitioned into host memory: device input comes back to the host first.
-        let schema = Arc::clone(&layout.build_schema);
         let host = match input {
-            BuildInput::Host(h) => blocking(move || Ok(concat_batches(&schema, &h)?)).await?,
-            BuildInput::Device(d) => blocking(move || d.download()).await?,
+            BuildInput::Host(h) => h,
+            BuildInput::Device(d) => vec![blocking(move || d.download()).await?],
         };
         let out_row = row_width(&layout.spec.schema).max(1);
         let sizes = SpillSizes::new(bytes, limit, streams, out_row, cfg.batch_rows as u64);
@@ -819,10 +841,12 @@ async fn build_side(
             let _slot = slot;
             let stream = gpu.stream();
             let mut side = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
-            for chunk in slices(&host, sizes.chunk_rows(row_bytes(&host))) {
+            let row = (bytes / rows.max(1) as u64).max(1);
+            for chunk in chunk_groups(&host, sizes.chunk_rows(row)) {
+                // Each chunk assembled from its batches as it is copied (no host concatenation).
                 let dev = {
                     let _u = metrics.upload_time.timer();
-                    DeviceBatch::upload_transient(&gpu, &stream, &chunk)?
+                    DeviceBatch::upload_concat(&gpu, &stream, &chunk)?
                 };
                 side.add(&gpu, &dev, &layout.spec.keys, &layout.spec.build_keys)?;
             }
@@ -1456,6 +1480,25 @@ mod tests {
         assert_eq!(spec.output.len(), 4);
         assert_eq!(spec.keys.encoding, KeyEncoding::Wide);
         assert!(exec.layout.probe_cols == vec![0, 1]);
+    }
+
+    #[test]
+    fn chunk_groups_cut_batches_at_chunk_ends() {
+        let b = |n: i32| {
+            let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, false)]));
+            RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from_iter_values(0..n))]).unwrap()
+        };
+        let groups = chunk_groups(&[b(5), b(2), b(6)], 4);
+        let sizes: Vec<Vec<usize>> = groups.iter().map(|g| g.iter().map(RecordBatch::num_rows).collect()).collect();
+        assert_eq!(sizes, vec![vec![4], vec![1, 2, 1], vec![4], vec![1]]);
+        // The rows stay in order.
+        let values: Vec<i32> = groups
+            .iter()
+            .flatten()
+            .flat_map(|x| x.column(0).as_any().downcast_ref::<Int32Array>().unwrap().values().to_vec())
+            .collect();
+        assert_eq!(values, [0, 1, 2, 3, 4, 0, 1, 0, 1, 2, 3, 4, 5]);
+        assert!(chunk_groups(&[], 4).is_empty());
     }
 
     #[test]
