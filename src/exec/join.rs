@@ -758,12 +758,6 @@ fn build_spec(
     }
 }
 
-/// Host batches of at most `rows` rows each covering `batch`.
-fn slices(batch: &RecordBatch, rows: usize) -> Vec<RecordBatch> {
-    let rows = rows.max(1);
-    (0..batch.num_rows()).step_by(rows).map(|at| batch.slice(at, rows.min(batch.num_rows() - at))).collect()
-}
-
 /// `batches` in groups of `rows` rows (the last one shorter), a batch crossing a group's end cut
 /// in two (slices share the batch's buffers).
 fn chunk_groups(batches: &[RecordBatch], rows: usize) -> Vec<Vec<RecordBatch>> {
@@ -789,7 +783,12 @@ fn chunk_groups(batches: &[RecordBatch], rows: usize) -> Vec<Vec<RecordBatch>> {
 
 /// Bytes per row of a host batch (at least 1).
 fn row_bytes(batch: &RecordBatch) -> u64 {
-    (batch_bytes(batch) / batch.num_rows().max(1) as u64).max(1)
+    per_row(batch_bytes(batch), batch.num_rows())
+}
+
+/// `bytes` over `rows` (at least 1).
+fn per_row(bytes: u64, rows: usize) -> u64 {
+    (bytes / rows.max(1) as u64).max(1)
 }
 
 /// Collects the build side and prepares it: on the device when its state fits under the memory
@@ -841,8 +840,7 @@ async fn build_side(
             let _slot = slot;
             let stream = gpu.stream();
             let mut side = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
-            let row = (bytes / rows.max(1) as u64).max(1);
-            for chunk in chunk_groups(&host, sizes.chunk_rows(row)) {
+            for chunk in chunk_groups(&host, sizes.chunk_rows(per_row(bytes, rows))) {
                 // Each chunk assembled from its batches as it is copied (no host concatenation).
                 let dev = {
                     let _u = metrics.upload_time.timer();
@@ -976,7 +974,8 @@ impl OutOfCoreProbe {
                         pending.clear();
                         bytes = 0;
                         // Batches may add up to more than a chunk: chunks by the rows' size.
-                        for chunk in slices(&host, sizes.chunk_rows(row_bytes(&host))) {
+                        let rows = sizes.chunk_rows(row_bytes(&host));
+                        for chunk in chunk_groups(std::slice::from_ref(&host), rows).into_iter().flatten() {
                             side = self.split(side, ProbeBatch::Host(chunk)).await?;
                         }
                     }
@@ -1499,6 +1498,11 @@ mod tests {
             .collect();
         assert_eq!(values, [0, 1, 2, 3, 4, 0, 1, 0, 1, 2, 3, 4, 5]);
         assert!(chunk_groups(&[], 4).is_empty());
+        // One batch: its slices of `rows` rows, one per group.
+        let one: Vec<usize> = chunk_groups(&[b(10)], 4).iter().map(|g| g.len()).collect();
+        assert_eq!(one, vec![1, 1, 1]);
+        let lens: Vec<usize> = chunk_groups(&[b(10)], 4).into_iter().flatten().map(|x| x.num_rows()).collect();
+        assert_eq!(lens, vec![4, 4, 2]);
     }
 
     #[test]
