@@ -39,6 +39,12 @@ const PINNED_CACHE_LIMIT: u64 = 4 << 30;
 /// now: more need smaller pieces (an H100 run with two, and builds of up to half the limit,
 /// overran the limit).
 pub const SPILL_WORKERS: usize = 1;
+/// Out-of-core partitioning passes (a chunk up, sorted by partition, down to pinned memory) that
+/// run at once: two, so that one chunk's upload overlaps another's download (the link's two
+/// directions are separate copy engines). Each takes a few chunks of memory (a chunk is a
+/// twenty-fourth of the limit), and none runs next to a shared build's join steps, which start
+/// only once every probe stream has been partitioned.
+pub const SPLIT_WORKERS: usize = 2;
 
 /// Transfer settings, from the session's `gpu.` options.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +84,8 @@ pub struct Gpu {
     /// Taken by an out-of-core join for each piece of device work, so that at most
     /// [`SPILL_WORKERS`] pieces sized to the memory limit run at once.
     spill_slots: Arc<tokio::sync::Semaphore>,
+    /// Taken by an out-of-core join for each partitioning pass ([`SPLIT_WORKERS`] at once).
+    split_slots: Arc<tokio::sync::Semaphore>,
 }
 
 fn copy_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
@@ -144,6 +152,7 @@ impl Gpu {
         Ok(Gpu {
             kernels: kernels::KernelCache::new(Arc::clone(&ctx), &info, cache_dir),
             spill_slots: Arc::new(tokio::sync::Semaphore::new(SPILL_WORKERS)),
+            split_slots: Arc::new(tokio::sync::Semaphore::new(SPLIT_WORKERS)),
             pinned: PinnedPool::new(Arc::clone(&ctx), PINNED_CACHE_LIMIT),
             registry: registered::HostRegistry::new(Arc::clone(&ctx), DEFAULT_REGISTER_LIMIT),
             memory: Arc::new(MemoryBudget::new(default_limit)),
@@ -186,6 +195,14 @@ impl Gpu {
             .acquire_owned()
             .await
             .map_err(|_| gpu_error("the out-of-core work slots are closed"))
+    }
+
+    /// A slot for one out-of-core partitioning pass, held until the permit is dropped.
+    pub async fn split_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.split_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| gpu_error("the out-of-core partitioning slots are closed"))
     }
 
     pub fn info(&self) -> &DeviceInfo {

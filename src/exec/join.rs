@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::runtime::SpawnedTask;
@@ -49,7 +48,7 @@ use crate::device::{DeviceBuffer, Gpu};
 use crate::error::CudaResultExt;
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
-use crate::join::triton::{Arrival, DriverGuard, Meeting, Outcome, SpillSizes, SpilledSide, fits_in_memory};
+use crate::join::triton::{Arrival, DriverGuard, Group, Meeting, Outcome, SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
 use crate::rule::eligibility::row_width;
 
@@ -781,11 +780,6 @@ fn chunk_groups(batches: &[RecordBatch], rows: usize) -> Vec<Vec<RecordBatch>> {
     groups
 }
 
-/// Bytes per row of a host batch (at least 1).
-fn row_bytes(batch: &RecordBatch) -> u64 {
-    per_row(batch_bytes(batch), batch.num_rows())
-}
-
 /// `bytes` over `rows` (at least 1).
 fn per_row(bytes: u64, rows: usize) -> u64 {
     (bytes / rows.max(1) as u64).max(1)
@@ -834,24 +828,42 @@ async fn build_side(
         let out_row = row_width(&layout.spec.schema).max(1);
         let sizes = SpillSizes::new(bytes, limit, streams, out_row, cfg.batch_rows as u64);
         metrics.spill_partitions.add(sizes.partitions());
-        let slot = gpu.spill_slot().await?;
-        let build = blocking(move || {
-            let _t = metrics.build_time.timer();
-            let _slot = slot;
-            let stream = gpu.stream();
-            let mut side = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
-            for chunk in chunk_groups(&host, sizes.chunk_rows(per_row(bytes, rows))) {
-                // Each chunk assembled from its batches as it is copied (no host concatenation).
-                let dev = {
-                    let _u = metrics.upload_time.timer();
-                    DeviceBatch::upload_concat(&gpu, &stream, &chunk)?
-                };
-                side.add(&gpu, &dev, &layout.spec.keys, &layout.spec.build_keys)?;
-            }
-            metrics.spill_bytes.add(side.bytes as usize);
-            Ok(side)
-        })
-        .await?;
+        // The chunks are dealt to as many partitioning passes as may run at once, so that one
+        // chunk's upload overlaps another's download; their partitions are merged after.
+        let chunks = chunk_groups(&host, sizes.chunk_rows(per_row(bytes, rows)));
+        let workers = crate::device::SPLIT_WORKERS.min(chunks.len()).max(1);
+        let mut dealt: Vec<Vec<Vec<RecordBatch>>> = (0..workers).map(|_| Vec::new()).collect();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            dealt[i % workers].push(chunk);
+        }
+        let mut passes = Vec::with_capacity(workers);
+        for mine in dealt {
+            let (gpu, layout, metrics) = (Arc::clone(&gpu), Arc::clone(&layout), metrics.clone());
+            let slot = gpu.split_slot().await?;
+            passes.push(tokio::task::spawn_blocking(move || -> Result<SpilledSide> {
+                let _t = metrics.build_time.timer();
+                let _slot = slot;
+                let stream = gpu.stream();
+                let mut side = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
+                for chunk in mine {
+                    // Each chunk assembled from its batches as it is copied (no host concatenation).
+                    let dev = {
+                        let _u = metrics.upload_time.timer();
+                        DeviceBatch::upload_concat(&gpu, &stream, &chunk)?
+                    };
+                    side.add(&gpu, &dev, &layout.spec.keys, &layout.spec.build_keys)?;
+                }
+                Ok(side)
+            }));
+        }
+        let mut build = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
+        for pass in passes {
+            let side = pass
+                .await
+                .map_err(|e| DataFusionError::Execution(format!("GPU: a partitioning task failed: {e}")))??;
+            build.absorb(side, 0)?;
+        }
+        metrics.spill_bytes.add(build.bytes as usize);
         let participants = if consumers_share_build { consumers } else { 1 };
         return Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))));
     }
@@ -915,11 +927,11 @@ struct OutOfCoreProbe {
 }
 
 impl OutOfCoreProbe {
-    /// Partitions one probe batch into `side` (device work in an out-of-core work slot).
+    /// Partitions one probe batch into `side` (device work in a partitioning slot).
     async fn split(&self, side: SpilledSide, batch: ProbeBatch) -> Result<SpilledSide> {
         let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
         let _t = m.spill_time.timer();
-        let slot = self.gpu.spill_slot().await?;
+        let slot = self.gpu.split_slot().await?;
         blocking(move || {
             let _slot = slot;
             let stream = gpu.stream();
@@ -929,7 +941,7 @@ impl OutOfCoreProbe {
                 ProbeBatch::Device(d) => d,
                 ProbeBatch::Host(h) => {
                     let _u = m.upload_time.timer();
-                    DeviceBatch::upload_transient(&gpu, &stream, &h)?
+                    DeviceBatch::upload_concat(&gpu, &stream, &h)?
                 }
             };
             trace.step("upload");
@@ -970,12 +982,21 @@ impl OutOfCoreProbe {
                         pending.push(b);
                     }
                     if !pending.is_empty() && (bytes >= sizes.chunk_bytes || done) {
-                        let host = concat_batches(&self.layout.probe_schema, &pending)?;
+                        // Whole chunks by the rows' size, each assembled from its batches as
+                        // it is copied up; a short last one waits for more rows unless done.
+                        let rows: usize = pending.iter().map(RecordBatch::num_rows).sum();
+                        let chunk_rows = sizes.chunk_rows(per_row(bytes, rows));
+                        let mut chunks = chunk_groups(&pending, chunk_rows);
                         pending.clear();
                         bytes = 0;
-                        // Batches may add up to more than a chunk: chunks by the rows' size.
-                        let rows = sizes.chunk_rows(row_bytes(&host));
-                        for chunk in chunk_groups(std::slice::from_ref(&host), rows).into_iter().flatten() {
+                        let short = chunks
+                            .last()
+                            .is_some_and(|c| c.iter().map(RecordBatch::num_rows).sum::<usize>() < chunk_rows);
+                        if short && !done {
+                            pending = chunks.pop().unwrap_or_default();
+                            bytes = pending.iter().map(batch_bytes).sum();
+                        }
+                        for chunk in chunks {
                             side = self.split(side, ProbeBatch::Host(chunk)).await?;
                         }
                     }
@@ -1006,7 +1027,8 @@ impl OutOfCoreProbe {
     /// Joins every stream's probe rows partition by partition: each build chunk of a partition
     /// is prepared once, and its probe pieces, whatever stream they came from, are joined in
     /// groups of at most a chunk (by stream when `route`); output goes to the streams through
-    /// [`Outputs`]. Stops early when no stream reads any more.
+    /// [`Outputs`]. Every build chunk and probe group is copied up from pinned memory while the
+    /// one before it is joined ([`Prefetch`]). Stops early when no stream reads any more.
     async fn drive(self, entries: Vec<Handover>) -> Result<()> {
         let sizes = self.ooc.sizes;
         let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
@@ -1016,21 +1038,36 @@ impl OutOfCoreProbe {
             outputs.targets.push(Some((e.tx, e.metrics)));
         }
         let side = Arc::new(side);
-        let spec = &self.layout.spec;
-        let mut groups = Vec::new();
-        // Probe flags of the current partition's groups, kept across its build chunks.
-        let mut flags: Vec<Arc<DeviceBuffer>> = Vec::new();
+        let spec = Arc::clone(&self.layout.spec);
+        // Each step's probe groups (those of its partition), and what is copied up, in order.
+        let mut plan: Vec<(Step, Arc<Vec<Group>>)> = Vec::new();
+        let mut groups = Arc::new(Vec::new());
         for step in &self.ooc.steps {
             if step.first {
-                groups = side.groups(step.part, sizes.chunk_bytes, self.route);
+                groups = Arc::new(side.groups(step.part, sizes.chunk_bytes, self.route));
             }
+            // A build is needed to probe, or to emit the build rows decided at the end.
+            if !groups.is_empty() || spec.emits_build_rows() {
+                plan.push((step.clone(), Arc::clone(&groups)));
+            }
+        }
+        let mut loads = Vec::new();
+        for (step, groups) in &plan {
+            loads.push((Load::Build, step.part, step.pieces.clone()));
+            loads.extend(groups.iter().map(|g| (Load::Probe, step.part, g.pieces.clone())));
+        }
+        let mut prefetch =
+            Prefetch::new(Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&side), self.metrics.clone(), loads);
+        // Probe flags of the current partition's groups, kept across its build chunks.
+        let mut flags: Vec<Arc<DeviceBuffer>> = Vec::new();
+        for (step, groups) in plan {
             let chunked = !(step.first && step.last);
             if step.first && chunked && spec.needs_probe_flags() {
-                let (gpu, side, sizes_p) = (Arc::clone(&self.gpu), Arc::clone(&side), groups.clone());
+                let (gpu, side, groups) = (Arc::clone(&self.gpu), Arc::clone(&side), Arc::clone(&groups));
                 let part = step.part;
                 flags = blocking(move || {
                     let stream = gpu.stream();
-                    let out = sizes_p
+                    let out = groups
                         .iter()
                         .map(|g| {
                             let rows = side.group_rows(part, g.pieces.clone()) as usize;
@@ -1042,49 +1079,38 @@ impl OutOfCoreProbe {
                 })
                 .await?;
             }
-            // A build is needed to probe, or to emit the build rows decided at the end.
-            if groups.is_empty() && !spec.emits_build_rows() {
-                continue;
-            }
             let build = {
-                let (gpu, ooc, layout, m) =
-                    (Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&self.layout), self.metrics.clone());
-                let (estimate, cfg, step) = (self.estimate.clone(), self.cfg.clone(), step.clone());
+                let dev = prefetch.next(Load::Build).await?;
+                let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
+                let (estimate, cfg, part) = (self.estimate.clone(), self.cfg.clone(), step.part);
                 let slot = gpu.spill_slot().await?;
                 blocking(move || {
                     let _t = m.build_time.timer();
                     let _slot = slot;
-                    let stream = gpu.stream();
-                    let dev = {
-                        let _u = m.upload_time.timer();
-                        ooc.build.restore(&gpu, &stream, step.part, step.pieces.clone())?
-                    };
-                    let window = Some(ooc.sizes.window_rows);
+                    let window = Some(sizes.window_rows);
                     let spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), &gpu, &cfg, window);
                     m.ran(spec.algorithm);
+                    // The build runs on the stream its rows were copied up on.
+                    let stream = Arc::clone(dev.stream());
                     let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
                     let rows = dev.num_rows();
                     let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
                     m.add_phases(&build.times);
                     trace.step("build");
-                    trace.print(&format!("build part {} of {rows} rows", step.part));
+                    trace.print(&format!("build part {part} of {rows} rows"));
                     Ok(Arc::new(build))
                 })
                 .await?
             };
             for (h, group) in groups.iter().enumerate() {
-                let (gpu, side, build, m) =
-                    (Arc::clone(&self.gpu), Arc::clone(&side), Arc::clone(&build), self.metrics.clone());
-                let (part, last, pieces) = (step.part, step.last, group.pieces.clone());
+                let dev = prefetch.next(Load::Probe).await?;
+                let (gpu, build, m) = (Arc::clone(&self.gpu), Arc::clone(&build), self.metrics.clone());
+                let last = step.last;
                 let f = if chunked { flags.get(h).cloned() } else { None };
                 let slot = self.gpu.spill_slot().await?;
                 let out = blocking(move || {
                     let _slot = slot;
-                    let stream = gpu.stream();
-                    let dev = {
-                        let _u = m.upload_time.timer();
-                        side.restore(&gpu, &stream, part, pieces)?
-                    };
+                    let stream = Arc::clone(dev.stream());
                     let mut trace = crate::join::triton::Trace::new(&gpu, &stream);
                     let mut times = PhaseTimes::default();
                     let out = build.probe_part(&stream, &dev, &mut times, f.as_deref(), last)?;
@@ -1119,9 +1145,9 @@ impl OutOfCoreProbe {
                     let _slot = slot;
                     let mut times = PhaseTimes::default();
                     let stream = gpu.stream();
+                    // `finish` waits for its last phase.
                     let out = build.finish(&stream, &mut times)?;
                     m.add_phases(&times);
-                    stream.synchronize().gpu("waiting for an out-of-core join's build rows")?;
                     Ok(out)
                 })
                 .await?;
@@ -1131,6 +1157,78 @@ impl OutOfCoreProbe {
             }
         }
         Ok(())
+    }
+}
+
+/// What the out-of-core driver copies up next: a step's build pieces, or a group of probe
+/// pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    Build,
+    Probe,
+}
+
+/// The out-of-core driver's uploads, one ahead: once a build chunk or probe group is on the
+/// device, the next one is copied up from pinned host memory (a DMA copy on its own stream, on
+/// its own blocking thread) while this one is joined, so the link's upload overlaps the
+/// kernels. One extra chunk is on the device at a time.
+struct Prefetch {
+    gpu: Arc<Gpu>,
+    ooc: Arc<OutOfCore>,
+    probe: Arc<SpilledSide>,
+    metrics: Metrics,
+    /// Every upload in order: which side, its partition and its pieces.
+    loads: Vec<(Load, usize, std::ops::Range<usize>)>,
+    at: usize,
+    pending: Option<tokio::task::JoinHandle<Result<DeviceBatch>>>,
+}
+
+impl Prefetch {
+    fn new(
+        gpu: Arc<Gpu>,
+        ooc: Arc<OutOfCore>,
+        probe: Arc<SpilledSide>,
+        metrics: Metrics,
+        loads: Vec<(Load, usize, std::ops::Range<usize>)>,
+    ) -> Self {
+        Prefetch { gpu, ooc, probe, metrics, loads, at: 0, pending: None }
+    }
+
+    /// Starts copying up upload `i`, if there is one.
+    fn start(&self, i: usize) -> Option<tokio::task::JoinHandle<Result<DeviceBatch>>> {
+        let (load, part, pieces) = self.loads.get(i).cloned()?;
+        let (gpu, ooc, probe, m) =
+            (Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&self.probe), self.metrics.clone());
+        Some(tokio::task::spawn_blocking(move || {
+            let _u = m.upload_time.timer();
+            let stream = gpu.stream();
+            let side = match load {
+                Load::Build => &ooc.build,
+                Load::Probe => probe.as_ref(),
+            };
+            Ok(side.restore(&gpu, &stream, part, pieces)?)
+        }))
+    }
+
+    /// The next upload, which must be of `load`'s side; the one after it starts.
+    async fn next(&mut self, load: Load) -> Result<DeviceBatch> {
+        match self.loads.get(self.at) {
+            Some((l, _, _)) if *l == load => {}
+            other => {
+                return Err(DataFusionError::Internal(format!(
+                    "the out-of-core driver expected a {load:?} upload, its plan has {other:?}"
+                )));
+            }
+        }
+        let handle = match self.pending.take() {
+            Some(h) => h,
+            None => self.start(self.at).ok_or_else(|| DataFusionError::Internal("no upload to start".into()))?,
+        };
+        let dev =
+            handle.await.map_err(|e| DataFusionError::Execution(format!("GPU: an upload task failed: {e}")))??;
+        self.at += 1;
+        self.pending = self.start(self.at);
+        Ok(dev)
     }
 }
 
@@ -1197,7 +1295,8 @@ impl Outputs {
 /// One batch of probe input for the out-of-core split.
 enum ProbeBatch {
     Device(DeviceBatch),
-    Host(RecordBatch),
+    /// Host batches joined into one chunk as they are uploaded.
+    Host(Vec<RecordBatch>),
 }
 
 /// The probe input: device batches from a GPU child, or host batches from any other.
