@@ -864,6 +864,7 @@ async fn build_side(
             build.absorb(side, 0)?;
         }
         metrics.spill_bytes.add(build.bytes as usize);
+        timeline::mark(&who, || format!("build partitioned into pinned memory ({} bytes)", build.bytes));
         let participants = if consumers_share_build { consumers } else { 1 };
         return Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))));
     }
@@ -1006,6 +1007,7 @@ impl OutOfCoreProbe {
                 }
             }
         }
+        timeline::mark("out-of-core", || format!("a probe stream handed over {} rows", side.rows));
         let meeting = Arc::clone(&self.ooc.meeting);
         let wait = self.metrics.handover_wait_time.clone();
         let entry = Handover { side, tx: tx.clone(), metrics: self.metrics.clone() };
@@ -1026,7 +1028,7 @@ impl OutOfCoreProbe {
 
     /// Joins every stream's probe rows partition by partition: each build chunk of a partition
     /// is prepared once, and its probe pieces, whatever stream they came from, are joined in
-    /// groups of at most a chunk (by stream when `route`); output goes to the streams through
+    /// groups of at most `group_bytes` (by stream when `route`); output goes to the streams through
     /// [`Outputs`]. Every build chunk and probe group is copied up from pinned memory while the
     /// one before it is joined ([`Prefetch`]). Stops early when no stream reads any more.
     async fn drive(self, entries: Vec<Handover>) -> Result<()> {
@@ -1044,7 +1046,7 @@ impl OutOfCoreProbe {
         let mut groups = Arc::new(Vec::new());
         for step in &self.ooc.steps {
             if step.first {
-                groups = Arc::new(side.groups(step.part, sizes.chunk_bytes, self.route));
+                groups = Arc::new(side.groups(step.part, sizes.group_bytes, self.route));
             }
             // A build is needed to probe, or to emit the build rows decided at the end.
             if !groups.is_empty() || spec.emits_build_rows() {
@@ -1056,6 +1058,7 @@ impl OutOfCoreProbe {
             loads.push((Load::Build, step.part, step.pieces.clone()));
             loads.extend(groups.iter().map(|g| (Load::Probe, step.part, g.pieces.clone())));
         }
+        timeline::mark("out-of-core", || format!("driving {} steps, {} uploads", plan.len(), loads.len()));
         let mut prefetch =
             Prefetch::new(Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&side), self.metrics.clone(), loads);
         // Probe flags of the current partition's groups, kept across its build chunks.
@@ -1102,6 +1105,7 @@ impl OutOfCoreProbe {
                 })
                 .await?
             };
+            timeline::mark("out-of-core", || format!("partition {} built", step.part));
             for (h, group) in groups.iter().enumerate() {
                 let dev = prefetch.next(Load::Probe).await?;
                 let (gpu, build, m) = (Arc::clone(&self.gpu), Arc::clone(&build), self.metrics.clone());
@@ -1131,6 +1135,7 @@ impl OutOfCoreProbe {
                     Ok(out)
                 })
                 .await?;
+                timeline::mark("out-of-core", || format!("partition {} group {h} probed", step.part));
                 if !outputs.send(self.route.then_some(group.origin), out).await {
                     return Ok(());
                 }
@@ -1156,6 +1161,7 @@ impl OutOfCoreProbe {
                 }
             }
         }
+        timeline::mark("out-of-core", || "driven to the end".into());
         Ok(())
     }
 }
@@ -1226,6 +1232,9 @@ impl Prefetch {
         };
         let dev =
             handle.await.map_err(|e| DataFusionError::Execution(format!("GPU: an upload task failed: {e}")))??;
+        timeline::mark("out-of-core", || {
+            format!("upload {} of {} ready ({} rows)", self.at, self.loads.len(), dev.num_rows())
+        });
         self.at += 1;
         self.pending = self.start(self.at);
         Ok(dev)

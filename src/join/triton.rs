@@ -11,9 +11,10 @@
 //! partitions on the low bits of the same words, so the two levels do not collide.
 //!
 //! Sizes come from the limit ([`SpillSizes`]): partitions small enough that one build state
-//! takes an eighth of it (a quarter when skewed), chunks and probe groups of an eighth with at most
-//! [`crate::device::SPILL_WORKERS`] of them on the device at once, output windows small enough
-//! that the windows queued for the consumers stay within a quarter. A chunk is sorted by partition on
+//! takes an eighth of it (a quarter when skewed); chunks of a twenty-fourth in input (an eighth
+//! in state); probe groups of two chunks, one joined while the next is copied up; output windows
+//! small enough that the windows queued for the consumers stay within three eighths. Every step
+//! has a fixed cost (launches, waits), so the pieces are as large as the limit allows. A chunk is sorted by partition on
 //! the device and downloaded whole into the pinned pool; a partition is uploaded from its row
 //! ranges of every chunk straight from there (no staging copy).
 //!
@@ -105,8 +106,11 @@ pub fn fits_in_memory(build_bytes: u64, limit: u64) -> bool {
 pub struct SpillSizes {
     /// Partition bits: 2^bits partitions.
     pub bits: u32,
-    /// Input bytes per chunk partitioned at once, and per group of probe pieces joined at once.
+    /// Input bytes per chunk partitioned at once.
     pub chunk_bytes: u64,
+    /// Most probe input bytes joined at once (two chunks): with its working memory, and the
+    /// next group being copied up, about a quarter of the limit.
+    pub group_bytes: u64,
     /// Most build input bytes prepared at once (a quarter of the limit in state); a partition
     /// over this (skew) is built in chunks.
     pub build_bytes: u64,
@@ -124,13 +128,16 @@ impl SpillSizes {
         let parts = state.div_ceil(eighth).max(2);
         let bits = (64 - (parts - 1).leading_zeros()).min(MAX_BITS);
         // Windows: three per consumer (queued or being read) and three more (being made) within
-        // a quarter. Every window has a fixed cost in launches (about 0.1 ms), so they are made
-        // as large as the limit allows; the probe groups, builds and windows stay within it.
-        let window_bytes = (limit / 4) / (3 * consumers.max(1) as u64 + 3);
+        // three eighths. Every window has a fixed cost in launches (about 0.1 ms), so they are
+        // made as large as the limit allows: a build state (at most a quarter), a probe group
+        // with the next one (about a quarter) and the windows stay within it.
+        let window_bytes = (3 * (limit / 8)) / (3 * consumers.max(1) as u64 + 3);
         let window_rows = (window_bytes / out_row_bytes.max(1)).clamp(64, batch_rows.max(64));
+        let chunk_bytes = (eighth / STATE_FACTOR).max(1);
         SpillSizes {
             bits,
-            chunk_bytes: (eighth / STATE_FACTOR).max(1),
+            chunk_bytes,
+            group_bytes: 2 * chunk_bytes,
             build_bytes: (2 * eighth / STATE_FACTOR).max(1),
             window_rows,
         }
@@ -307,15 +314,19 @@ impl SpilledSide {
         Ok(())
     }
 
-    /// Partition `p`'s pieces in groups of at most `max_bytes` each (or one piece); with
-    /// `by_origin`, a group holds the pieces of one stream only.
+    /// Partition `p`'s pieces in groups of at most `max_bytes` each (or one piece), of about
+    /// equal size (no small last group: each costs a step); with `by_origin`, a group holds the
+    /// pieces of one stream only.
     pub fn groups(&self, p: usize, max_bytes: u64, by_origin: bool) -> Vec<Group> {
         let Some(pieces) = self.parts.get(p) else { return Vec::new() };
+        let total: u64 = pieces.iter().map(|x| x.bytes).sum();
+        let max_bytes = max_bytes.max(1);
+        let target = total.div_ceil(total.div_ceil(max_bytes).max(1));
         let mut out = Vec::new();
         let (mut start, mut bytes) = (0usize, 0u64);
         for (i, piece) in pieces.iter().enumerate() {
             let other_origin = by_origin && pieces[start].origin != piece.origin;
-            if i > start && (bytes + piece.bytes > max_bytes || other_origin) {
+            if i > start && (bytes + piece.bytes > max_bytes || bytes >= target || other_origin) {
                 out.push(Group { pieces: start..i, origin: pieces[start].origin });
                 start = i;
                 bytes = 0;
@@ -555,6 +566,8 @@ mod tests {
         assert_eq!(ranges(s.groups(1, 100, true)), vec![(0..2, 0), (2..5, 1)]);
         assert_eq!(ranges(s.groups(1, 20, true)), vec![(0..2, 0), (2..4, 1), (4..5, 1)]);
         assert_eq!(ranges(s.groups(1, 5, false)).len(), 5, "a piece over the size is a group of its own");
+        // Groups of about equal size: 30 + 20 bytes, not 40 + 10.
+        assert_eq!(ranges(s.groups(1, 40, false)), vec![(0..3, 0), (3..5, 1)]);
         assert!(s.groups(0, 100, false).is_empty());
         // Absorbed sides keep their pieces' order and take the origin they are given.
         let mut merged = side(&[0]);
@@ -570,6 +583,7 @@ mod tests {
         let s = SpillSizes::new(1 << 30, 4 << 30, 1, 16, 1 << 22);
         assert_eq!(s.partitions(), 8);
         assert_eq!(s.chunk_bytes, (512 << 20) / 3);
+        assert_eq!(s.group_bytes, 2 * s.chunk_bytes);
         assert!(!fits_in_memory(1 << 30, 4 << 30));
         assert!(fits_in_memory(600 << 20, 4 << 30));
         // Small limits still give at least two partitions and windows of 64 rows.
