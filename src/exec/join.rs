@@ -1212,7 +1212,7 @@ impl Prefetch {
                 Load::Build => &ooc.build,
                 Load::Probe => probe.as_ref(),
             };
-            Ok(side.restore(&gpu, &stream, part, pieces)?)
+            side.restore(&gpu, &stream, part, pieces)
         }))
     }
 
