@@ -780,9 +780,10 @@ fn chunk_groups(batches: &[RecordBatch], rows: usize) -> Vec<Vec<RecordBatch>> {
     groups
 }
 
-/// `bytes` over `rows` (at least 1).
+/// `bytes` over `rows`, rounded up (at least 1): chunks cut at `chunk_bytes / per_row` rows hold
+/// at most `chunk_bytes` (rounded down, rows of 1.9 bytes would make chunks of 1.9 chunks).
 fn per_row(bytes: u64, rows: usize) -> u64 {
-    (bytes / rows.max(1) as u64).max(1)
+    bytes.div_ceil(rows.max(1) as u64).max(1)
 }
 
 /// Collects the build side and prepares it: on the device when its state fits under the memory
@@ -1611,6 +1612,16 @@ mod tests {
         assert_eq!(one, vec![1, 1, 1]);
         let lens: Vec<usize> = chunk_groups(&[b(10)], 4).into_iter().flatten().map(|x| x.num_rows()).collect();
         assert_eq!(lens, vec![4, 4, 2]);
+    }
+
+    #[test]
+    fn per_row_rounds_up_so_chunks_stay_within_their_bytes() {
+        assert_eq!(per_row(19, 10), 2);
+        assert_eq!(per_row(20, 10), 2);
+        assert_eq!(per_row(0, 0), 1);
+        // Rows of 1.9 bytes: a chunk of 100 bytes takes 50 of them (95 bytes), not 100.
+        let rows = 100 / per_row(190, 100);
+        assert!(rows * 19 <= 100 * 10, "{rows} rows");
     }
 
     #[test]
