@@ -88,6 +88,11 @@ pub struct Gpu {
     split_slots: Arc<tokio::sync::Semaphore>,
 }
 
+/// A permit of `slots`, held until dropped.
+async fn take_slot(slots: &Arc<tokio::sync::Semaphore>, closed: &str) -> Result<tokio::sync::OwnedSemaphorePermit> {
+    Arc::clone(slots).acquire_owned().await.map_err(|_| gpu_error(closed))
+}
+
 fn copy_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
@@ -191,18 +196,12 @@ impl Gpu {
     /// A slot for one piece of an out-of-core join's device work (see [`crate::join::triton`]),
     /// held until the permit is dropped.
     pub async fn spill_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.spill_slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| gpu_error("the out-of-core work slots are closed"))
+        take_slot(&self.spill_slots, "the out-of-core work slots are closed").await
     }
 
     /// A slot for one out-of-core partitioning pass, held until the permit is dropped.
     pub async fn split_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.split_slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| gpu_error("the out-of-core partitioning slots are closed"))
+        take_slot(&self.split_slots, "the out-of-core partitioning slots are closed").await
     }
 
     pub fn info(&self) -> &DeviceInfo {

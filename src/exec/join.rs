@@ -35,7 +35,7 @@ use datafusion::physical_plan::{
     Partitioning, PhysicalExpr, PlanProperties,
 };
 use futures::channel::mpsc;
-use futures::{SinkExt, Stream, StreamExt};
+use futures::{FutureExt, SinkExt, Stream, StreamExt};
 use tokio::sync::OnceCell;
 
 use super::upload::{ChunkUploader, batch_bytes};
@@ -628,6 +628,12 @@ impl Metrics {
         }
     }
 
+    /// Counts an output batch of `rows` rows handed to the consumer.
+    fn sent(&self, rows: usize) {
+        self.output_rows.add(rows);
+        self.output_batches.add(1);
+    }
+
     fn ran(&self, algorithm: JoinAlgorithm) {
         if let Some((_, c)) = self.ran.iter().find(|(a, _)| *a == algorithm) {
             c.add(1);
@@ -841,7 +847,7 @@ async fn build_side(
         for mine in dealt {
             let (gpu, layout, metrics) = (Arc::clone(&gpu), Arc::clone(&layout), metrics.clone());
             let slot = gpu.split_slot().await?;
-            passes.push(tokio::task::spawn_blocking(move || -> Result<SpilledSide> {
+            passes.push(blocking(move || -> Result<SpilledSide> {
                 let _t = metrics.build_time.timer();
                 let _slot = slot;
                 let stream = gpu.stream();
@@ -859,10 +865,7 @@ async fn build_side(
         }
         let mut build = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
         for pass in passes {
-            let side = pass
-                .await
-                .map_err(|e| DataFusionError::Execution(format!("GPU: a partitioning task failed: {e}")))??;
-            build.absorb(side, 0)?;
+            build.absorb(pass.await?, 0)?;
         }
         metrics.spill_bytes.add(build.bytes as usize);
         timeline::mark(&who, || format!("build partitioned into pinned memory ({} bytes)", build.bytes));
@@ -1187,7 +1190,7 @@ struct Prefetch {
     /// Every upload in order: which side, its partition and its pieces.
     loads: Vec<(Load, usize, std::ops::Range<usize>)>,
     at: usize,
-    pending: Option<tokio::task::JoinHandle<Result<DeviceBatch>>>,
+    pending: Option<futures::future::BoxFuture<'static, Result<DeviceBatch>>>,
 }
 
 impl Prefetch {
@@ -1202,19 +1205,22 @@ impl Prefetch {
     }
 
     /// Starts copying up upload `i`, if there is one.
-    fn start(&self, i: usize) -> Option<tokio::task::JoinHandle<Result<DeviceBatch>>> {
+    fn start(&self, i: usize) -> Option<futures::future::BoxFuture<'static, Result<DeviceBatch>>> {
         let (load, part, pieces) = self.loads.get(i).cloned()?;
         let (gpu, ooc, probe, m) =
             (Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&self.probe), self.metrics.clone());
-        Some(tokio::task::spawn_blocking(move || {
-            let _u = m.upload_time.timer();
-            let stream = gpu.stream();
-            let side = match load {
-                Load::Build => &ooc.build,
-                Load::Probe => probe.as_ref(),
-            };
-            side.restore(&gpu, &stream, part, pieces)
-        }))
+        Some(
+            blocking(move || {
+                let _u = m.upload_time.timer();
+                let stream = gpu.stream();
+                let side = match load {
+                    Load::Build => &ooc.build,
+                    Load::Probe => probe.as_ref(),
+                };
+                side.restore(&gpu, &stream, part, pieces)
+            })
+            .boxed(),
+        )
     }
 
     /// The next upload, which must be of `load`'s side; the one after it starts.
@@ -1231,8 +1237,7 @@ impl Prefetch {
             Some(h) => h,
             None => self.start(self.at).ok_or_else(|| DataFusionError::Internal("no upload to start".into()))?,
         };
-        let dev =
-            handle.await.map_err(|e| DataFusionError::Execution(format!("GPU: an upload task failed: {e}")))??;
+        let dev = handle.await?;
         timeline::mark("out-of-core", || {
             format!("upload {} of {} ready ({} rows)", self.at, self.loads.len(), dev.num_rows())
         });
@@ -1283,8 +1288,7 @@ impl Outputs {
                     };
                     match ready.and_then(|()| tx.start_send(Ok(b))) {
                         Ok(()) => {
-                            m.output_rows.add(rows);
-                            m.output_batches.add(1);
+                            m.sent(rows);
                             self.next = i + 1;
                         }
                         Err(_) => self.targets[i] = None,
@@ -1332,8 +1336,7 @@ fn probe_chunk(
 /// Passes output batches to the stream, counting them.
 async fn send(tx: &mut mpsc::Sender<Result<DeviceBatch>>, metrics: &Metrics, outputs: Vec<DeviceBatch>) -> Result<()> {
     for o in outputs {
-        metrics.output_rows.add(o.num_rows());
-        metrics.output_batches.add(1);
+        metrics.sent(o.num_rows());
         tx.send(Ok(o)).await.map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
     }
     Ok(())

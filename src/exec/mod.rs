@@ -70,11 +70,14 @@ pub(crate) fn single_child(mut children: Vec<Arc<dyn ExecutionPlan>>, exec: &str
     }
 }
 
-/// Runs blocking GPU work (copies, synchronisation) off the async executor's threads.
-pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| DataFusionError::Execution(format!("GPU: a transfer task failed: {e}")))?
+/// Runs blocking GPU work (copies, synchronisation) off the async executor's threads. The work
+/// starts at once, not when the future is first polled, so a caller may start several and
+/// await them later (two partitioning passes, an upload one step ahead).
+pub(crate) fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> impl std::future::Future<Output = Result<T>> + Send + 'static {
+    let task = tokio::task::spawn_blocking(f);
+    async move { task.await.map_err(|e| DataFusionError::Execution(format!("GPU: a transfer task failed: {e}")))? }
 }
 
 /// Downloads every device batch of `stream`, for a CPU consumer.

@@ -14,9 +14,9 @@
 //! takes an eighth of it (a quarter when skewed); chunks of a twenty-fourth in input (an eighth
 //! in state); probe groups of two chunks, one joined while the next is copied up; output windows
 //! small enough that the windows queued for the consumers stay within three eighths. Every step
-//! has a fixed cost (launches, waits), so the pieces are as large as the limit allows. A chunk is sorted by partition on
-//! the device and downloaded whole into the pinned pool; a partition is uploaded from its row
-//! ranges of every chunk straight from there (no staging copy).
+//! has a fixed cost (launches, waits), so the pieces are as large as the limit allows. A chunk is
+//! sorted by partition on the device and downloaded whole into the pinned pool; a partition is
+//! uploaded from its row ranges of every chunk straight from there (no staging copy).
 //!
 //! The probe streams of a shared build (`CollectLeft`) each partition their own input, then meet
 //! ([`Meeting`]): the last to arrive drives the join for all of them, one partition after
