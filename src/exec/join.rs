@@ -786,8 +786,8 @@ fn chunk_groups(batches: &[RecordBatch], rows: usize) -> Vec<Vec<RecordBatch>> {
     groups
 }
 
-/// `bytes` over `rows`, rounded up (at least 1): chunks cut at `chunk_bytes / per_row` rows hold
-/// at most `chunk_bytes` (rounded down, rows of 1.9 bytes would make chunks of 1.9 chunks).
+/// `bytes` over `rows`, rounded up (at least 1): chunks cut at `budget / per_row` rows hold at
+/// most `budget` (rounded down, rows of 1.9 bytes would make chunks of 1.9 chunks).
 fn per_row(bytes: u64, rows: usize) -> u64 {
     bytes.div_ceil(rows.max(1) as u64).max(1)
 }
@@ -811,6 +811,7 @@ async fn build_side(
     metrics: Metrics,
     consumers: usize,
     consumers_share_build: bool,
+    route: bool,
     planned_out_of_core: bool,
     who: String,
 ) -> Result<Built> {
@@ -833,11 +834,11 @@ async fn build_side(
             BuildInput::Device(d) => vec![blocking(move || d.download()).await?],
         };
         let out_row = row_width(&layout.spec.schema).max(1);
-        let sizes = SpillSizes::new(bytes, limit, streams, out_row, cfg.batch_rows as u64);
+        let sizes = SpillSizes::new(bytes, limit, streams, route, out_row, cfg.batch_rows as u64);
         metrics.spill_partitions.add(sizes.partitions());
         // The chunks are dealt to as many partitioning passes as may run at once, so that one
         // chunk's upload overlaps another's download; their partitions are merged after.
-        let chunks = chunk_groups(&host, sizes.chunk_rows(per_row(bytes, rows)));
+        let chunks = chunk_groups(&host, sizes.split_rows(per_row(bytes, rows)));
         let workers = crate::device::SPLIT_WORKERS.min(chunks.len()).max(1);
         let mut dealt: Vec<Vec<Vec<RecordBatch>>> = (0..workers).map(|_| Vec::new()).collect();
         for (i, chunk) in chunks.into_iter().enumerate() {
@@ -977,29 +978,30 @@ impl OutOfCoreProbe {
             }
             Probe::Host(mut stream) => {
                 let mut pending: Vec<RecordBatch> = Vec::new();
-                let mut bytes = 0u64;
+                let (mut bytes, mut rows) = (0u64, 0usize);
                 loop {
                     let next = stream.next().await.transpose()?;
                     let done = next.is_none();
                     if let Some(b) = next {
                         let b = b.project(&self.layout.probe_cols)?;
                         bytes += batch_bytes(&b);
+                        rows += b.num_rows();
                         pending.push(b);
                     }
-                    if !pending.is_empty() && (bytes >= sizes.chunk_bytes || done) {
+                    let chunk_rows = sizes.split_rows(per_row(bytes, rows));
+                    if !pending.is_empty() && (rows >= chunk_rows || done) {
                         // Whole chunks by the rows' size, each assembled from its batches as
                         // it is copied up; a short last one waits for more rows unless done.
-                        let rows: usize = pending.iter().map(RecordBatch::num_rows).sum();
-                        let chunk_rows = sizes.chunk_rows(per_row(bytes, rows));
                         let mut chunks = chunk_groups(&pending, chunk_rows);
                         pending.clear();
-                        bytes = 0;
+                        (bytes, rows) = (0, 0);
                         let short = chunks
                             .last()
                             .is_some_and(|c| c.iter().map(RecordBatch::num_rows).sum::<usize>() < chunk_rows);
                         if short && !done {
                             pending = chunks.pop().unwrap_or_default();
                             bytes = pending.iter().map(batch_bytes).sum();
+                            rows = pending.iter().map(RecordBatch::num_rows).sum();
                         }
                         for chunk in chunks {
                             side = self.split(side, ProbeBatch::Host(chunk)).await?;
@@ -1038,7 +1040,7 @@ impl OutOfCoreProbe {
     async fn drive(self, entries: Vec<Handover>) -> Result<()> {
         let sizes = self.ooc.sizes;
         let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
-        let mut outputs = Outputs { targets: Vec::with_capacity(entries.len()), next: 0 };
+        let mut outputs = Outputs { targets: Vec::with_capacity(entries.len()), next: 0, fed: sizes.outputs };
         for (origin, e) in entries.into_iter().enumerate() {
             side.absorb(e.side, origin)?;
             outputs.targets.push(Some((e.tx, e.metrics)));
@@ -1251,28 +1253,34 @@ impl Prefetch {
 /// sender and metrics, `None` once its consumer has gone.
 struct Outputs {
     targets: Vec<Option<(mpsc::Sender<Result<DeviceBatch>>, Metrics)>>,
-    /// Where the next unrouted batch is offered first.
+    /// Where the next unrouted batch is offered first, among the fed streams.
     next: usize,
+    /// Streams that unrouted batches go to: the first this many still reading
+    /// ([`SpillSizes::outputs`], which sized the windows for that many).
+    fed: usize,
 }
 
 impl Outputs {
     /// Sends `batches` to stream `to` (dropped if its consumer has gone), or, for `None`, each to
-    /// the first stream with room from the one after the last used (waiting for one when all
+    /// the first fed stream with room from the one after the last used (waiting for one when all
     /// are full). False when no stream reads any more.
     async fn send(&mut self, to: Option<usize>, batches: Vec<DeviceBatch>) -> bool {
         for batch in batches {
             let mut batch = Some(batch);
-            let n = self.targets.len();
             let order: Vec<usize> = match to {
                 Some(i) => vec![i],
-                None => (0..n).map(|k| (self.next + k) % n).collect(),
+                None => {
+                    let fed: Vec<usize> =
+                        (0..self.targets.len()).filter(|i| self.targets[*i].is_some()).take(self.fed.max(1)).collect();
+                    (0..fed.len()).map(|k| fed[(self.next + k) % fed.len()]).collect()
+                }
             };
             // First a pass without waiting (unrouted only), then wait on each in turn.
             for wait in [false, true] {
                 if to.is_some() && !wait {
                     continue;
                 }
-                for &i in &order {
+                for (k, &i) in order.iter().enumerate() {
                     let Some(Some((tx, m))) = self.targets.get_mut(i) else { continue };
                     let Some(b) = batch.take() else { break };
                     let rows = b.num_rows();
@@ -1289,7 +1297,7 @@ impl Outputs {
                     match ready.and_then(|()| tx.start_send(Ok(b))) {
                         Ok(()) => {
                             m.sent(rows);
-                            self.next = i + 1;
+                            self.next = self.next.wrapping_add(k + 1);
                         }
                         Err(_) => self.targets[i] = None,
                     }
@@ -1416,6 +1424,7 @@ impl GpuExec for GpuHashJoinExec {
                     metrics.clone(),
                     consumers,
                     mode == PartitionMode::CollectLeft,
+                    route,
                     planned_out_of_core,
                     who.clone(),
                 );

@@ -11,10 +11,12 @@
 //! partitions on the low bits of the same words, so the two levels do not collide.
 //!
 //! Sizes come from the limit ([`SpillSizes`]): partitions small enough that one build state
-//! takes an eighth of it (a quarter when skewed); chunks of a twenty-fourth in input (an eighth
-//! in state); probe groups of two chunks, one joined while the next is copied up; output windows
-//! small enough that the windows queued for the consumers stay within three eighths. Every step
-//! has a fixed cost (launches, waits), so the pieces are as large as the limit allows. A chunk is
+//! takes an eighth of it (a quarter when skewed); chunks sized so that the partitioning passes'
+//! working memory takes three quarters; probe groups of a twelfth in input, one joined while the
+//! next is copied up; output windows such that the windows the consumers may hold stay within
+//! three eighths, unrouted output going to fewer streams rather than into windows of fewer than
+//! [`WINDOW_TARGET_ROWS`] rows. Every step has a fixed cost (launches, waits), so the pieces are
+//! as large as the limit allows. A chunk is
 //! sorted by partition on the device and downloaded whole into the pinned pool; a partition is
 //! uploaded from its row ranges of every chunk straight from there (no staging copy).
 //!
@@ -101,45 +103,69 @@ pub fn fits_in_memory(build_bytes: u64, limit: u64) -> bool {
     build_bytes.saturating_mul(STATE_FACTOR) <= limit / 2
 }
 
+/// Output windows a stream of an out-of-core join may hold at once: two buffered in its channel,
+/// one parked with the driver's sender (its only sender that sends while the driver runs), and
+/// one being read.
+pub const WINDOWS_PER_STREAM: u64 = 4;
+/// Rows an output window should have at least: every window costs a few launches and
+/// allocations (about 0.1 ms on an H100 whatever its size), so under a tight limit unrouted
+/// output goes to fewer streams rather than into smaller windows.
+pub const WINDOW_TARGET_ROWS: u64 = 1 << 19;
+
 /// How an out-of-core join divides its work, from the memory limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpillSizes {
     /// Partition bits: 2^bits partitions.
     pub bits: u32,
-    /// Input bytes per chunk partitioned at once.
-    pub chunk_bytes: u64,
-    /// Most probe input bytes joined at once (two chunks): with its working memory, and the
-    /// next group being copied up, about a quarter of the limit.
+    /// Device bytes one partitioning pass may use: the passes
+    /// ([`crate::device::SPLIT_WORKERS`]) share three quarters of the limit.
+    pub split_bytes: u64,
+    /// Most probe input bytes joined at once (a twelfth of the limit): with its working memory,
+    /// and the next group being copied up, about a quarter of the limit.
     pub group_bytes: u64,
     /// Most build input bytes prepared at once (a quarter of the limit in state); a partition
     /// over this (skew) is built in chunks.
     pub build_bytes: u64,
     /// Pairs per output window.
     pub window_rows: u64,
+    /// Output streams that unrouted windows go to (every stream when routed).
+    pub outputs: usize,
 }
 
 impl SpillSizes {
-    /// Sizes for a build input of `build_bytes` under `limit`, with `consumers` output streams
-    /// (each may hold a few windows in flight) and output rows of `out_row_bytes`.
-    pub fn new(build_bytes: u64, limit: u64, consumers: usize, out_row_bytes: u64, batch_rows: u64) -> Self {
+    /// Sizes for a build input of `build_bytes` under `limit`, with `streams` output streams
+    /// (all fed when `route`, each output row going to the stream its probe row came from) and
+    /// output rows of `out_row_bytes`.
+    pub fn new(build_bytes: u64, limit: u64, streams: usize, route: bool, out_row_bytes: u64, batch_rows: u64) -> Self {
         let eighth = (limit / 8).max(1);
         let state = build_bytes.saturating_mul(STATE_FACTOR);
         // Partitions of an eighth of the limit in state on average, up to a quarter when skewed.
         let parts = state.div_ceil(eighth).max(2);
         let bits = (64 - (parts - 1).leading_zeros()).min(MAX_BITS);
-        // Windows: three per consumer (queued or being read) and three more (being made) within
-        // three eighths. Every window has a fixed cost in launches (about 0.1 ms), so they are
-        // made as large as the limit allows: a build state (at most a quarter), a probe group
-        // with the next one (about a quarter) and the windows stay within it.
-        let window_bytes = (3 * (limit / 8)) / (3 * consumers.max(1) as u64 + 3);
-        let window_rows = (window_bytes / out_row_bytes.max(1)).clamp(64, batch_rows.max(64));
-        let chunk_bytes = (eighth / STATE_FACTOR).max(1);
+        // Windows share three eighths of the limit: those the fed streams may hold and three
+        // more being made. A build state (at most a quarter), a probe group with the next one
+        // (about a quarter) and the windows stay within the limit. Unrouted output goes to as
+        // many streams as leave windows of WINDOW_TARGET_ROWS rows.
+        let out_row = out_row_bytes.max(1);
+        let windows = 3 * eighth;
+        let streams = streams.max(1);
+        let outputs = match route {
+            true => streams,
+            false => {
+                let target = out_row * WINDOW_TARGET_ROWS.min(batch_rows.max(1));
+                let fit = (windows / target).saturating_sub(3) / WINDOWS_PER_STREAM;
+                (fit as usize).clamp(1, streams)
+            }
+        };
+        let window_bytes = windows / (WINDOWS_PER_STREAM * outputs as u64 + 3);
+        let window_rows = (window_bytes / out_row).clamp(64, batch_rows.max(64));
         SpillSizes {
             bits,
-            chunk_bytes,
-            group_bytes: 2 * chunk_bytes,
+            split_bytes: (3 * (limit / 4) / crate::device::SPLIT_WORKERS as u64).max(1),
+            group_bytes: (2 * (eighth / STATE_FACTOR)).max(1),
             build_bytes: (2 * eighth / STATE_FACTOR).max(1),
             window_rows,
+            outputs,
         }
     }
 
@@ -147,9 +173,13 @@ impl SpillSizes {
         1 << self.bits
     }
 
-    /// Rows per chunk for rows of `row_bytes`.
-    pub fn chunk_rows(&self, row_bytes: u64) -> usize {
-        (self.chunk_bytes / row_bytes.max(1)).max(64) as usize
+    /// Rows per chunk that one partitioning pass takes for input rows of `row_bytes`: its
+    /// device memory peaks either while sorting (the input, the rows' partition numbers, row
+    /// ids, their sorted copies and the prepared keys: at most 32 bytes a row) or while
+    /// gathering (the input, its reordered copy and the row ids).
+    pub fn split_rows(&self, row_bytes: u64) -> usize {
+        let working = (row_bytes + 32).max(2 * row_bytes + 8);
+        (self.split_bytes / working).max(64) as usize
     }
 }
 
@@ -580,17 +610,45 @@ mod tests {
     #[test]
     fn sizes_follow_the_limit() {
         // 1 GiB of build input under a 4 GiB limit: state 3 GiB, partitions of 512 MiB.
-        let s = SpillSizes::new(1 << 30, 4 << 30, 1, 16, 1 << 22);
+        let s = SpillSizes::new(1 << 30, 4 << 30, 1, false, 16, 1 << 22);
         assert_eq!(s.partitions(), 8);
-        assert_eq!(s.chunk_bytes, (512 << 20) / 3);
-        assert_eq!(s.group_bytes, 2 * s.chunk_bytes);
+        assert_eq!(s.group_bytes, 2 * ((512 << 20) / 3));
+        // Passes share three quarters of the limit; 8-byte rows take 40 bytes a row in one.
+        assert_eq!(s.split_bytes, (3 << 30) / crate::device::SPLIT_WORKERS as u64);
+        assert_eq!(s.split_rows(8), (s.split_bytes / 40) as usize);
+        assert_eq!(s.split_rows(100), (s.split_bytes / 208) as usize);
         assert!(!fits_in_memory(1 << 30, 4 << 30));
         assert!(fits_in_memory(600 << 20, 4 << 30));
         // Small limits still give at least two partitions and windows of 64 rows.
-        let s = SpillSizes::new(100, 1 << 20, 16, 1000, 1 << 22);
+        let s = SpillSizes::new(100, 1 << 20, 16, false, 1000, 1 << 22);
         assert_eq!(s.partitions(), 2);
         assert_eq!(s.window_rows, 64);
+        assert_eq!(s.outputs, 1);
         // Partition bits are capped.
-        assert_eq!(SpillSizes::new(1 << 40, 1 << 20, 1, 8, 1 << 22).bits, MAX_BITS);
+        assert_eq!(SpillSizes::new(1 << 40, 1 << 20, 1, false, 8, 1 << 22).bits, MAX_BITS);
+    }
+
+    #[test]
+    fn windows_go_to_fewer_streams_under_a_tight_limit() {
+        // 384 MiB: windows share 144 MiB. Unrouted output of 16-byte rows goes to as many
+        // streams as leave windows of at least 2^19 rows (8 MiB): 144/8 = 18, less 3 being
+        // made, over 4 a stream: 3 streams, windows of 144 MiB / 15.
+        let s = SpillSizes::new(1 << 30, 384 << 20, 16, false, 16, 1 << 22);
+        assert_eq!(s.outputs, 3);
+        assert_eq!(s.window_rows, ((144u64 << 20) / 15) / 16);
+        assert!(s.window_rows >= WINDOW_TARGET_ROWS);
+        // Routed output feeds every stream: smaller windows.
+        let r = SpillSizes::new(1 << 30, 384 << 20, 16, true, 16, 1 << 22);
+        assert_eq!(r.outputs, 16);
+        assert_eq!(r.window_rows, ((144u64 << 20) / 67) / 16);
+        // A large limit feeds every stream with windows of at most batch_rows.
+        let l = SpillSizes::new(1 << 36, 64 << 30, 16, false, 16, 1 << 22);
+        assert_eq!(l.outputs, 16);
+        assert_eq!(l.window_rows, 1 << 22);
+        // The windows the fed streams may hold, and three being made, stay within 3/8.
+        for (s, limit) in [(s, 384u64 << 20), (r, 384 << 20), (l, 64 << 30)] {
+            let held = (WINDOWS_PER_STREAM * s.outputs as u64 + 3) * s.window_rows * 16;
+            assert!(held <= 3 * (limit / 8), "{s:?}");
+        }
     }
 }

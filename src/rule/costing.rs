@@ -97,7 +97,7 @@ pub fn join_estimate(
         // partition's join goes through its own partitions under its share of the limit.
         let build_bytes = (left_rows * row_bytes(bs) / builds) as u64;
         let share = limit / builds as u64;
-        let parts = SpillSizes::new(build_bytes, share.max(1), 1, 1, cfg.batch_rows as u64).partitions() as f64;
+        let parts = SpillSizes::new(build_bytes, share.max(1), 1, false, 1, cfg.batch_rows as u64).partitions() as f64;
         let steps = if builds > 1.0 { builds * parts } else { parts * probe_partitions };
         rounds_seconds = steps * OUT_OF_CORE_STEP_SECONDS;
     }
