@@ -48,9 +48,13 @@ struct Chunk {
 impl Drop for Chunk {
     fn drop(&mut self) {
         // Errors here cannot be reported to anyone; the context records them.
+        let t = std::time::Instant::now();
         if self.pool.ctx.bind_to_thread().is_ok() {
             let _ = unsafe { result::free_host(self.addr as *mut std::ffi::c_void) };
         }
+        crate::exec::timeline::mark("pinned pool", || {
+            format!("freed {} in {:.2} ms", human_bytes(self.size as u64), t.elapsed().as_secs_f64() * 1e3)
+        });
         self.pool.allocated.fetch_sub(self.size as u64, Ordering::SeqCst);
         if let Ok(mut live) = self.pool.live.lock() {
             live.remove(&self.addr);
@@ -135,12 +139,16 @@ impl PinnedPool {
     fn new_chunk(&self, size: usize) -> Result<Arc<Chunk>> {
         self.shared.ctx.bind_to_thread().map_err(|e| gpu_error(format!("binding the CUDA context: {e}")))?;
         // Plain page-locked memory: write-combined memory would make host reads of downloads slow.
+        let t = std::time::Instant::now();
         let ptr = unsafe { result::malloc_host(size, 0) }.map_err(|e| {
             gpu_error(format!(
                 "allocating {} of pinned host memory failed ({e}); the host may be short of lockable memory",
                 human_bytes(size as u64)
             ))
         })?;
+        crate::exec::timeline::mark("pinned pool", || {
+            format!("allocated {} in {:.2} ms", human_bytes(size as u64), t.elapsed().as_secs_f64() * 1e3)
+        });
         self.shared.allocated.fetch_add(size as u64, Ordering::SeqCst);
         if let Ok(mut live) = self.shared.live.lock() {
             live.insert(ptr as usize, size);

@@ -1145,6 +1145,7 @@ impl OutOfCoreProbe {
                 if !outputs.send(self.route.then_some(group.origin), out).await {
                     return Ok(());
                 }
+                timeline::mark("out-of-core", || format!("partition {} group {h} sent", step.part));
             }
             if step.last {
                 flags.clear();

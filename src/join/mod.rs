@@ -899,6 +899,9 @@ impl JoinBuild {
             return Ok(vec![(0, items, 0, total)]);
         }
         let nwin = total.div_ceil(bound);
+        // Windows of about equal size: 4 x 530 K + 8 K rows would cost a fifth window's
+        // launches for almost nothing.
+        let bound = total.div_ceil(nwin);
         let gpu = &*self.gpu;
         // Item bounds then output bounds, nwin + 1 of each, in one buffer read at once.
         let len = nwin as usize + 1;

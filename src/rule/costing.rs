@@ -23,10 +23,11 @@ fn key_bytes(encoding: KeyEncoding) -> f64 {
     }
 }
 
-/// Fixed cost of one step of an out-of-core join (one probe stream's restore and probe in one
-/// partition's round), whatever its size: 1.1 ms, the slope of the measured time over the steps
-/// between 1/2 and 1/8 of the state in benches/results/2026-11-22-h100-triton.md (H100).
-const OUT_OF_CORE_STEP_SECONDS: f64 = 1.1e-3;
+/// Fixed cost of one step of an out-of-core join's driver (a partition's build, or one group of
+/// its probe rows), whatever its size: 0.8 ms, the slope of the measured time over the steps
+/// between 1/2 (32 steps) and 1/8 (128) of the state in
+/// benches/results/2026-11-24-h100-triton-windows.md (H100: 0.68-1.08 ms in three runs).
+const OUT_OF_CORE_STEP_SECONDS: f64 = 0.8e-3;
 
 /// The estimate of a GPU join, or `None` when neither the statistics nor the plan's shape
 /// bound its input sizes ([`bounded_rows`]). With
@@ -93,12 +94,14 @@ pub fn join_estimate(
         let (h2d, d2h) = paper::triton_transfer_bytes(state, 0.0);
         up_bytes += h2d - state;
         down_bytes += d2h;
-        // Every probe stream takes a step in every partition's round (CollectLeft), or each
-        // partition's join goes through its own partitions under its share of the limit.
+        // The driver takes a step for each partition's build and for each group of its probe
+        // rows (whatever streams they came from), in every partition's join when Partitioned.
         let build_bytes = (left_rows * row_bytes(bs) / builds) as u64;
         let share = limit / builds as u64;
-        let parts = SpillSizes::new(build_bytes, share.max(1), 1, false, 1, cfg.batch_rows as u64).partitions() as f64;
-        let steps = if builds > 1.0 { builds * parts } else { parts * probe_partitions };
+        let sizes = SpillSizes::new(build_bytes, share.max(1), 1, false, 1, cfg.batch_rows as u64);
+        let parts = sizes.partitions() as f64;
+        let groups = (right_rows * row_bytes(ps) / builds / sizes.group_bytes as f64).ceil().max(parts);
+        let steps = builds * (parts + groups);
         rounds_seconds = steps * OUT_OF_CORE_STEP_SECONDS;
     }
     let verdict = Verdict {
