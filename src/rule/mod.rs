@@ -11,17 +11,18 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan};
 
 pub use eligibility::FallbackReason;
 
 use crate::config::GpuConfig;
-use crate::cost::{Estimate, PlacementSetting, profile};
+use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
-use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
+use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 
 /// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the
 /// same answer, and annotates the rest. Controlled by the `gpu.` session options.
@@ -110,69 +111,8 @@ impl GpuOptimizerRule {
             (Some(g), PlacementSetting::Cost) => Some(profile::load(g.info(), &cfg.profile_dir)),
             _ => None,
         };
-        let plan = plan
-            .transform_up(|node| {
-                // A join whose build would not fit runs out of core when it can (issue: Triton join).
-                let mut over_limit = None;
-                let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
-                    over_limit = memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit));
-                    eligibility::join_reasons(join, cfg.min_rows)
-                } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
-                    eligibility::aggregate_reasons(agg, cfg.min_rows)
-                } else {
-                    return Ok(Transformed::no(node));
-                };
-                if let Some(d) = &device {
-                    reasons.insert(0, d.clone());
-                }
-                let replaced: std::result::Result<Arc<dyn ExecutionPlan>, String> = if node
-                    .downcast_ref::<HashJoinExec>()
-                    .is_some()
-                {
-                    if !reasons.is_empty() {
-                        return Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as _));
-                    }
-                    GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).map(|g| {
-                        let g = match (&over_limit, g.no_spill_reason()) {
-                            (Some(over), None) => g.with_out_of_core(eligibility::out_of_core_note(over)),
-                            (Some(over), Some(why)) => {
-                                reasons.push(over.clone());
-                                reasons.push(FallbackReason::Unsupported(format!("it cannot run out of core: {why}")));
-                                g
-                            }
-                            (None, _) => g,
-                        };
-                        let limit = over_limit.as_ref().and(memory_limit);
-                        let estimate = profile.as_ref().and_then(|p| costing::join_estimate(&g, &node, &cfg, p, limit));
-                        Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
-                    })
-                } else {
-                    // The aggregate's own checks run with or without a device, so EXPLAIN names them.
-                    GpuAggregateExec::try_new(Arc::clone(&node), &cfg).map(|g| {
-                        let estimate = match (&profile, reasons.is_empty()) {
-                            (Some(p), true) => costing::aggregate_estimate(&g, &cfg, p),
-                            _ => None,
-                        };
-                        let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
-                        let g = if reasons.is_empty() && cfg.fuse_expressions {
-                            g.with_fused_input(cfg.fuse_filters)
-                        } else {
-                            g
-                        };
-                        // A Final above a GPU Partial merges its states on the device (the
-                        // Partial was replaced first: the rule works bottom-up).
-                        let g = if reasons.is_empty() && cfg.aggregate_exchange { g.with_exchange() } else { g };
-                        Arc::new(g) as _
-                    })
-                };
-                match replaced {
-                    Ok(gpu) if reasons.is_empty() => return Ok(Transformed::yes(gpu)),
-                    Ok(_) => {}
-                    Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
-                }
-                Ok(Transformed::yes(Arc::new(CpuFallbackExec::new(node, reasons)) as Arc<dyn ExecutionPlan>))
-            })
-            .map(|t| t.data)?;
+        let placer = Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref() };
+        let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
         crate::exec::timeline::mark("rule", || "operators placed".into());
         if cfg.join_repartition {
             return Ok(plan);
@@ -190,6 +130,151 @@ impl GpuOptimizerRule {
         let plan = repartition::remove_join_repartitions(plan, config, &reprice);
         crate::exec::timeline::mark("rule", || "join repartitions removed".into());
         plan
+    }
+}
+
+/// Whether a parent on the GPU over its join child on the GPU costs less than the parent as
+/// placed (on the GPU or not, `parent`) over that join on the CPU: `both` is the parent's
+/// verdict with the child on the GPU (no upload of its output), `child` the join's own (whose
+/// download a GPU parent does not pay).
+fn pair_beats(parent: &Verdict, parent_on_gpu: bool, both: &Verdict, child: &Verdict) -> bool {
+    let now = if parent_on_gpu { parent.gpu_total() } else { parent.cpu } + child.cpu;
+    both.gpu_total() + child.gpu_compute + child.upload < now
+}
+
+/// An operator as the rule placed it, with the cost model's verdict when the model priced it.
+struct Placed {
+    plan: Arc<dyn ExecutionPlan>,
+    verdict: Option<Verdict>,
+}
+
+/// What placing an operator takes: the settings, why there is no device (when there is none),
+/// the memory limit that sends joins out of core, and the cost model's profile (with
+/// `gpu.placement = cost` and a device).
+struct Placer<'a> {
+    cfg: &'a GpuConfig,
+    device: Option<FallbackReason>,
+    memory_limit: Option<u64>,
+    profile: Option<&'a Profile>,
+}
+
+impl Placer<'_> {
+    /// `node` placed ([`Placer::place`]), then each child of it that is a join the model left on
+    /// the CPU moved to the GPU when the two on the GPU cost less than as placed. A join is
+    /// priced on its own as if a CPU operator read its output (its download counted), and a
+    /// GPU parent of a CPU join pays the upload of that join's output; a GPU parent reads a GPU
+    /// join's output on the device and pays neither.
+    fn place_with_children(&self, node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+        let Some(mut placed) = self.place(Arc::clone(&node))? else { return Ok(Transformed::no(node)) };
+        if self.profile.is_none() {
+            return Ok(Transformed::yes(placed.plan));
+        }
+        let mut node = node;
+        for i in 0..node.children().len() {
+            let Some(here) = placed.verdict.clone() else { break };
+            let Some((gpu_child, child)) = self.gpu_join(node.children()[i])? else { continue };
+            let mut children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
+            children[i] = gpu_child;
+            let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+            let moved = Arc::clone(&node).replace_children(children, recompute)?;
+            let Some(both) = self.place(Arc::clone(&moved))? else { continue };
+            let Some(v) = &both.verdict else { continue };
+            let on_gpu = as_gpu_exec(&placed.plan).is_some();
+            if as_gpu_exec(&both.plan).is_some() && pair_beats(&here, on_gpu, v, &child) {
+                node = moved;
+                placed = both;
+            }
+        }
+        Ok(Transformed::yes(placed.plan))
+    }
+
+    /// A join that the model alone kept on the CPU (`placed` is its annotation with no other
+    /// reason), on the GPU instead, with the model's verdict.
+    fn gpu_join(&self, placed: &Arc<dyn ExecutionPlan>) -> Result<Option<(Arc<dyn ExecutionPlan>, Verdict)>> {
+        // `downcast_ref` sees through a CpuFallbackExec to its child: ask `Any` directly.
+        let any = placed.as_ref() as &dyn std::any::Any;
+        let Some(fallback) = any.downcast_ref::<CpuFallbackExec>() else { return Ok(None) };
+        if !matches!(fallback.reasons(), [FallbackReason::Cost(_)]) {
+            return Ok(None);
+        }
+        let node = Arc::clone(fallback.children()[0]);
+        let Some(join) = node.downcast_ref::<HashJoinExec>() else { return Ok(None) };
+        // Out-of-core joins keep their own pricing.
+        if self.memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit)).is_some() {
+            return Ok(None);
+        }
+        let (Some(p), Ok(g)) = (self.profile, GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg)) else {
+            return Ok(None);
+        };
+        Ok(costing::join_estimate(&g, &node, self.cfg, p, None).map(|e| {
+            let verdict = e.verdict.clone();
+            (Arc::new(g.with_estimate(e)) as Arc<dyn ExecutionPlan>, verdict)
+        }))
+    }
+
+    /// `node` placed: a GPU exec, or the CPU operator annotated with why it stays; `None` for an
+    /// operator the rule does not place.
+    fn place(&self, node: Arc<dyn ExecutionPlan>) -> Result<Option<Placed>> {
+        // A join whose build would not fit runs out of core when it can (issue: Triton join).
+        let mut over_limit = None;
+        let mut verdict = None;
+        let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+            over_limit = self.memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit));
+            eligibility::join_reasons(join, self.cfg.min_rows)
+        } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
+            eligibility::aggregate_reasons(agg, self.cfg.min_rows)
+        } else {
+            return Ok(None);
+        };
+        if let Some(d) = &self.device {
+            reasons.insert(0, d.clone());
+        }
+        let replaced: std::result::Result<Arc<dyn ExecutionPlan>, String> =
+            if node.downcast_ref::<HashJoinExec>().is_some() {
+                if !reasons.is_empty() {
+                    return Ok(Some(Placed { plan: Arc::new(CpuFallbackExec::new(node, reasons)), verdict: None }));
+                }
+                GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg).map(|g| {
+                    let g = match (&over_limit, g.no_spill_reason()) {
+                        (Some(over), None) => g.with_out_of_core(eligibility::out_of_core_note(over)),
+                        (Some(over), Some(why)) => {
+                            reasons.push(over.clone());
+                            reasons.push(FallbackReason::Unsupported(format!("it cannot run out of core: {why}")));
+                            g
+                        }
+                        (None, _) => g,
+                    };
+                    let limit = over_limit.as_ref().and(self.memory_limit);
+                    let estimate = self.profile.and_then(|p| costing::join_estimate(&g, &node, self.cfg, p, limit));
+                    verdict = estimate.as_ref().map(|e| e.verdict.clone());
+                    Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
+                })
+            } else {
+                // The aggregate's own checks run with or without a device, so EXPLAIN names them.
+                GpuAggregateExec::try_new(Arc::clone(&node), self.cfg).map(|g| {
+                    let estimate = match (self.profile, reasons.is_empty()) {
+                        (Some(p), true) => costing::aggregate_estimate(&g, self.cfg, p),
+                        _ => None,
+                    };
+                    verdict = estimate.as_ref().map(|e| e.verdict.clone());
+                    let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
+                    let g = if reasons.is_empty() && self.cfg.fuse_expressions {
+                        g.with_fused_input(self.cfg.fuse_filters)
+                    } else {
+                        g
+                    };
+                    // A Final above a GPU Partial merges its states on the device (the
+                    // Partial was replaced first: the rule works bottom-up).
+                    let g = if reasons.is_empty() && self.cfg.aggregate_exchange { g.with_exchange() } else { g };
+                    Arc::new(g) as _
+                })
+            };
+        match replaced {
+            Ok(gpu) if reasons.is_empty() => return Ok(Some(Placed { plan: gpu, verdict })),
+            Ok(_) => {}
+            Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
+        }
+        Ok(Some(Placed { plan: Arc::new(CpuFallbackExec::new(node, reasons)), verdict }))
     }
 }
 
@@ -236,6 +321,28 @@ mod tests {
         let df = ctx.sql(sql).await.unwrap();
         let plan = df.create_physical_plan().await.unwrap();
         displayable(plan.as_ref()).indent(true).to_string()
+    }
+
+    /// A join that loses on its own by its download can win under a GPU parent, which reads
+    /// its output on the device; the parent's upload of a CPU child's output counts too.
+    #[test]
+    fn a_join_under_a_gpu_parent_is_priced_without_its_download() {
+        let v = |gpu_compute: f64, upload: f64, download: f64, cpu: f64| Verdict { gpu_compute, upload, download, cpu };
+        // The join alone: 1 + 1 + 4 = 6 ms on the GPU against 5 on the CPU.
+        let child = v(1.0, 1.0, 4.0, 5.0);
+        assert!(!child.gpu_wins());
+        // Its GPU parent uploads its output (3 ms) when it stays on the CPU: 2 + 3 + 1 + 5 = 11;
+        // both on the GPU: 2 + 0 + 1 + 1 + 1 = 5.
+        let parent = v(2.0, 3.0, 1.0, 20.0);
+        let both = v(2.0, 0.0, 1.0, 20.0);
+        assert!(pair_beats(&parent, true, &both, &child));
+        // A parent on the CPU (its CPU 6 ms) with the join on the CPU: 11; both on the GPU: 5.
+        assert!(pair_beats(&v(2.0, 3.0, 1.0, 6.0), false, &both, &child));
+        // A join far cheaper on the CPU stays there: 6 + 0.5 = 6.5 against 3 + 3 + 1 = 7.
+        let cheap = v(3.0, 1.0, 4.0, 0.5);
+        assert!(!pair_beats(&parent, true, &both, &cheap));
+        // Both cheap on the CPU stay there: 0.1 + 3 = 3.1 against 3 + 1 + 1 = 5.
+        assert!(!pair_beats(&v(2.0, 3.0, 1.0, 0.1), false, &both, &v(1.0, 1.0, 4.0, 3.0)));
     }
 
     const JOIN_AGG: &str = "SELECT a.s, count(*), sum(b.f) FROM a JOIN b ON a.k = b.k GROUP BY a.s";
