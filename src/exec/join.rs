@@ -147,6 +147,9 @@ pub struct GpuHashJoinExec {
     out_of_core: Option<String>,
     /// The hash repartitions this join reads around (see [`GpuHashJoinExec::without_repartitions`]).
     removed: Option<String>,
+    /// On the GPU for its GPU parent, though the CPU would win alone (see
+    /// `rule::Placer::place_with_children`).
+    for_gpu_parent: bool,
     shared: Arc<Shared>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -183,6 +186,7 @@ impl GpuHashJoinExec {
             estimate: None,
             out_of_core: None,
             removed: None,
+            for_gpu_parent: false,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -259,9 +263,17 @@ impl GpuHashJoinExec {
             estimate: self.estimate.clone(),
             out_of_core: None,
             removed: Some(removed.join(", ")),
+            for_gpu_parent: self.for_gpu_parent,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
+    }
+
+    /// This exec, placed on the GPU with its GPU parent although the model prices the CPU
+    /// faster for the join alone (EXPLAIN says so).
+    pub fn for_gpu_parent(mut self) -> Self {
+        self.for_gpu_parent = true;
+        self
     }
 
     /// Why the plan expects this join to run out of core, if it does.
@@ -490,6 +502,9 @@ impl DisplayAs for GpuHashJoinExec {
                 if let Some(e) = &self.estimate {
                     write!(f, ", {}", e.verdict.describe())?;
                 }
+                if self.for_gpu_parent {
+                    write!(f, ", on the GPU with its parent (which reads its output on the device: no download)")?;
+                }
                 Ok(())
             }
         }
@@ -543,6 +558,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             estimate: self.estimate.clone(),
             out_of_core: self.out_of_core.clone(),
             removed: self.removed.clone(),
+            for_gpu_parent: self.for_gpu_parent,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -555,6 +571,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             estimate: self.estimate.clone(),
             out_of_core: self.out_of_core.clone(),
             removed: self.removed.clone(),
+            for_gpu_parent: self.for_gpu_parent,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -1601,6 +1618,25 @@ mod tests {
         assert_eq!(spec.output.len(), 4);
         assert_eq!(spec.keys.encoding, KeyEncoding::Wide);
         assert!(exec.layout.probe_cols == vec![0, 1]);
+    }
+
+    /// EXPLAIN says when a join is on the GPU for its parent, and keeps saying it through a
+    /// rebuild of the plan.
+    #[test]
+    fn explain_names_a_join_placed_for_its_gpu_parent() {
+        let cfg = GpuConfig::default();
+        let show =
+            |p: &Arc<dyn ExecutionPlan>| datafusion::physical_plan::displayable(p.as_ref()).one_line().to_string();
+        let alone: Arc<dyn ExecutionPlan> =
+            Arc::new(GpuHashJoinExec::try_new(join(JoinType::Inner, None, &[(0, 0)]), &cfg).unwrap());
+        assert!(!show(&alone).contains("with its parent"), "{}", show(&alone));
+        let exec = GpuHashJoinExec::try_new(join(JoinType::Inner, None, &[(0, 0)]), &cfg).unwrap().for_gpu_parent();
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(exec);
+        assert!(show(&plan).contains("on the GPU with its parent"), "{}", show(&plan));
+        let children = plan.children().into_iter().cloned().collect();
+        let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        let rebuilt = Arc::clone(&plan).replace_children(children, recompute).unwrap();
+        assert!(show(&rebuilt).contains("on the GPU with its parent"), "{}", show(&rebuilt));
     }
 
     #[test]

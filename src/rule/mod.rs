@@ -208,7 +208,7 @@ impl Placer<'_> {
         };
         Ok(costing::join_estimate(&g, &node, self.cfg, p, None).map(|e| {
             let verdict = e.verdict.clone();
-            (Arc::new(g.with_estimate(e)) as Arc<dyn ExecutionPlan>, verdict)
+            (Arc::new(g.with_estimate(e).for_gpu_parent()) as Arc<dyn ExecutionPlan>, verdict)
         }))
     }
 
