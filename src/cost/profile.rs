@@ -138,8 +138,8 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         // (seed 13): benches/results/2026-11-22-h100-cost-model.md and -cost-profile.json.
         // The CPU join refitted (2026-11-24) to the seed-41 sweep timed as the execs run
         // (2026-11-24-h100-sweep-41-one-wait.json; on the held-out seed-43 sweep auto then
-        // chooses within 10% at 125 of 132 points, worst 1.53x), now that the rule prices a join
-        // under a GPU parent without its download (`rule::Placer::place_with_children`).
+        // chooses within 10% at 125 of 132 points, worst 1.53x); TPC-H and SSB SF10 moved within
+        // their noise in a same-lease A/B (2026-11-24-h100-pair-pricing.md).
         m.insert("join.cpu".into(), vec![0.0002159, 8.687e-09, 4.175e-10, 3.695e-10, 2.317e-10]);
         m.insert("join.npj".into(), vec![0.0001956, 0.0, 3.354, 0.7514]);
         // PHJ refitted with its partitions feature (2026-11-24) to the seed-41 sweep (2^16 to
