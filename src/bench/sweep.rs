@@ -4,8 +4,8 @@
 //! model's `auto` choice, and reports whether `auto` chose the fastest option.
 //!
 //! The data starts in host memory, as in a DataFusion plan whose GPU operator has CPU neighbours:
-//! a GPU option's time is the upload of its inputs (in `gpu.batch_rows` chunks, first upload of
-//! fresh data), the algorithm on the device (median of the timed runs), and the download of its
+//! a GPU option's time is the upload of its inputs (in `gpu.batch_rows` chunks, each a first
+//! upload of fresh data: host registration is off while the sweep runs), the algorithm on the device (median of the timed runs), and the download of its
 //! output (median of as many downloads). The CPU's time is DataFusion's operator on every core (median). `auto` is what the
 //! model chooses from the sizes: it runs that option's code, so its time is that option's.
 //!
@@ -27,6 +27,7 @@ use super::join::{self as join_bench, cpu_join_in, spec};
 use super::median;
 use crate::aggregate::{GroupByOptions, GroupIdMethod};
 use crate::columns::DeviceBatch;
+use crate::config::{ByteSize, GpuConfig};
 use crate::columns::device::download_columns;
 use crate::cost::aggregate::{self as agg_cost, AggregateShape};
 use crate::cost::fit::{fit_relative, median_relative_error};
@@ -480,7 +481,22 @@ pub fn rerun(o: &SweepOptions, path: &std::path::Path) -> Result<SweepReport> {
     Ok(report)
 }
 
+/// Restores the device's default settings when dropped.
+struct DefaultSettings<'a>(&'a Gpu);
+
+impl Drop for DefaultSettings<'_> {
+    fn drop(&mut self) {
+        self.0.apply_config(&GpuConfig::default());
+    }
+}
+
 pub async fn run(gpu: &Arc<Gpu>, o: &SweepOptions) -> Result<SweepReport> {
+    // Every upload sample is a first upload of fresh data, as the model prices uploads: with host
+    // registration on, a buffer is page-locked on its second upload and later ones run at the
+    // pinned rate, so a median of five uploads was a registered one (about twice as fast;
+    // benches/results/2026-11-24-h100-pair-pricing.md).
+    gpu.apply_config(&GpuConfig { host_register_limit: ByteSize::Bytes(0), ..GpuConfig::default() });
+    let _restore = DefaultSettings(gpu);
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut profile = profile::load(gpu.info(), &o.profile_dir);
     // The first upload of a process creates the pinned staging pool (tens of milliseconds, once
