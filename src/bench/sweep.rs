@@ -5,8 +5,9 @@
 //!
 //! The data starts in host memory, as in a DataFusion plan whose GPU operator has CPU neighbours:
 //! a GPU option's time is the upload of its inputs (in `gpu.batch_rows` chunks, each a first
-//! upload of fresh data: host registration is off while the sweep runs), the algorithm on the device (median of the timed runs), and the download of its
-//! output (median of as many downloads). The CPU's time is DataFusion's operator on every core (median). `auto` is what the
+//! upload of fresh data: host registration is off while the sweep runs), the algorithm on the
+//! device (median of the timed runs), and the download of its output (median of as many
+//! downloads). The CPU's time is DataFusion's operator on every core (median). `auto` is what the
 //! model chooses from the sizes: it runs that option's code, so its time is that option's.
 //!
 //! With `--calibrate`, the model's coefficients are first fitted to this sweep's measurements
@@ -27,8 +28,8 @@ use super::join::{self as join_bench, cpu_join_in, spec};
 use super::median;
 use crate::aggregate::{GroupByOptions, GroupIdMethod};
 use crate::columns::DeviceBatch;
-use crate::config::{ByteSize, GpuConfig};
 use crate::columns::device::download_columns;
+use crate::config::{ByteSize, GpuConfig};
 use crate::cost::aggregate::{self as agg_cost, AggregateShape};
 use crate::cost::fit::{fit_relative, median_relative_error};
 use crate::cost::join::{self as join_cost, JoinShape};

@@ -16,9 +16,9 @@
 //! next is copied up; output windows such that the windows the consumers may hold stay within
 //! three eighths, unrouted output going to fewer streams rather than into windows of fewer than
 //! [`WINDOW_TARGET_ROWS`] rows. Every step has a fixed cost (launches, waits), so the pieces are
-//! as large as the limit allows. A chunk is
-//! sorted by partition on the device and downloaded whole into the pinned pool; a partition is
-//! uploaded from its row ranges of every chunk straight from there (no staging copy).
+//! as large as the limit allows. A chunk is sorted by partition on the device and downloaded
+//! whole into the pinned pool; a partition is uploaded from its row ranges of every chunk
+//! straight from there (no staging copy).
 //!
 //! The probe streams of a shared build (`CollectLeft`) each partition their own input, then meet
 //! ([`Meeting`]): the last to arrive drives the join for all of them, one partition after

@@ -166,13 +166,11 @@ impl Placer<'_> {
     /// join's output on the device and pays neither.
     fn place_with_children(&self, node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
         let Some(mut placed) = self.place(Arc::clone(&node))? else { return Ok(Transformed::no(node)) };
-        if self.profile.is_none() {
-            return Ok(Transformed::yes(placed.plan));
-        }
+        let Some(profile) = self.profile else { return Ok(Transformed::yes(placed.plan)) };
         let mut node = node;
         for i in 0..node.children().len() {
             let Some(here) = placed.verdict.clone() else { break };
-            let Some((gpu_child, child)) = self.gpu_join(node.children()[i])? else { continue };
+            let Some((gpu_child, child)) = self.gpu_join(node.children()[i], profile) else { continue };
             let mut children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
             children[i] = gpu_child;
             let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
@@ -189,27 +187,28 @@ impl Placer<'_> {
     }
 
     /// A join that the model alone kept on the CPU (`placed` is its annotation with no other
-    /// reason), on the GPU instead, with the model's verdict.
-    fn gpu_join(&self, placed: &Arc<dyn ExecutionPlan>) -> Result<Option<(Arc<dyn ExecutionPlan>, Verdict)>> {
+    /// reason), on the GPU instead, with the model's verdict on `profile`.
+    fn gpu_join(
+        &self,
+        placed: &Arc<dyn ExecutionPlan>,
+        profile: &Profile,
+    ) -> Option<(Arc<dyn ExecutionPlan>, Verdict)> {
         // `downcast_ref` sees through a CpuFallbackExec to its child: ask `Any` directly.
         let any = placed.as_ref() as &dyn std::any::Any;
-        let Some(fallback) = any.downcast_ref::<CpuFallbackExec>() else { return Ok(None) };
+        let fallback = any.downcast_ref::<CpuFallbackExec>()?;
         if !matches!(fallback.reasons(), [FallbackReason::Cost(_)]) {
-            return Ok(None);
+            return None;
         }
         let node = Arc::clone(fallback.children()[0]);
-        let Some(join) = node.downcast_ref::<HashJoinExec>() else { return Ok(None) };
+        let join = node.downcast_ref::<HashJoinExec>()?;
         // Out-of-core joins keep their own pricing.
         if self.memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit)).is_some() {
-            return Ok(None);
+            return None;
         }
-        let (Some(p), Ok(g)) = (self.profile, GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg)) else {
-            return Ok(None);
-        };
-        Ok(costing::join_estimate(&g, &node, self.cfg, p, None).map(|e| {
-            let verdict = e.verdict.clone();
-            (Arc::new(g.with_estimate(e).for_gpu_parent()) as Arc<dyn ExecutionPlan>, verdict)
-        }))
+        let g = GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg).ok()?;
+        let e = costing::join_estimate(&g, &node, self.cfg, profile, None)?;
+        let verdict = e.verdict.clone();
+        Some((Arc::new(g.with_estimate(e).for_gpu_parent()), verdict))
     }
 
     /// `node` placed: a GPU exec, or the CPU operator annotated with why it stays; `None` for an
