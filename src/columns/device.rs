@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use datafusion::arrow::array::RecordBatchOptions;
+use datafusion::arrow::array::{Array, RecordBatchOptions};
 use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -178,7 +178,12 @@ impl HostUpload {
             return concat_first();
         }
         let mut columns = Vec::with_capacity(schema.fields().len());
-        for i in 0..schema.fields().len() {
+        for (i, field) in schema.fields().iter().enumerate() {
+            if matches!(field.data_type(), DataType::Utf8View | DataType::BinaryView) {
+                let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
+                columns.push(AssembledColumn::from_views(&arrays)?);
+                continue;
+            }
             let parts = batches.iter().map(|b| pack(b.column(i).as_ref())).collect::<Result<Vec<_>>>()?;
             match AssembledColumn::assemble(&parts) {
                 Some(a) => columns.push(a),

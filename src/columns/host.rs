@@ -147,7 +147,8 @@ const INLINE_VIEW_BYTES: usize = 12;
 /// end to end after i64 offsets), made on several threads over row ranges: each range sums its
 /// rows' lengths, then copies its bytes to where the lengths before it end (Arrow's cast to
 /// LargeUtf8 does it on one thread: TPC-H q14's 2 M-row `p_type` build column waited on it).
-/// Null rows take no bytes.
+/// An array of one range's rows or fewer is packed in one pass ([`append_views`]). Null rows
+/// take no bytes.
 fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     use rayon::prelude::*;
     let data = array.to_data();
@@ -157,6 +158,22 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     let nulls = data.nulls();
     let length = |row: usize, v: u128| if nulls.is_some_and(|n| n.is_null(row)) { 0 } else { v as u32 as usize };
     let per = rows_per_task(len);
+    if len <= per {
+        // One range (a batch of a few thousand rows): one pass on this thread.
+        let (null_count, validity) = validity(&data);
+        let mut offsets = Vec::with_capacity(len + 1);
+        offsets.push(0i64);
+        let mut bytes = Vec::new();
+        append_views(&data, &mut offsets, &mut bytes)?;
+        return Ok(HostColumn {
+            data_type: data.data_type().clone(),
+            len,
+            null_count,
+            validity,
+            buffers: vec![Buffer::from_vec(offsets), Buffer::from_vec(bytes)],
+            children: vec![],
+        });
+    }
     let ranges: Vec<std::ops::Range<usize>> = (0..len).step_by(per.max(1)).map(|a| a..(a + per).min(len)).collect();
     let range_total = |r: &std::ops::Range<usize>| r.clone().map(|row| length(row, views[row])).sum::<usize>();
     let totals: Vec<usize> = match ranges.len() {
@@ -204,12 +221,7 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
         }
         Ok::<_, DataFusionError>(())
     };
-    // One range (a batch of a few thousand rows) stays on this thread: a fork-join costs more.
-    if jobs.len() == 1 {
-        jobs.into_iter().try_for_each(pack_range)?;
-    } else {
-        jobs.into_par_iter().try_for_each(pack_range)?;
-    }
+    jobs.into_par_iter().try_for_each(pack_range)?;
     bytes.truncate(total);
     let (null_count, validity) = validity(&data);
     Ok(HostColumn {
@@ -220,6 +232,58 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
         buffers: vec![Buffer::from_vec(offsets), Buffer::from_vec(bytes)],
         children: vec![],
     })
+}
+
+/// Bytes the rows of a view array hold (null rows none, as packed).
+fn view_bytes(data: &ArrayData) -> usize {
+    let views: &[u128] = &data.buffer::<u128>(0)[data.offset()..data.offset() + data.len()];
+    match data.nulls().filter(|n| n.null_count() > 0) {
+        Some(n) => views.iter().enumerate().filter(|(i, _)| n.is_valid(*i)).map(|(_, v)| *v as u32 as usize).sum(),
+        None => views.iter().map(|v| *v as u32 as usize).sum(),
+    }
+}
+
+/// Appends the rows of a view array to a device-layout column being built: each row's bytes
+/// after `bytes`' current end and its end offset to `offsets`. Inline values (at most 12 bytes)
+/// are moved as 12 bytes, the next row overwriting the excess (see [`pack_views`]).
+fn append_views(data: &ArrayData, offsets: &mut Vec<i64>, bytes: &mut Vec<u8>) -> Result<()> {
+    let (offset, len) = (data.offset(), data.len());
+    let views: &[u128] = &data.buffer::<u128>(0)[offset..offset + len];
+    let blocks = &data.buffers()[1..];
+    let nulls = data.nulls().filter(|n| n.null_count() > 0);
+    let need = view_bytes(data);
+    // The slack past the rows' bytes takes the last inline row's excess.
+    bytes.reserve(need + INLINE_VIEW_BYTES);
+    offsets.reserve(len);
+    let (start, first_row) = (bytes.len(), offsets.len());
+    let out = bytes.spare_capacity_mut().as_mut_ptr() as *mut u8;
+    let ends = offsets.spare_capacity_mut().as_mut_ptr() as *mut i64;
+    let mut at = 0usize;
+    for (row, &v) in views.iter().enumerate() {
+        let n = if nulls.is_some_and(|m| m.is_null(row)) { 0 } else { v as u32 as usize };
+        if n <= INLINE_VIEW_BYTES {
+            // SAFETY: the rows' lengths sum to `need`, so at + n <= need and at + 12 <= need +
+            // 12, within the spare capacity reserved.
+            unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes()[4..].as_ptr(), out.add(at), INLINE_VIEW_BYTES) };
+        } else {
+            let (block, from) = ((v >> 64) as u32 as usize, (v >> 96) as u32 as usize);
+            let src = blocks
+                .get(block)
+                .and_then(|b| b.as_slice().get(from..from + n))
+                .ok_or_else(|| DataFusionError::Internal(format!("view {row} points past its data buffer {block}")))?;
+            // SAFETY: at + n <= need, as above.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), out.add(at), n) };
+        }
+        at += n;
+        // SAFETY: row < len, within the spare capacity reserved.
+        unsafe { ends.add(row).write((start + at) as i64) };
+    }
+    // SAFETY: every row's bytes and end offset were written above, `need` bytes in all.
+    unsafe {
+        bytes.set_len(start + at);
+        offsets.set_len(first_row + len);
+    }
+    Ok(())
 }
 
 /// Offsets rebased to start at zero, and the referenced bytes only.
@@ -485,6 +549,47 @@ impl AssembledColumn {
         Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers })
     }
 
+    /// `Utf8View` / `BinaryView` arrays (one type) laid end to end in their device layout, in one
+    /// pass over the views: i64 offsets and the rows' bytes written once each. Packing each
+    /// array ([`pack`]) and then rebuilding the whole column's offsets from theirs
+    /// ([`Self::assemble`]) takes three passes and two allocations per array; TPC-H's flag and
+    /// mode columns spent most of their upload time there.
+    pub fn from_views(arrays: &[&dyn Array]) -> Result<AssembledColumn> {
+        let first = arrays.first().ok_or_else(|| DataFusionError::Internal("assembling no view arrays".into()))?;
+        let dt = first.data_type().clone();
+        if !matches!(dt, DataType::Utf8View | DataType::BinaryView) || arrays.iter().any(|a| a.data_type() != &dt) {
+            return Err(DataFusionError::Internal(format!("assembling {dt} arrays as views")));
+        }
+        let datas: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
+        let len: usize = datas.iter().map(|d| d.len()).sum();
+        let packed: Vec<(usize, Option<Buffer>)> = datas.iter().map(validity).collect();
+        let null_count = packed.iter().map(|(n, _)| n).sum();
+        let validity = (null_count > 0).then(|| {
+            let mut b = BooleanBufferBuilder::new(len);
+            for (d, (_, v)) in datas.iter().zip(&packed) {
+                match v {
+                    Some(v) => b.append_packed_range(0..d.len(), v.as_slice()),
+                    None => b.append_n(d.len(), true),
+                }
+            }
+            Self::whole(b.finish().into_inner())
+        });
+        let total: usize = datas.iter().map(view_bytes).sum();
+        let mut offsets: Vec<i64> = Vec::with_capacity(len + 1);
+        offsets.push(0);
+        let mut bytes: Vec<u8> = Vec::with_capacity(total + INLINE_VIEW_BYTES);
+        for d in &datas {
+            append_views(d, &mut offsets, &mut bytes)?;
+        }
+        Ok(AssembledColumn {
+            data_type: dt,
+            len,
+            null_count,
+            validity,
+            buffers: vec![Self::whole(Buffer::from_vec(offsets)), Self::whole(Buffer::from_vec(bytes))],
+        })
+    }
+
     /// Offsets rebuilt over the whole column, and each part's bytes placed after the last.
     fn bytes<O: OffsetInt>(cols: &[HostColumn]) -> Option<Vec<AssembledBuffer>> {
         let len: usize = cols.iter().map(|c| c.len).sum();
@@ -689,6 +794,44 @@ mod tests {
                 assert_same_array(want.as_ref(), unpack(col).unwrap().as_ref(), &ctx);
             }
         }
+    }
+
+    /// View arrays assembled in one pass give the packed concatenation: inline and out-of-line
+    /// values, slices, nulls, empty and all-null parts.
+    #[test]
+    fn views_assemble_like_the_concatenation() {
+        let seed = crate::testing::fresh_seed("views_assemble");
+        let mut rng = StdRng::seed_from_u64(seed);
+        for dt in [DataType::Utf8View, DataType::BinaryView] {
+            for nulls in [0.0, 0.3, 1.0] {
+                let arrays: Vec<ArrayRef> = [13usize, 0, 8192, 1, 64, 999]
+                    .iter()
+                    .map(|&len| {
+                        let offset = (len * 5 + 2) % 7;
+                        let a = random_array(&mut rng, &DataType::Utf8View, len + offset, nulls).slice(offset, len);
+                        cast(a.as_ref(), &dt).unwrap()
+                    })
+                    .collect();
+                let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+                let a = AssembledColumn::from_views(&refs).unwrap();
+                let col = HostColumn {
+                    data_type: a.data_type.clone(),
+                    len: a.len,
+                    null_count: a.null_count,
+                    validity: a.validity.as_ref().map(materialize),
+                    buffers: a.buffers.iter().map(materialize).collect(),
+                    children: vec![],
+                };
+                let ctx = format!("{dt} nulls {nulls} seed {seed}");
+                let want = datafusion::arrow::compute::concat(&refs).unwrap();
+                let packed = pack(want.as_ref()).unwrap();
+                assert_eq!(col.buffers, packed.buffers, "{ctx}: device layout");
+                assert_same_array(want.as_ref(), unpack(col).unwrap().as_ref(), &ctx);
+            }
+        }
+        let int = datafusion::arrow::array::Int32Array::from(vec![1]);
+        assert!(AssembledColumn::from_views(&[&int as &dyn Array]).is_err());
+        assert!(AssembledColumn::from_views(&[]).is_err());
     }
 
     proptest! {
