@@ -33,7 +33,8 @@ pub struct SuiteBenchOptions {
     #[arg(long, value_delimiter = ',')]
     pub queries: Vec<String>,
     /// Timed runs of each query on each side, after one untimed run on each that also checks the
-    /// results; the CPU's and the GPU's timed runs alternate (0: check only).
+    /// results; the CPU's and the GPU's timed runs alternate, each going first every other
+    /// time (0: check only).
     #[arg(long, default_value_t = 3)]
     pub iterations: usize,
     /// Folder of Parquet data: `DIR/<suite>-sf<SF>/<table>.parquet` is read into memory when present,
@@ -358,30 +359,32 @@ async fn run_query(
         },
     }
     // The timed runs alternate CPU and GPU, so that the host's drift over the runs (other work,
-    // clocks, memory) falls on both columns alike.
+    // clocks, memory) falls on both columns alike, and which of the two goes first alternates
+    // too, so that whatever a run pays for the one before it (memory and tasks still being
+    // released) falls on both alike. With both sessions on the CPU (`--gpu-set
+    // gpu.enable=false`) single queries still differ by 0.86-1.09x at SF 10 on 16 cores: the
+    // noise of one comparison (benches/results/2026-11-24-h100-view-assembly-and-run-order.md).
     bar.set_message(format!("{} timed, CPU and GPU in turn", q.name));
     let mut last_gpu_plan = None;
-    for _ in 0..iterations {
-        match timed(cpu, q.sql).await {
-            Ok((ms, _)) => r.cpu_runs_ms.push(ms),
-            Err(e) => {
-                r.ok = false;
-                r.check = format!("error on the CPU (timed run): {e}");
-                return r;
+    for i in 0..iterations {
+        let gpu_first = have_gpu && i % 2 == 1;
+        for on_gpu in [gpu_first, !gpu_first] {
+            if on_gpu && !have_gpu {
+                continue;
             }
-        }
-        if !have_gpu {
-            continue;
-        }
-        match timed(gpu, q.sql).await {
-            Ok((ms, plan)) => {
-                r.gpu_runs_ms.push(ms);
-                last_gpu_plan = Some(plan);
-            }
-            Err(e) => {
-                r.ok = false;
-                r.check = format!("error with the GPU rule (timed run): {e}");
-                return r;
+            let ctx = if on_gpu { gpu } else { cpu };
+            match timed(ctx, q.sql).await {
+                Ok((ms, plan)) if on_gpu => {
+                    r.gpu_runs_ms.push(ms);
+                    last_gpu_plan = Some(plan);
+                }
+                Ok((ms, _)) => r.cpu_runs_ms.push(ms),
+                Err(e) => {
+                    r.ok = false;
+                    let side = if on_gpu { "with the GPU rule" } else { "on the CPU" };
+                    r.check = format!("error {side} (timed run): {e}");
+                    return r;
+                }
             }
         }
     }
