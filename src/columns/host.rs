@@ -150,30 +150,38 @@ const INLINE_VIEW_BYTES: usize = 12;
 /// An array of one range's rows or fewer is packed in one pass ([`append_views`]). Null rows
 /// take no bytes.
 fn pack_views(array: &dyn Array) -> Result<HostColumn> {
-    use rayon::prelude::*;
     let data = array.to_data();
+    let len = data.len();
+    let per = rows_per_task(len);
+    let (offsets, bytes) = if len <= per {
+        // One range (a batch of a few thousand rows): one pass on this thread.
+        let mut offsets = Vec::with_capacity(len + 1);
+        offsets.push(0i64);
+        let mut bytes = Vec::new();
+        append_views(&data, &mut offsets, &mut bytes)?;
+        (offsets, bytes)
+    } else {
+        pack_view_ranges(&data, per)?
+    };
+    let (null_count, validity) = validity(&data);
+    Ok(HostColumn {
+        data_type: data.data_type().clone(),
+        len,
+        null_count,
+        validity,
+        buffers: vec![Buffer::from_vec(offsets), Buffer::from_vec(bytes)],
+        children: vec![],
+    })
+}
+
+/// [`pack_views`]' offsets and bytes made over ranges of `per` rows on several threads.
+fn pack_view_ranges(data: &ArrayData, per: usize) -> Result<(Vec<i64>, Vec<u8>)> {
+    use rayon::prelude::*;
     let (offset, len) = (data.offset(), data.len());
     let views: &[u128] = &data.buffer::<u128>(0)[offset..offset + len];
     let blocks = &data.buffers()[1..];
     let nulls = data.nulls();
     let length = |row: usize, v: u128| if nulls.is_some_and(|n| n.is_null(row)) { 0 } else { v as u32 as usize };
-    let per = rows_per_task(len);
-    if len <= per {
-        // One range (a batch of a few thousand rows): one pass on this thread.
-        let (null_count, validity) = validity(&data);
-        let mut offsets = Vec::with_capacity(len + 1);
-        offsets.push(0i64);
-        let mut bytes = Vec::new();
-        append_views(&data, &mut offsets, &mut bytes)?;
-        return Ok(HostColumn {
-            data_type: data.data_type().clone(),
-            len,
-            null_count,
-            validity,
-            buffers: vec![Buffer::from_vec(offsets), Buffer::from_vec(bytes)],
-            children: vec![],
-        });
-    }
     let ranges: Vec<std::ops::Range<usize>> = (0..len).step_by(per.max(1)).map(|a| a..(a + per).min(len)).collect();
     let range_total = |r: &std::ops::Range<usize>| r.clone().map(|row| length(row, views[row])).sum::<usize>();
     let totals: Vec<usize> = match ranges.len() {
@@ -223,15 +231,7 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     };
     jobs.into_par_iter().try_for_each(pack_range)?;
     bytes.truncate(total);
-    let (null_count, validity) = validity(&data);
-    Ok(HostColumn {
-        data_type: data.data_type().clone(),
-        len,
-        null_count,
-        validity,
-        buffers: vec![Buffer::from_vec(offsets), Buffer::from_vec(bytes)],
-        children: vec![],
-    })
+    Ok((offsets, bytes))
 }
 
 /// Bytes the rows of a view array hold (null rows none, as packed).
@@ -760,6 +760,18 @@ mod tests {
         Buffer::from(out)
     }
 
+    /// The host column an assembled column describes.
+    fn materialized(a: &AssembledColumn) -> HostColumn {
+        HostColumn {
+            data_type: a.data_type.clone(),
+            len: a.len,
+            null_count: a.null_count,
+            validity: a.validity.as_ref().map(materialize),
+            buffers: a.buffers.iter().map(materialize).collect(),
+            children: vec![],
+        }
+    }
+
     /// Assembling packed parts gives the packed concatenation, for every type without children,
     /// odd lengths, slices, nulls and empty parts.
     #[test]
@@ -781,14 +793,7 @@ mod tests {
                     assert!(matches!(dt, DataType::Dictionary(..)), "{ctx}: not assembled");
                     continue;
                 };
-                let col = HostColumn {
-                    data_type: a.data_type.clone(),
-                    len: a.len,
-                    null_count: a.null_count,
-                    validity: a.validity.as_ref().map(materialize),
-                    buffers: a.buffers.iter().map(materialize).collect(),
-                    children: vec![],
-                };
+                let col = materialized(&a);
                 let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
                 let want = datafusion::arrow::compute::concat(&refs).unwrap();
                 assert_same_array(want.as_ref(), unpack(col).unwrap().as_ref(), &ctx);
@@ -814,14 +819,7 @@ mod tests {
                     .collect();
                 let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
                 let a = AssembledColumn::from_views(&refs).unwrap();
-                let col = HostColumn {
-                    data_type: a.data_type.clone(),
-                    len: a.len,
-                    null_count: a.null_count,
-                    validity: a.validity.as_ref().map(materialize),
-                    buffers: a.buffers.iter().map(materialize).collect(),
-                    children: vec![],
-                };
+                let col = materialized(&a);
                 let ctx = format!("{dt} nulls {nulls} seed {seed}");
                 let want = datafusion::arrow::compute::concat(&refs).unwrap();
                 let packed = pack(want.as_ref()).unwrap();
