@@ -34,7 +34,7 @@ pub struct SuiteBenchOptions {
     pub queries: Vec<String>,
     /// Timed runs of each query on each side, after one untimed run on each that also checks the
     /// results; the CPU's and the GPU's timed runs alternate, each going first every other
-    /// time (0: check only).
+    /// time (0: check only). Medians of an even count are the mean of the middle two.
     #[arg(long, default_value_t = 3)]
     pub iterations: usize,
     /// Folder of Parquet data: `DIR/<suite>-sf<SF>/<table>.parquet` is read into memory when present,
@@ -142,9 +142,17 @@ pub struct SuiteReport {
     pub files: Vec<PathBuf>,
 }
 
-/// The median of `v` ([`crate::bench::median`]), or `None` when nothing was timed.
+/// The median of `v` (the mean of the two middle runs for an even count), or `None` when
+/// nothing was timed.
 fn median(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| crate::bench::median(v.iter().map(|&t| (t, ())).collect()).0)
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(s[n / 2]),
+        _ => Some((s[n / 2 - 1] + s[n / 2]) / 2.0),
+    }
 }
 
 /// Today's date (UTC) as `yyyy-mm-dd`.
@@ -363,7 +371,8 @@ async fn run_query(
     // too, so that whatever a run pays for the one before it (memory and tasks still being
     // released) falls on both alike. With both sessions on the CPU (`--gpu-set
     // gpu.enable=false`) single queries still differ by 0.86-1.09x at SF 10 on 16 cores: the
-    // noise of one comparison (benches/results/2026-11-24-h100-view-assembly-and-run-order.md).
+    // noise of one comparison (benches/results/2026-11-24-h100-view-assembly-and-run-order.md,
+    // whose runs took the upper of the two middle runs for even counts).
     bar.set_message(format!("{} timed, CPU and GPU in turn", q.name));
     let mut last_gpu_plan = None;
     for i in 0..iterations {
@@ -516,6 +525,13 @@ impl std::fmt::Display for SuiteReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 100.0]), Some(3.5));
+    }
 
     #[test]
     fn device_names_shorten_for_file_names() {
