@@ -184,10 +184,8 @@ fn pack_view_ranges(data: &ArrayData, per: usize) -> Result<(Vec<i64>, Vec<u8>)>
     let length = |row: usize, v: u128| if nulls.is_some_and(|n| n.is_null(row)) { 0 } else { v as u32 as usize };
     let ranges: Vec<std::ops::Range<usize>> = (0..len).step_by(per.max(1)).map(|a| a..(a + per).min(len)).collect();
     let range_total = |r: &std::ops::Range<usize>| r.clone().map(|row| length(row, views[row])).sum::<usize>();
-    let totals: Vec<usize> = match ranges.len() {
-        0 | 1 => ranges.iter().map(range_total).collect(),
-        _ => ranges.par_iter().map(range_total).collect(),
-    };
+    // Called for two ranges or more (one range goes through `append_views`).
+    let totals: Vec<usize> = ranges.par_iter().map(range_total).collect();
     let total: usize = totals.iter().sum();
     let mut offsets = vec![0i64; len + 1];
     // Inline values (at most 12 bytes) are copied as 12 bytes, the next row's overwriting the
@@ -520,16 +518,8 @@ impl AssembledColumn {
         }
         let len: usize = cols.iter().map(|c| c.len).sum();
         let null_count = cols.iter().map(|c| c.null_count).sum();
-        let bitmap = |bits: &dyn Fn(&HostColumn) -> Option<&Buffer>| {
-            let mut b = BooleanBufferBuilder::new(len);
-            for c in cols {
-                match bits(c) {
-                    Some(v) => b.append_packed_range(0..c.len, v.as_slice()),
-                    None => b.append_n(c.len, true),
-                }
-            }
-            Self::whole(b.finish().into_inner())
-        };
+        let bitmap =
+            |bits: &dyn Fn(&HostColumn) -> Option<&Buffer>| Self::bitmap(len, cols.iter().map(|c| (c.len, bits(c))));
         let validity = cols.iter().any(|c| c.validity.is_some()).then(|| bitmap(&|c| c.validity.as_ref()));
         let buffers = match storage_type(&dt) {
             DataType::Boolean => vec![bitmap(&|c| c.buffers.first())],
@@ -564,20 +554,12 @@ impl AssembledColumn {
         let len: usize = datas.iter().map(|d| d.len()).sum();
         let packed: Vec<(usize, Option<Buffer>)> = datas.iter().map(validity).collect();
         let null_count = packed.iter().map(|(n, _)| n).sum();
-        let validity = (null_count > 0).then(|| {
-            let mut b = BooleanBufferBuilder::new(len);
-            for (d, (_, v)) in datas.iter().zip(&packed) {
-                match v {
-                    Some(v) => b.append_packed_range(0..d.len(), v.as_slice()),
-                    None => b.append_n(d.len(), true),
-                }
-            }
-            Self::whole(b.finish().into_inner())
-        });
-        let total: usize = datas.iter().map(view_bytes).sum();
+        let validity = (null_count > 0)
+            .then(|| Self::bitmap(len, datas.iter().zip(&packed).map(|(d, (_, v))| (d.len(), v.as_ref()))));
         let mut offsets: Vec<i64> = Vec::with_capacity(len + 1);
         offsets.push(0);
-        let mut bytes: Vec<u8> = Vec::with_capacity(total + INLINE_VIEW_BYTES);
+        // Each array reserves its own bytes as it is appended (one pass over its views sums them).
+        let mut bytes: Vec<u8> = Vec::new();
         for d in &datas {
             append_views(d, &mut offsets, &mut bytes)?;
         }
@@ -588,6 +570,18 @@ impl AssembledColumn {
             validity,
             buffers: vec![Self::whole(Buffer::from_vec(offsets)), Self::whole(Buffer::from_vec(bytes))],
         })
+    }
+
+    /// One bitmap of `len` bits from parts of (rows, LSB-first bits from bit 0, or `None`: all set).
+    fn bitmap<'a>(len: usize, parts: impl Iterator<Item = (usize, Option<&'a Buffer>)>) -> AssembledBuffer {
+        let mut b = BooleanBufferBuilder::new(len);
+        for (rows, bits) in parts {
+            match bits {
+                Some(v) => b.append_packed_range(0..rows, v.as_slice()),
+                None => b.append_n(rows, true),
+            }
+        }
+        Self::whole(b.finish().into_inner())
     }
 
     /// Offsets rebuilt over the whole column, and each part's bytes placed after the last.
