@@ -104,9 +104,15 @@ impl PinnedPool {
     /// Whether `bytes` lie in pinned memory of this pool (for instance buffers a download
     /// returned), so the DMA engine may read them directly.
     pub fn contains(&self, bytes: &[u8]) -> bool {
+        self.allocation_of(bytes).is_some()
+    }
+
+    /// The start address of the pinned allocation that holds all of `bytes`, if one does. (One
+    /// DMA may read pieces end to end in one allocation, never across two.)
+    pub fn allocation_of(&self, bytes: &[u8]) -> Option<usize> {
         let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
-        let Ok(live) = self.shared.live.lock() else { return false };
-        live.range(..=addr).next_back().is_some_and(|(&start, &size)| addr + len <= start + size)
+        let live = self.shared.live.lock().ok()?;
+        live.range(..=addr).next_back().filter(|(start, size)| addr + len <= **start + **size).map(|(start, _)| *start)
     }
 
     /// Pinned bytes held by this process (in use and cached).

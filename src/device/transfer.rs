@@ -113,6 +113,15 @@ pub fn upload(
     // Pool blocks go back to the pool when their buffer is dropped, which the caller may do as
     // soon as this returns: copies straight from them are waited for.
     let mut direct_from_pool = false;
+    // Direct copies from one pinned allocation that lie end to end on both sides (the batches of
+    // a pinned table's column) go in one DMA: (host address, device address, length, the device
+    // buffer's base, the host allocation).
+    let mut direct: Option<(usize, sys::CUdeviceptr, usize, sys::CUdeviceptr, usize)> = None;
+    let copy_direct = |(src, dst, len, _, _): (usize, sys::CUdeviceptr, usize, sys::CUdeviceptr, usize)| {
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src as *const _, len, stream.cu_stream()) }
+            .result()
+            .gpu("host-to-device copy from pinned memory")
+    };
     for piece in pieces {
         if piece.dst_offset + piece.src.len() > piece.dst.len() {
             return Err(gpu_error(format!(
@@ -124,9 +133,27 @@ pub fn upload(
         }
         let buffer = piece.dst.raw_ptr(stream);
         let base = buffer + piece.dst_offset as u64;
-        let pinned = pool.contains(piece.src);
-        direct_from_pool |= pinned;
-        if pinned || registry.is_some_and(|r| r.prepare(piece.src)) {
+        if piece.src.is_empty() {
+            continue;
+        }
+        let allocation = pool.allocation_of(piece.src);
+        direct_from_pool |= allocation.is_some();
+        if let Some(allocation) = allocation {
+            let src = piece.src.as_ptr() as usize;
+            let len = piece.src.len();
+            direct = match direct {
+                Some((s, d, n, b, a)) if a == allocation && b == buffer && s + n == src && d + n as u64 == base => {
+                    Some((s, d, n + len, b, a))
+                }
+                Some(prev) => {
+                    copy_direct(prev)?;
+                    Some((src, base, len, buffer, allocation))
+                }
+                None => Some((src, base, len, buffer, allocation)),
+            };
+            continue;
+        }
+        if registry.is_some_and(|r| r.prepare(piece.src)) {
             unsafe {
                 sys::cuMemcpyHtoDAsync_v2(base, piece.src.as_ptr() as *const _, piece.src.len(), stream.cu_stream())
             }
@@ -147,6 +174,9 @@ pub fn upload(
                 slot ^= 1;
             }
         }
+    }
+    if let Some(last) = direct {
+        copy_direct(last)?;
     }
     if !batch.is_empty() {
         flush(stream, ring, slot, &batch, threads)?;

@@ -377,11 +377,16 @@ impl GpuAggregateExec {
 
     /// With `gpu.host_filter_priced` and a host pre-filter: nanoseconds one row of the fused
     /// input costs to upload, for one of the input's partitions sharing the link (the profile's
-    /// transfer cost per byte times the uploaded columns' bytes times the partitions).
+    /// transfer cost per byte, or the link's own for a scan of pinned memory, which goes up
+    /// without a host copy, times the uploaded columns' bytes times the partitions).
     fn host_upload_ns_per_row(&self, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
         let f = self.fused.as_ref().filter(|f| f.host_filter.is_some() && cfg.host_filter_priced)?;
         let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
-        let per_byte = crate::cost::upload_seconds(1.0, 0.0, &profile);
+        let per_byte = if crate::columns::pinned::scans_pinned_memory(&f.input, gpu) && profile.h2d > 0.0 {
+            1.0 / profile.h2d
+        } else {
+            crate::cost::upload_seconds(1.0, 0.0, &profile)
+        };
         let partitions = f.input.output_partitioning().partition_count().max(1) as f64;
         Some(per_byte * crate::cost::row_bytes(&f.projection.upload_schema) * partitions * 1e9)
     }

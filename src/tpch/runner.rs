@@ -18,6 +18,7 @@ use super::chart::{self, Bars};
 use super::compare::compare;
 use super::data::{self, Progresses, Table};
 use super::queries::{self, Query};
+use crate::columns::pin_partitions;
 use crate::config::GpuConfig;
 use crate::device::{Gpu, probe};
 use crate::exec::placement::{Placement, placements, summary};
@@ -69,6 +70,21 @@ pub struct SuiteBenchOptions {
     /// (EXPLAIN ANALYZE), with where each operator ran.
     #[arg(long)]
     pub explain: bool,
+    /// Where the tables' batches live, for both sessions alike: `pageable` keeps the allocator's
+    /// memory (the normal DataFusion case); `pinned` copies them once, after loading, into
+    /// page-locked host memory (still host memory, read by the CPU as before; GPU scans then
+    /// upload without a host copy; see `benches/results/2026-11-25-h100-pinned-tables.md`).
+    /// Without a GPU the tables stay pageable.
+    #[arg(long, value_enum, default_value_t = HostMemory::Pageable)]
+    pub host_memory: HostMemory,
+}
+
+/// Where benchmark tables live on the host (see [`SuiteBenchOptions::host_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostMemory {
+    Pinned,
+    Pageable,
 }
 
 impl SuiteBenchOptions {
@@ -87,6 +103,7 @@ impl SuiteBenchOptions {
             no_save: true,
             label: None,
             explain: false,
+            host_memory: HostMemory::Pageable,
         }
     }
 }
@@ -131,6 +148,11 @@ pub struct SuiteReport {
     pub gpu_settings: Vec<String>,
     pub data: String,
     pub load_seconds: f64,
+    /// Where the tables' batches lived during the run: `pinned` or `pageable` (with the reason
+    /// when pinning was asked for but not done).
+    pub host_memory: String,
+    /// Seconds spent copying the tables into pinned memory (0 when pageable).
+    pub pin_seconds: f64,
     pub tables: Vec<(String, usize, usize)>,
     pub queries: Vec<QueryReport>,
     /// Geometric mean of the speedups of the queries timed on both sides.
@@ -236,6 +258,25 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         Err(reason) => (None, Some(reason)),
     };
 
+    let (tables, host_memory, pin_seconds) = match (o.host_memory, &no_gpu) {
+        (HostMemory::Pageable, _) => (tables, "pageable".to_string(), 0.0),
+        (HostMemory::Pinned, Some(reason)) => (tables, format!("pageable (no GPU to pin with: {reason})"), 0.0),
+        (HostMemory::Pinned, None) => {
+            let t = Instant::now();
+            let gpu = Gpu::get(0)?;
+            let pinned = tables
+                .into_iter()
+                .map(|t| Ok(Table { partitions: pin_partitions(&gpu, &t.partitions)?, ..t }))
+                .collect::<Result<Vec<_>>>()
+                .map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "copying the tables into pinned host memory failed ({e}); run with --host-memory pageable"
+                    ))
+                })?;
+            (pinned, "pinned".to_string(), t.elapsed().as_secs_f64())
+        }
+    };
+
     let config = SessionConfig::new().with_target_partitions(partitions);
     let mut gpu_cfg = GpuConfig::default();
     if let Some(m) = o.gpu_min_rows {
@@ -292,6 +333,8 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         gpu_settings: o.gpu_set.clone(),
         data: data_source,
         load_seconds,
+        host_memory,
+        pin_seconds,
         tables: tables.iter().map(|t| (t.name.to_string(), t.num_rows(), t.memory_size())).collect(),
         all_ok: reports.iter().all(|r| r.ok),
         queries: reports,
@@ -456,7 +499,16 @@ fn save(report: &SuiteReport, out: &Path) -> Result<Vec<PathBuf>> {
 
 impl std::fmt::Display for SuiteReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "{} SF {} ({}; loaded in {:.1} s)", self.suite.title(), self.sf, self.data, self.load_seconds)?;
+        writeln!(
+            f,
+            "{} SF {} ({}; loaded in {:.1} s; host memory {}{})",
+            self.suite.title(),
+            self.sf,
+            self.data,
+            self.load_seconds,
+            self.host_memory,
+            if self.pin_seconds > 0.0 { format!(", pinned in {:.1} s", self.pin_seconds) } else { String::new() }
+        )?;
         for (name, rows, bytes) in &self.tables {
             writeln!(f, "  {name:<10} {rows:>12} rows {:>10.1} MiB", *bytes as f64 / (1 << 20) as f64)?;
         }

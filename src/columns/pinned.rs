@@ -1,0 +1,250 @@
+//! Tables held in page-locked (pinned) host memory.
+//!
+//! An in-memory table scanned by a GPU operator crosses PCIe on every query. From ordinary
+//! (pageable) memory each upload costs a host copy into the staging buffers first, and those
+//! copies, not the link, bound scans of large tables: on the H100 machine q1 of TPC-H SF10
+//! spent about 40% of each partition's time copying into staging (benches/results/
+//! 2026-11-24-h100-device-views-and-mapped-uploads.md). Registering the table's memory while
+//! queries ran (`cuMemHostRegister`) cost more than it saved, because tables are made of many
+//! small buffers.
+//!
+//! [`pin_partitions`] instead copies a table once, when it is loaded, into pinned memory of the
+//! device's pool: the batches keep their schema, values and layout (they remain ordinary Arrow
+//! batches the CPU reads as before), but each column of a partition now lies in one pinned
+//! block, its batches' buffers end to end, so the DMA engine reads them directly and the buffers
+//! of consecutive batches go up in one copy. The memory is the host's; nothing stays on the
+//! device between queries.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use datafusion::arrow::alloc::Allocation;
+use datafusion::arrow::array::{ArrayData, ArrayRef, make_array};
+use datafusion::arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result;
+use datafusion::physical_plan::ExecutionPlan;
+use rayon::prelude::*;
+
+use crate::device::pinned::PinnedBlock;
+use crate::device::{Gpu, PinnedPool};
+use crate::error::gpu_error;
+
+/// Alignment of each buffer inside a block (Arrow's own allocation alignment).
+const ALIGN: usize = 64;
+
+fn aligned(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+/// Bytes a copy of `d` takes in a block: its validity, buffers and children, each aligned.
+fn data_bytes(d: &ArrayData) -> usize {
+    d.nulls().map_or(0, |n| aligned(n.buffer().len()))
+        + d.buffers().iter().map(|b| aligned(b.len())).sum::<usize>()
+        + d.child_data().iter().map(data_bytes).sum::<usize>()
+}
+
+/// Copies every buffer of `d` (validity, buffers, then children, depth first) to `base + *pos`
+/// onwards, recording where each went.
+///
+/// SAFETY: `base` must be valid for writes of `data_bytes(d)` bytes from `*pos`.
+unsafe fn copy_data(d: &ArrayData, base: *mut u8, pos: &mut usize, offsets: &mut Vec<usize>) {
+    let mut put = |b: &Buffer| {
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), base.add(*pos), b.len()) };
+        offsets.push(*pos);
+        *pos += aligned(b.len());
+    };
+    if let Some(n) = d.nulls() {
+        put(n.buffer());
+    }
+    for b in d.buffers() {
+        put(b);
+    }
+    for c in d.child_data() {
+        unsafe { copy_data(c, base, pos, offsets) };
+    }
+}
+
+/// `d` over the copies of its buffers in `block`, taken from `offsets` in [`copy_data`]'s order.
+/// Each buffer is an allocation of its own length that shares the block (not a slice of one
+/// block-sized buffer), so that Arrow's memory sizes, which DataFusion's memory accounting sums,
+/// count each batch's bytes once.
+fn rebuild(d: &ArrayData, block: &Arc<PinnedBlock>, offsets: &mut std::slice::Iter<'_, usize>) -> Result<ArrayData> {
+    let mut next = |len: usize| -> Result<Buffer> {
+        let off = *offsets.next().ok_or_else(|| gpu_error("pinned copy lost track of a buffer"))?;
+        if off + len > block.capacity() {
+            return Err(gpu_error("pinned copy ran past its block"));
+        }
+        let ptr =
+            NonNull::new(block.as_ptr().wrapping_add(off) as *mut u8).ok_or_else(|| gpu_error("null pinned block"))?;
+        let owner: Arc<dyn Allocation> = Arc::clone(block) as _;
+        // SAFETY: `len` bytes from `ptr` lie in the block, which `owner` keeps allocated.
+        Ok(unsafe { Buffer::from_custom_allocation(ptr, len, owner) })
+    };
+    let nulls = match d.nulls() {
+        Some(n) => {
+            let bits = BooleanBuffer::new(next(n.buffer().len())?, n.offset(), n.len());
+            // SAFETY: the same bits as `n`, so the same null count.
+            Some(unsafe { NullBuffer::new_unchecked(bits, n.null_count()) })
+        }
+        None => None,
+    };
+    let buffers = d.buffers().iter().map(|b| next(b.len())).collect::<Result<Vec<_>>>()?;
+    let children = d.child_data().iter().map(|c| rebuild(c, block, offsets)).collect::<Result<Vec<_>>>()?;
+    let builder = ArrayData::builder(d.data_type().clone())
+        .len(d.len())
+        .offset(d.offset())
+        .nulls(nulls)
+        .buffers(buffers)
+        .child_data(children);
+    // SAFETY: byte for byte the buffers of `d`, a valid array, with its type, length and offset.
+    Ok(unsafe { builder.build_unchecked() })
+}
+
+/// One column of a partition (the column's array in each batch) copied into one pinned block.
+fn pin_column(pool: &Arc<PinnedPool>, arrays: &[&ArrayRef]) -> Result<Vec<ArrayRef>> {
+    let datas: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
+    let total: usize = datas.iter().map(data_bytes).sum();
+    if total == 0 {
+        return Ok(arrays.iter().map(|a| Arc::clone(a)).collect());
+    }
+    let mut block = pool.alloc(total)?;
+    let base = block.as_mut_ptr();
+    let mut pos = 0usize;
+    let mut offsets = Vec::new();
+    for d in &datas {
+        // SAFETY: the block holds `total` bytes, the sum of `data_bytes` over `datas`.
+        unsafe { copy_data(d, base, &mut pos, &mut offsets) };
+    }
+    let block = Arc::new(block);
+    let mut it = offsets.iter();
+    datas.iter().map(|d| Ok(make_array(rebuild(d, &block, &mut it)?))).collect()
+}
+
+/// `partitions` copied into pinned host memory of `gpu`'s pool: the same schema, batches, rows
+/// and values, each partition's column in one block (see the module documentation). Fails,
+/// without leaving anything pinned, when the host cannot lock that much memory.
+pub fn pin_partitions(gpu: &Gpu, partitions: &[Vec<RecordBatch>]) -> Result<Vec<Vec<RecordBatch>>> {
+    let pool = gpu.pinned();
+    partitions
+        .par_iter()
+        .map(|batches| {
+            let Some(first) = batches.first() else { return Ok(Vec::new()) };
+            let schema = first.schema();
+            let columns = (0..first.num_columns())
+                .map(|c| pin_column(pool, &batches.iter().map(|b| b.column(c)).collect::<Vec<_>>()))
+                .collect::<Result<Vec<_>>>()?;
+            (0..batches.len())
+                .map(|i| {
+                    let arrays = columns.iter().map(|col| Arc::clone(&col[i])).collect();
+                    Ok(RecordBatch::try_new_with_options(
+                        Arc::clone(&schema),
+                        arrays,
+                        &datafusion::arrow::record_batch::RecordBatchOptions::new()
+                            .with_row_count(Some(batches[i].num_rows())),
+                    )?)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether every buffer of `batch`'s columns lies in `gpu`'s pinned memory.
+pub fn is_pinned(gpu: &Gpu, batch: &RecordBatch) -> bool {
+    fn all(pool: &PinnedPool, d: &ArrayData) -> bool {
+        d.nulls().is_none_or(|n| pool.contains(n.buffer().as_slice()))
+            && d.buffers().iter().all(|b| b.is_empty() || pool.contains(b.as_slice()))
+            && d.child_data().iter().all(|c| all(pool, c))
+    }
+    batch.columns().iter().all(|c| all(gpu.pinned(), &c.to_data()))
+}
+
+/// Whether `plan` scans in-memory batches that lie in `gpu`'s pinned memory (judged by the first
+/// non-empty batch), so uploading its rows costs a DMA and no host copy.
+pub fn scans_pinned_memory(plan: &Arc<dyn ExecutionPlan>, gpu: &Gpu) -> bool {
+    let Some(source) = plan.downcast_ref::<DataSourceExec>() else { return false };
+    let Some(memory) = source.data_source().downcast_ref::<MemorySourceConfig>() else { return false };
+    memory.partitions().iter().flatten().find(|b| b.num_rows() > 0).is_some_and(|b| is_pinned(gpu, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{gpu_lock, gpu_or_skip};
+    use datafusion::arrow::array::{Decimal128Array, Int32Array, StringArray, StringViewArray};
+    use datafusion::arrow::compute::concat_batches;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use rand::{Rng, SeedableRng};
+
+    /// Pinned copies hold the same values (nulls, views with long strings, slices, decimals) and
+    /// lie in the pool; each column's batches share one block, end to end.
+    #[test]
+    fn gpu_pinned_partitions_keep_every_value() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_pinned_partitions_keep_every_value") else { return };
+        let seed = crate::testing::fresh_seed("pinned_partitions");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, true),
+            Field::new("d", DataType::Decimal128(15, 2), false),
+            Field::new("s", DataType::Utf8View, true),
+            Field::new("u", DataType::Utf8, false),
+        ]));
+        let mut partitions = Vec::new();
+        for _ in 0..3 {
+            let mut batches = Vec::new();
+            for _ in 0..rng.random_range(0..5) {
+                let n = rng.random_range(0..3000);
+                let k: Int32Array = (0..n).map(|_| rng.random_bool(0.8).then(|| rng.random_range(-50..50))).collect();
+                let d = Decimal128Array::from_iter_values((0..n).map(|_| rng.random_range(-1_000_000i128..1_000_000)))
+                    .with_precision_and_scale(15, 2)
+                    .unwrap();
+                let s: StringViewArray = (0..n)
+                    .map(|i| rng.random_bool(0.9).then(|| format!("{}-{}", "long string value ".repeat(i % 3), i)))
+                    .collect();
+                let u: StringArray = (0..n).map(|i| Some(format!("u{i}"))).collect();
+                let b =
+                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(d), Arc::new(s), Arc::new(u)])
+                        .unwrap();
+                // Sliced batches keep their offsets.
+                let off = if n > 10 { rng.random_range(0..10) } else { 0 };
+                batches.push(b.slice(off, n - off));
+            }
+            partitions.push(batches);
+        }
+        let pinned = pin_partitions(&gpu, &partitions).unwrap();
+        assert_eq!(pinned.len(), partitions.len());
+        for (p, q) in partitions.iter().zip(&pinned) {
+            assert_eq!(p.len(), q.len());
+            for (a, b) in p.iter().zip(q) {
+                assert!(is_pinned(&gpu, b), "a pinned batch has a buffer outside the pool");
+                assert_eq!(a, b, "a pinned batch differs from its source");
+                assert!(
+                    b.get_array_memory_size() <= a.get_array_memory_size() + 64 * 8 * b.num_columns(),
+                    "a pinned batch reports {} bytes against its source's {}",
+                    b.get_array_memory_size(),
+                    a.get_array_memory_size()
+                );
+            }
+            if let (Some(first), Some(last)) = (q.first(), q.last()) {
+                // The key column's values of consecutive batches lie in one block, in order.
+                let start = first.column(0).to_data().buffers()[0].as_ptr() as usize;
+                let end = last.column(0).to_data().buffers()[0].as_ptr() as usize;
+                assert!(end >= start, "batches of a column are not in order in their block");
+            }
+            let whole = concat_batches(&schema, p).unwrap();
+            let whole_pinned = concat_batches(&schema, q).unwrap();
+            assert_eq!(whole, whole_pinned);
+            if q.is_empty() {
+                continue;
+            }
+            // Uploaded straight from the pinned blocks (pieces end to end merged into one copy),
+            // the rows come back the same.
+            let stream = gpu.stream();
+            let back = crate::columns::DeviceBatch::upload_concat(&gpu, &stream, q).unwrap().download().unwrap();
+            assert_eq!(back, whole, "pinned batches uploaded and downloaded differ (seed {seed})");
+        }
+    }
+}
