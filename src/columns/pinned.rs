@@ -39,32 +39,34 @@ fn aligned(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
 }
 
-/// Bytes a copy of `d` takes in a block: its validity, buffers and children, each aligned.
-fn data_bytes(d: &ArrayData) -> usize {
-    d.nulls().map_or(0, |n| aligned(n.buffer().len()))
-        + d.buffers().iter().map(|b| aligned(b.len())).sum::<usize>()
-        + d.child_data().iter().map(data_bytes).sum::<usize>()
+/// Visits every buffer of `d` in the order a block holds them: validity, buffers, then children,
+/// depth first. [`rebuild`] takes the copies back in this order.
+fn for_each_buffer(d: &ArrayData, f: &mut impl FnMut(&Buffer)) {
+    if let Some(n) = d.nulls() {
+        f(n.buffer());
+    }
+    d.buffers().iter().for_each(&mut *f);
+    for c in d.child_data() {
+        for_each_buffer(c, f);
+    }
 }
 
-/// Copies every buffer of `d` (validity, buffers, then children, depth first) to `base + *pos`
-/// onwards, recording where each went.
+/// Bytes a copy of `d` takes in a block: each of its buffers, aligned.
+fn data_bytes(d: &ArrayData) -> usize {
+    let mut total = 0;
+    for_each_buffer(d, &mut |b| total += aligned(b.len()));
+    total
+}
+
+/// Copies every buffer of `d` to `base + *pos` onwards, recording where each went.
 ///
 /// SAFETY: `base` must be valid for writes of `data_bytes(d)` bytes from `*pos`.
 unsafe fn copy_data(d: &ArrayData, base: *mut u8, pos: &mut usize, offsets: &mut Vec<usize>) {
-    let mut put = |b: &Buffer| {
+    for_each_buffer(d, &mut |b| {
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), base.add(*pos), b.len()) };
         offsets.push(*pos);
         *pos += aligned(b.len());
-    };
-    if let Some(n) = d.nulls() {
-        put(n.buffer());
-    }
-    for b in d.buffers() {
-        put(b);
-    }
-    for c in d.child_data() {
-        unsafe { copy_data(c, base, pos, offsets) };
-    }
+    });
 }
 
 /// `d` over the copies of its buffers in `block`, taken from `offsets` in [`copy_data`]'s order.
@@ -154,12 +156,11 @@ pub fn pin_partitions(gpu: &Gpu, partitions: &[Vec<RecordBatch>]) -> Result<Vec<
 
 /// Whether every buffer of `batch`'s columns lies in `gpu`'s pinned memory.
 pub fn is_pinned(gpu: &Gpu, batch: &RecordBatch) -> bool {
-    fn all(pool: &PinnedPool, d: &ArrayData) -> bool {
-        d.nulls().is_none_or(|n| pool.contains(n.buffer().as_slice()))
-            && d.buffers().iter().all(|b| b.is_empty() || pool.contains(b.as_slice()))
-            && d.child_data().iter().all(|c| all(pool, c))
+    let mut all = true;
+    for c in batch.columns() {
+        for_each_buffer(&c.to_data(), &mut |b| all &= b.is_empty() || gpu.pinned().contains(b.as_slice()));
     }
-    batch.columns().iter().all(|c| all(gpu.pinned(), &c.to_data()))
+    all
 }
 
 /// Whether `plan` scans in-memory batches that lie in `gpu`'s pinned memory (judged by the first

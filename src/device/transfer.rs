@@ -117,10 +117,11 @@ pub fn upload(
     // a pinned table's column) go in one DMA: (host address, device address, length, the device
     // buffer's base, the host allocation).
     let mut direct: Option<(usize, sys::CUdeviceptr, usize, sys::CUdeviceptr, usize)> = None;
-    let copy_direct = |(src, dst, len, _, _): (usize, sys::CUdeviceptr, usize, sys::CUdeviceptr, usize)| {
+    // A copy straight from page-locked host memory (the pool's or registered).
+    let copy_direct = |src: usize, dst: sys::CUdeviceptr, len: usize| {
         unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src as *const _, len, stream.cu_stream()) }
             .result()
-            .gpu("host-to-device copy from pinned memory")
+            .gpu("host-to-device copy from page-locked memory")
     };
     for piece in pieces {
         if piece.dst_offset + piece.src.len() > piece.dst.len() {
@@ -145,8 +146,8 @@ pub fn upload(
                 Some((s, d, n, b, a)) if a == allocation && b == buffer && s + n == src && d + n as u64 == base => {
                     Some((s, d, n + len, b, a))
                 }
-                Some(prev) => {
-                    copy_direct(prev)?;
+                Some((s, d, n, _, _)) => {
+                    copy_direct(s, d, n)?;
                     Some((src, base, len, buffer, allocation))
                 }
                 None => Some((src, base, len, buffer, allocation)),
@@ -154,11 +155,7 @@ pub fn upload(
             continue;
         }
         if registry.is_some_and(|r| r.prepare(piece.src)) {
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(base, piece.src.as_ptr() as *const _, piece.src.len(), stream.cu_stream())
-            }
-            .result()
-            .gpu("host-to-device copy from registered memory")?;
+            copy_direct(piece.src.as_ptr() as usize, base, piece.src.len())?;
             continue;
         }
         let mut off = 0usize;
@@ -175,8 +172,8 @@ pub fn upload(
             }
         }
     }
-    if let Some(last) = direct {
-        copy_direct(last)?;
+    if let Some((s, d, n, _, _)) = direct {
+        copy_direct(s, d, n)?;
     }
     if !batch.is_empty() {
         flush(stream, ring, slot, &batch, threads)?;
