@@ -12,8 +12,10 @@
 //! device's pool: the batches keep their schema, values and layout (they remain ordinary Arrow
 //! batches the CPU reads as before), but each column of a partition now lies in one pinned
 //! block, its batches' buffers end to end, so the DMA engine reads them directly and the buffers
-//! of consecutive batches go up in one copy. The memory is the host's; nothing stays on the
-//! device between queries.
+//! of consecutive batches go up in one copy. The blocks are held ([`PinnedPool::alloc_held`]):
+//! huge-page-advised mappings page-locked in place, freed only with the table and after the
+//! device has finished with them, so uploads from them return without waiting for their copies.
+//! The memory is the host's; nothing stays on the device between queries.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -112,7 +114,7 @@ fn pin_column(pool: &Arc<PinnedPool>, arrays: &[&ArrayRef]) -> Result<Vec<ArrayR
     if total == 0 {
         return Ok(arrays.iter().map(|a| Arc::clone(a)).collect());
     }
-    let mut block = pool.alloc(total)?;
+    let mut block = pool.alloc_held(total)?;
     let base = block.as_mut_ptr();
     let mut pos = 0usize;
     let mut offsets = Vec::new();

@@ -11,7 +11,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, result};
+use cudarc::driver::{CudaContext, result, sys};
 use datafusion::arrow::buffer::Buffer;
 
 use crate::config::human_bytes;
@@ -37,11 +37,25 @@ const SMALL_BLOCK: usize = 1 << 20;
 /// Size of a chunk that small blocks are carved from.
 const CHUNK: usize = 8 << 20;
 
-/// One `cuMemHostAlloc` allocation; freed when its last block is gone.
+/// How a chunk's memory was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// `cuMemHostAlloc`.
+    Driver,
+    /// An anonymous mapping the driver page-locked in place (`cuMemHostRegister`).
+    Registered,
+}
+
+/// One page-locked allocation; freed when its last block is gone.
 #[derive(Debug)]
 struct Chunk {
     addr: usize,
     size: usize,
+    backing: Backing,
+    /// Held for one long-lived owner (a pinned table's column, see [`PinnedPool::alloc_held`]):
+    /// never cached for reuse, and freed only after the context's work has finished, so copies
+    /// may read it without being waited for.
+    held: bool,
     pool: Arc<PoolShared>,
 }
 
@@ -50,7 +64,20 @@ impl Drop for Chunk {
         // Errors here cannot be reported to anyone; the context records them.
         let t = std::time::Instant::now();
         if self.pool.ctx.bind_to_thread().is_ok() {
-            let _ = unsafe { result::free_host(self.addr as *mut std::ffi::c_void) };
+            if self.held {
+                // Uploads do not wait for copies out of held memory: wait for them here.
+                let _ = self.pool.ctx.synchronize();
+            }
+            match self.backing {
+                Backing::Driver => {
+                    let _ = unsafe { result::free_host(self.addr as *mut std::ffi::c_void) };
+                }
+                Backing::Registered => {
+                    let _ = unsafe { sys::cuMemHostUnregister(self.addr as *mut _) };
+                    // SAFETY: the mapping `new_held_chunk` made, of this size, used by no one now.
+                    let _ = unsafe { libc::munmap(self.addr as *mut _, self.size) };
+                }
+            }
         }
         crate::exec::timeline::mark("pinned pool", || {
             format!("freed {} in {:.2} ms", human_bytes(self.size as u64), t.elapsed().as_secs_f64() * 1e3)
@@ -74,8 +101,9 @@ struct PoolShared {
     ctx: Arc<CudaContext>,
     /// Bytes allocated from the driver and not yet released.
     allocated: AtomicU64,
-    /// Address and size of every chunk allocated and not yet released.
-    live: Mutex<BTreeMap<usize, usize>>,
+    /// Address, size and whether it is held (see [`Chunk::held`]) of every chunk allocated and
+    /// not yet released.
+    live: Mutex<BTreeMap<usize, (usize, bool)>>,
 }
 
 /// A pool of pinned host blocks of one context.
@@ -107,12 +135,15 @@ impl PinnedPool {
         self.allocation_of(bytes).is_some()
     }
 
-    /// The start address of the pinned allocation that holds all of `bytes`, if one does. (One
-    /// DMA may read pieces end to end in one allocation, never across two.)
-    pub fn allocation_of(&self, bytes: &[u8]) -> Option<usize> {
+    /// The pinned allocation that holds all of `bytes`, if one does. (One DMA may read pieces
+    /// end to end in one allocation, never across two.)
+    pub fn allocation_of(&self, bytes: &[u8]) -> Option<PinnedAllocation> {
         let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
         let live = self.shared.live.lock().ok()?;
-        live.range(..=addr).next_back().filter(|(start, size)| addr + len <= **start + **size).map(|(start, _)| *start)
+        live.range(..=addr)
+            .next_back()
+            .filter(|(start, (size, _))| addr + len <= **start + *size)
+            .map(|(start, (_, held))| PinnedAllocation { start: *start, held: *held })
     }
 
     /// Pinned bytes held by this process (in use and cached).
@@ -142,7 +173,68 @@ impl PinnedPool {
         Ok(PinnedBlock { addr: chunk.addr, size, chunk, pool: Arc::clone(self) })
     }
 
+    /// A block of at least `len` bytes in an allocation of its own, for an owner that keeps it
+    /// for long (a pinned table's column). It is never cached for reuse: when the block is
+    /// dropped its memory is freed, after the context's work has finished. So copies straight
+    /// from it need not be waited for (see [`PinnedAllocation::held`]).
+    ///
+    /// The memory is an anonymous mapping advised to use transparent huge pages and page-locked
+    /// in place (`cuMemHostRegister`), so the CPU reads the table through the same pages it would
+    /// get from its allocator; if registering fails, `cuMemHostAlloc`.
+    pub fn alloc_held(self: &Arc<Self>, len: usize) -> Result<PinnedBlock> {
+        let size = len.max(1).div_ceil(LARGE_GRANULE) * LARGE_GRANULE;
+        let chunk = match self.new_registered_chunk(size) {
+            Some(chunk) => chunk,
+            None => self.new_chunk_of(size, true)?,
+        };
+        Ok(PinnedBlock { addr: chunk.addr, size, chunk, pool: Arc::clone(self) })
+    }
+
+    /// A held chunk of `size` bytes (a multiple of 2 MiB) mapped and page-locked in place, or
+    /// `None` when the host refuses either step.
+    fn new_registered_chunk(&self, size: usize) -> Option<Arc<Chunk>> {
+        self.shared.ctx.bind_to_thread().ok()?;
+        let t = std::time::Instant::now();
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        // Advice only: under `transparent_hugepage=never` it changes nothing.
+        let _ = unsafe { libc::madvise(ptr, size, libc::MADV_HUGEPAGE) };
+        if unsafe { sys::cuMemHostRegister_v2(ptr, size, 0) } != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the mapping made above.
+            unsafe { libc::munmap(ptr, size) };
+            return None;
+        }
+        crate::exec::timeline::mark("pinned pool", || {
+            format!("mapped and registered {} in {:.2} ms", human_bytes(size as u64), t.elapsed().as_secs_f64() * 1e3)
+        });
+        Some(self.track(ptr as usize, size, Backing::Registered, true))
+    }
+
     fn new_chunk(&self, size: usize) -> Result<Arc<Chunk>> {
+        self.new_chunk_of(size, false)
+    }
+
+    fn track(&self, addr: usize, size: usize, backing: Backing, held: bool) -> Arc<Chunk> {
+        self.shared.allocated.fetch_add(size as u64, Ordering::SeqCst);
+        if let Ok(mut live) = self.shared.live.lock() {
+            live.insert(addr, (size, held));
+        }
+        Arc::new(Chunk { addr, size, backing, held, pool: Arc::clone(&self.shared) })
+    }
+
+    fn new_chunk_of(&self, size: usize, held: bool) -> Result<Arc<Chunk>> {
         self.shared.ctx.bind_to_thread().map_err(|e| gpu_error(format!("binding the CUDA context: {e}")))?;
         // Plain page-locked memory: write-combined memory would make host reads of downloads slow.
         let t = std::time::Instant::now();
@@ -155,11 +247,7 @@ impl PinnedPool {
         crate::exec::timeline::mark("pinned pool", || {
             format!("allocated {} in {:.2} ms", human_bytes(size as u64), t.elapsed().as_secs_f64() * 1e3)
         });
-        self.shared.allocated.fetch_add(size as u64, Ordering::SeqCst);
-        if let Ok(mut live) = self.shared.live.lock() {
-            live.insert(ptr as usize, size);
-        }
-        Ok(Arc::new(Chunk { addr: ptr as usize, size, pool: Arc::clone(&self.shared) }))
+        Ok(self.track(ptr as usize, size, Backing::Driver, held))
     }
 
     /// Caches a returned block. When the cache is full, cached blocks of other sizes go first,
@@ -233,9 +321,23 @@ impl PinnedBlock {
 
 impl Drop for PinnedBlock {
     fn drop(&mut self) {
-        let chunk = Arc::clone(&self.chunk);
-        self.pool.give_back(self.addr, self.size, chunk);
+        // A held block's chunk is freed with the block (the last `Arc` goes with `self`).
+        if !self.chunk.held {
+            let chunk = Arc::clone(&self.chunk);
+            self.pool.give_back(self.addr, self.size, chunk);
+        }
     }
+}
+
+/// Where some bytes lie in a pool's pinned memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedAllocation {
+    /// The allocation's start address.
+    pub start: usize,
+    /// Whether the allocation is held (see [`PinnedPool::alloc_held`]): it is not reused for
+    /// anything else before the context's work has finished, so a copy out of it need not be
+    /// waited for.
+    pub held: bool,
 }
 
 #[cfg(test)]
@@ -289,6 +391,34 @@ mod tests {
         let again = (pool.alloc(4 * mb).unwrap(), pool.alloc(4 * mb).unwrap());
         assert_eq!(pool.allocated_bytes(), (8 * mb) as u64, "both 4 MiB blocks are reused");
         drop(again);
+    }
+
+    /// Held blocks get an allocation of their own, are reported as held, and are freed (not
+    /// cached) when dropped.
+    #[test]
+    fn gpu_held_blocks_are_freed_not_cached() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_held_blocks_are_freed_not_cached") else { return };
+        let mb = 1usize << 20;
+        let pool = PinnedPool::new(Arc::clone(gpu.context()), (64 * mb) as u64);
+        let mut held = pool.alloc_held(3 * mb + 1).unwrap();
+        assert_eq!(held.capacity(), 4 * mb, "held blocks round up to a multiple of 2 MiB");
+        unsafe { std::ptr::write_bytes(held.as_mut_ptr(), 7, held.capacity()) };
+        let bytes = unsafe { std::slice::from_raw_parts(held.as_ptr().add(mb), 1000) };
+        assert!(bytes.iter().all(|b| *b == 7));
+        let at = pool.allocation_of(bytes).unwrap();
+        assert_eq!((at.start, at.held), (held.as_ptr() as usize, true));
+        let pooled = pool.alloc(4 * mb).unwrap();
+        let at = pool.allocation_of(unsafe { std::slice::from_raw_parts(pooled.as_ptr(), 10) }).unwrap();
+        assert!(!at.held, "pool blocks are not held");
+        assert_eq!(pool.allocated_bytes(), (8 * mb) as u64);
+        let addr = held.as_ptr() as usize;
+        drop(held);
+        assert_eq!(pool.allocated_bytes(), (4 * mb) as u64, "a dropped held block is freed, not cached");
+        let probe = [0u8; 1];
+        assert!(pool.allocation_of(&probe).is_none());
+        assert!(pool.shared.live.lock().unwrap().get(&addr).is_none());
+        drop(pooled);
     }
 
     #[test]

@@ -111,7 +111,8 @@ pub fn upload(
     let mut fill = 0usize;
     let mut slot = 0usize;
     // Pool blocks go back to the pool when their buffer is dropped, which the caller may do as
-    // soon as this returns: copies straight from them are waited for.
+    // soon as this returns: copies straight from them are waited for. Held blocks (pinned
+    // tables) are freed only after the context's work has finished, so copies from them are not.
     let mut direct_from_pool = false;
     // Direct copies from one pinned allocation that lie end to end on both sides (the batches of
     // a pinned table's column) go in one DMA: (host address, device address, length, the device
@@ -138,8 +139,8 @@ pub fn upload(
             continue;
         }
         let allocation = pool.allocation_of(piece.src);
-        direct_from_pool |= allocation.is_some();
-        if let Some(allocation) = allocation {
+        direct_from_pool |= allocation.is_some_and(|a| !a.held);
+        if let Some(allocation) = allocation.map(|a| a.start) {
             let src = piece.src.as_ptr() as usize;
             let len = piece.src.len();
             direct = match direct {

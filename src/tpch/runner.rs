@@ -73,7 +73,7 @@ pub struct SuiteBenchOptions {
     /// Where the tables' batches live, for both sessions alike: `pageable` keeps the allocator's
     /// memory (the normal DataFusion case); `pinned` copies them once, after loading, into
     /// page-locked host memory (still host memory, read by the CPU as before; GPU scans then
-    /// upload without a host copy; see `benches/results/2026-11-25-h100-pinned-tables.md`).
+    /// upload without a host copy; see `benches/results/2026-11-25-h100-held-pinned-tables-ab.md`).
     /// Without a GPU the tables stay pageable.
     #[arg(long, value_enum, default_value_t = HostMemory::Pageable)]
     pub host_memory: HostMemory,
