@@ -191,7 +191,7 @@ gpu_options! {
         pub device: usize, default = 0
         /// Most device memory the GPU operators may hold at once (e.g. '8G'); 'auto' takes 90% of the memory free when the device is first used.
         pub memory_limit: ByteSize, default = ByteSize::Auto
-        /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead.
+        /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead (which reads the rows as they arrive and is dropped once they reach this count).
         pub min_rows: usize, default = 100_000
         /// Size of each pinned host staging buffer used for host-to-device copies.
         pub staging_buffer_size: ByteSize, default = ByteSize::Bytes(32 << 20)

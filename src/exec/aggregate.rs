@@ -38,6 +38,7 @@ use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricB
 use datafusion::physical_plan::repartition::{BatchPartitioner, RepartitionExec};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PhysicalExpr, PlanProperties, displayable,
@@ -774,6 +775,43 @@ enum Reduced {
     Host(Vec<RecordBatch>),
 }
 
+/// A one-partition source whose stream is handed in once: the rows a GPU aggregate receives,
+/// passed on to DataFusion's aggregate on the CPU as they arrive (see [`Run::reduce_or_cpu`]).
+struct HandedStream {
+    schema: SchemaRef,
+    stream: std::sync::Mutex<Option<SendableRecordBatchStream>>,
+}
+
+impl HandedStream {
+    fn new(schema: SchemaRef, stream: SendableRecordBatchStream) -> Self {
+        HandedStream { schema, stream: std::sync::Mutex::new(Some(stream)) }
+    }
+}
+
+impl fmt::Debug for HandedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandedStream").field("schema", &self.schema).finish_non_exhaustive()
+    }
+}
+
+impl PartitionStream for HandedStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        match self.stream.lock().ok().and_then(|mut s| s.take()) {
+            Some(s) => s,
+            None => Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                futures::stream::once(async {
+                    Err(DataFusionError::Internal("a GPU aggregate's CPU input was read twice".into()))
+                }),
+            )),
+        }
+    }
+}
+
 /// Rows a [`Run`] reduces: host rows (projected to what the aggregate uploads) or device rows
 /// (already in the order the aggregate reads them).
 enum Piece {
@@ -794,8 +832,9 @@ impl Run {
     /// This partition's output batches from its host input. The first `gpu.min_rows` rows are
     /// read before anything is uploaded: when the input ends sooner, the plan's estimate was
     /// too high (sizes after joins and filters are guesses) and DataFusion's aggregate, with the
-    /// filters and projections fused into this one, runs on them on the CPU: a GPU group-by has a
-    /// fixed cost of transfers, launches and synchronisations that so few rows do not repay.
+    /// filters and projections fused into this one, gives the output on the CPU: a GPU group-by
+    /// has a fixed cost of transfers, launches and synchronisations that so few rows do not
+    /// repay. That CPU aggregate reads the rows as they arrive (see [`Run::reduce_or_cpu`]).
     async fn run(self, input: Input) -> Result<Vec<RecordBatch>> {
         match self.reduce_or_cpu(input).await? {
             Reduced::Device(state) => self.finish(state).await,
@@ -824,28 +863,53 @@ impl Run {
         };
         let schema = input.schema();
         let (mut head, mut rows) = (Vec::new(), 0usize);
-        while self.min_rows > 0 && rows < self.min_rows {
-            match input.next().await.transpose()? {
-                Some(b) => {
-                    rows += b.num_rows();
-                    head.push(b);
+        if self.min_rows > 0 {
+            // DataFusion's aggregate starts on the rows as they arrive, as it would without this
+            // exec, so that when the input ends under `gpu.min_rows` its work has overlapped the
+            // input's (the operators below produce it over time). When the input reaches
+            // `gpu.min_rows`, that speculative aggregate is aborted and the rows go to the GPU.
+            let (tx, rx) = futures::channel::mpsc::unbounded::<Result<RecordBatch>>();
+            let cpu =
+                self.on_cpu(Arc::clone(&schema), Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), rx)))?;
+            while rows < self.min_rows {
+                match input.next().await.transpose()? {
+                    Some(b) => {
+                        rows += b.num_rows();
+                        // The aggregate may have failed already: its error comes from `join`.
+                        let _ = tx.unbounded_send(Ok(b.clone()));
+                        head.push(b);
+                    }
+                    None => {
+                        drop(tx);
+                        timeline::mark(&self.who, || format!("{rows} input rows, below gpu.min_rows: on the CPU"));
+                        self.metrics.cpu_partitions.add(1);
+                        self.metrics.input_rows.add(rows);
+                        let out = cpu.join_unwind().await.map_err(|e| {
+                            DataFusionError::Execution(format!("GPU aggregate: its CPU aggregate failed: {e}"))
+                        })??;
+                        return Ok(Reduced::Host(out));
+                    }
                 }
-                None => return self.on_cpu(schema, head).await.map(Reduced::Host),
             }
+            // Dropping the task aborts it before it sees the end of its input.
+            drop(cpu);
+            drop(tx);
         }
         let rest = futures::stream::iter(head.into_iter().map(Ok)).chain(input);
         let input = Box::pin(RecordBatchStreamAdapter::new(schema, rest));
         self.reduce(self.host_pieces(input)).await.map(Reduced::Device)
     }
 
-    /// DataFusion's aggregate (and the nodes fused into this exec) over `batches`, this
-    /// partition's whole input.
-    async fn on_cpu(&self, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        timeline::mark(&self.who, || format!("{rows} input rows, below gpu.min_rows: on the CPU"));
-        self.metrics.cpu_partitions.add(1);
-        self.metrics.input_rows.add(rows);
-        let mut node: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(&[batches], schema, None)?;
+    /// DataFusion's aggregate (and the nodes fused into this exec) over `rows`, this
+    /// partition's input, started as a task of its own; dropping the task aborts it.
+    fn on_cpu(
+        &self,
+        schema: SchemaRef,
+        rows: SendableRecordBatchStream,
+    ) -> Result<SpawnedTask<Result<Vec<RecordBatch>>>> {
+        let source = Arc::new(HandedStream::new(Arc::clone(&schema), rows));
+        let mut node: Arc<dyn ExecutionPlan> =
+            Arc::new(StreamingTableExec::try_new(schema, vec![source], None, Vec::new(), false, None)?);
         let recompute = || ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
         if let Some(f) = &self.fused {
             // The chain lists the nodes nearest this exec first.
@@ -854,7 +918,8 @@ impl Run {
             }
         }
         let agg = Arc::clone(&self.agg).replace_children(vec![node], recompute())?;
-        datafusion::physical_plan::collect(agg, Arc::clone(&self.context)).await
+        let context = Arc::clone(&self.context);
+        Ok(SpawnedTask::spawn(async move { datafusion::physical_plan::collect(agg, context).await }))
     }
 
     /// The fused input's batches projected to the columns its kernels read. With a host filter
