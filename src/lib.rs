@@ -8,6 +8,10 @@
 //! Layers, bottom to top: `kernels/` (CUDA C++), [`device`] (runtime), [`columns`] (Arrow on the
 //! device), [`exec`] (execution plans), [`rule`] (the optimizer rule), [`session`] (registration).
 
+// GPU tests hold `testing::gpu_lock()` (a std mutex serialising them on the one device) for their
+// whole body, awaits included; no other task of a test's runtime takes it.
+#![cfg_attr(test, allow(clippy::await_holding_lock))]
+
 pub mod aggregate;
 pub mod bench;
 pub mod columns;

@@ -29,10 +29,12 @@ fn session(mode: Mode) -> SessionContext {
     match mode {
         Mode::Cpu => SessionContext::new_with_config(config),
         Mode::Gpu => {
-            let mut gpu = GpuConfig::default();
-            gpu.min_rows = 0; // small test tables must not stay on the CPU for their size
-            gpu.placement = PlacementSetting::Always; // nor for the cost model's estimate
-            gpu.fuse_filters = true; // filters below aggregates run on the GPU as well
+            let gpu = GpuConfig {
+                min_rows: 0,                         // small test tables must not stay on the CPU for their size
+                placement: PlacementSetting::Always, // nor for the cost model's estimate
+                fuse_filters: true,                  // filters below aggregates run on the GPU as well
+                ..Default::default()
+            };
             gpu_session_context(config.with_option_extension(gpu))
         }
     }

@@ -125,7 +125,7 @@ fn table(rng: &mut StdRng, dist: Dist, rows: usize) -> RecordBatch {
     let f32s: Float32Array = (0..rows).map(|_| Some(rng.random::<f32>() * 1000.0)).collect();
     cols.push(("v_f64", Arc::new(f64s)));
     cols.push(("v_f32", Arc::new(f32s)));
-    RecordBatch::try_from_iter(cols.into_iter()).expect("test table")
+    RecordBatch::try_from_iter(cols).expect("test table")
 }
 
 const AGGREGATES: &str = "count(*) c0, count(v_i32) c1, count(v_str) c2, \
@@ -179,14 +179,17 @@ fn gpu_ctx_with(
     batch_rows: usize,
     exchange: bool,
 ) -> SessionContext {
-    let mut cfg = GpuConfig::default();
-    cfg.aggregate_exchange = exchange;
-    cfg.min_rows = 0;
-    cfg.placement = PlacementSetting::Always;
-    cfg.aggregate_algorithm = algorithm;
-    cfg.batch_rows = batch_rows;
-    // Every filter below an aggregate runs on the GPU (the host may filter first, see HostPrefilter).
-    cfg.fuse_filters = true;
+    let cfg = GpuConfig {
+        aggregate_exchange: exchange,
+        min_rows: 0,
+        placement: PlacementSetting::Always,
+        aggregate_algorithm: algorithm,
+        batch_rows,
+        // Every filter below an aggregate runs on the GPU (the host may filter first, see
+        // HostPrefilter).
+        fuse_filters: true,
+        ..Default::default()
+    };
     gpu_session_context(SessionConfig::new().with_target_partitions(partitions).with_option_extension(cfg))
 }
 

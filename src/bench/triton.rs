@@ -106,11 +106,13 @@ async fn run_once(
 }
 
 fn gpu_context(o: &TritonBenchOptions, limit: Option<u64>) -> SessionContext {
-    let mut cfg = GpuConfig::default();
-    cfg.min_rows = 0;
-    cfg.placement = PlacementSetting::Always;
-    cfg.join_algorithm = o.algorithm;
-    cfg.memory_limit = limit.map_or(ByteSize::Auto, ByteSize::Bytes);
+    let cfg = GpuConfig {
+        min_rows: 0,
+        placement: PlacementSetting::Always,
+        join_algorithm: o.algorithm,
+        memory_limit: limit.map_or(ByteSize::Auto, ByteSize::Bytes),
+        ..Default::default()
+    };
     gpu_session_context(SessionConfig::new().with_target_partitions(o.partitions).with_option_extension(cfg))
 }
 

@@ -310,9 +310,7 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             if report.results_match { Ok(()) } else { Err("the GPU session's answer differs from the CPU's".into()) }
         }
         Some(Command::Bench { which: BenchCommand::Transfer { bytes, runs, warmup, threads, staging } }) => {
-            let mut cfg = GpuConfig::default();
-            cfg.transfer_threads = threads;
-            cfg.staging_buffer_size = staging;
+            let cfg = GpuConfig { transfer_threads: threads, staging_buffer_size: staging, ..Default::default() };
             let gpu = gpu_for(0, cfg)?;
             let opts = TransferBenchOptions {
                 bytes: bytes.bytes().unwrap_or(1 << 30) as usize,

@@ -331,12 +331,14 @@ fn only_in(a: &[Vec<u8>], b: &[Vec<u8>], batches: &[RecordBatch], schema: &Schem
 }
 
 fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize, keep_repartitions: bool) -> SessionContext {
-    let mut cfg = GpuConfig::default();
-    cfg.join_repartition = keep_repartitions;
-    cfg.min_rows = 0;
-    cfg.placement = PlacementSetting::Always;
-    cfg.join_algorithm = JoinAlgorithmSetting::Fixed(algorithm);
-    cfg.batch_rows = batch_rows;
+    let cfg = GpuConfig {
+        join_repartition: keep_repartitions,
+        min_rows: 0,
+        placement: PlacementSetting::Always,
+        join_algorithm: JoinAlgorithmSetting::Fixed(algorithm),
+        batch_rows,
+        ..Default::default()
+    };
     gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg))
 }
 
@@ -679,13 +681,15 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
             let state = build.get_array_memory_size() as u64 * crate::join::triton::STATE_FACTOR;
             // At least 1 MiB: below that single pieces and windows outgrow their shares.
             let limit = (state / fraction).max(1 << 20);
-            let mut cfg = GpuConfig::default();
-            cfg.min_rows = 0;
-            cfg.placement = PlacementSetting::Always;
-            cfg.join_algorithm = JoinAlgorithmSetting::Fixed(a);
-            cfg.memory_limit = crate::config::ByteSize::Bytes(limit);
-            // Partitioned cases keep one join per partition, each under its share of the limit.
-            cfg.join_repartition = true;
+            let cfg = GpuConfig {
+                min_rows: 0,
+                placement: PlacementSetting::Always,
+                join_algorithm: JoinAlgorithmSetting::Fixed(a),
+                memory_limit: crate::config::ByteSize::Bytes(limit),
+                // Partitioned cases keep one join per partition, each under its share of the limit.
+                join_repartition: true,
+                ..Default::default()
+            };
             let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));
             let gpu_plan = GpuOptimizerRule::new()
                 .optimize(plan(c), ctx.state().config_options())

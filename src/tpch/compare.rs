@@ -180,7 +180,7 @@ mod tests {
         let a = batch(&[Some(1)], &["a"], &[1.0e6], &[1]);
         let near = batch(&[Some(1)], &["a"], &[1.0e6 * (1.0 + 1e-12)], &[1]);
         let far = batch(&[Some(1)], &["a"], &[1.0e6 * (1.0 + 1e-6)], &[1]);
-        assert_eq!(compare(&[a.clone()], &[near]), Ok(()));
+        assert_eq!(compare(std::slice::from_ref(&a), &[near]), Ok(()));
         let err = compare(&[a], &[far]).unwrap_err();
         assert!(err.contains("column 'v'"), "{err}");
     }
@@ -189,10 +189,10 @@ mod tests {
     fn exact_columns_must_be_exact() {
         let a = batch(&[Some(1)], &["a"], &[1.0], &[12345]);
         let b = batch(&[Some(1)], &["a"], &[1.0], &[12346]);
-        let err = compare(&[a.clone()], &[b]).unwrap_err();
+        let err = compare(std::slice::from_ref(&a), &[b]).unwrap_err();
         assert!(err.contains("123.45") && err.contains("123.46"), "{err}");
         let c = batch(&[None], &["a"], &[1.0], &[12345]);
-        assert!(compare(&[a.clone()], &[c]).is_err());
+        assert!(compare(std::slice::from_ref(&a), &[c]).is_err());
         let two = batch(&[Some(1), Some(1)], &["a", "a"], &[1.0, 1.0], &[12345, 12345]);
         assert!(compare(&[a], &[two]).unwrap_err().contains("rows"));
     }
