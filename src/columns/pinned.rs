@@ -128,9 +128,9 @@ fn pin_column(pool: &Arc<PinnedPool>, arrays: &[&ArrayRef]) -> Result<Vec<ArrayR
 }
 
 /// `partitions` copied into pinned host memory of `gpu`'s pool: the same schema, batches, rows
-/// and values, each partition's column in one block (see the module documentation). Fails
-/// when the host cannot lock that much memory; the blocks already filled then go back to the
-/// pool (which keeps up to its cache limit, 4 GiB, for reuse and frees the rest).
+/// and values, each partition's column in one held block (see the module documentation and
+/// [`PinnedPool::alloc_held`]). Fails when the host cannot lock that much memory; the blocks
+/// already filled are then freed.
 pub fn pin_partitions(gpu: &Gpu, partitions: &[Vec<RecordBatch>]) -> Result<Vec<Vec<RecordBatch>>> {
     let pool = gpu.pinned();
     partitions

@@ -74,7 +74,7 @@ impl Drop for Chunk {
                 }
                 Backing::Registered => {
                     let _ = unsafe { sys::cuMemHostUnregister(self.addr as *mut _) };
-                    // SAFETY: the mapping `new_held_chunk` made, of this size, used by no one now.
+                    // SAFETY: the mapping `new_registered_chunk` made, of this size, used by no one now.
                     let _ = unsafe { libc::munmap(self.addr as *mut _, self.size) };
                 }
             }
@@ -165,7 +165,7 @@ impl PinnedPool {
         }
         // Small blocks come several to a chunk; the others go to the free list.
         let per_chunk = if size <= SMALL_BLOCK { CHUNK / size } else { 1 };
-        let chunk = self.new_chunk(size * per_chunk)?;
+        let chunk = self.new_chunk(size * per_chunk, false)?;
         for i in 1..per_chunk {
             free.entry(size).or_default().push(FreeBlock { addr: chunk.addr + i * size, chunk: Arc::clone(&chunk) });
             self.cached.fetch_add(size as u64, Ordering::SeqCst);
@@ -185,7 +185,7 @@ impl PinnedPool {
         let size = len.max(1).div_ceil(LARGE_GRANULE) * LARGE_GRANULE;
         let chunk = match self.new_registered_chunk(size) {
             Some(chunk) => chunk,
-            None => self.new_chunk_of(size, true)?,
+            None => self.new_chunk(size, true)?,
         };
         Ok(PinnedBlock { addr: chunk.addr, size, chunk, pool: Arc::clone(self) })
     }
@@ -222,10 +222,7 @@ impl PinnedPool {
         Some(self.track(ptr as usize, size, Backing::Registered, true))
     }
 
-    fn new_chunk(&self, size: usize) -> Result<Arc<Chunk>> {
-        self.new_chunk_of(size, false)
-    }
-
+    /// Counts a new chunk in the pool's totals and its index of live allocations.
     fn track(&self, addr: usize, size: usize, backing: Backing, held: bool) -> Arc<Chunk> {
         self.shared.allocated.fetch_add(size as u64, Ordering::SeqCst);
         if let Ok(mut live) = self.shared.live.lock() {
@@ -234,7 +231,8 @@ impl PinnedPool {
         Arc::new(Chunk { addr, size, backing, held, pool: Arc::clone(&self.shared) })
     }
 
-    fn new_chunk_of(&self, size: usize, held: bool) -> Result<Arc<Chunk>> {
+    /// A `cuMemHostAlloc` chunk of `size` bytes, held or for the pool's reuse.
+    fn new_chunk(&self, size: usize, held: bool) -> Result<Arc<Chunk>> {
         self.shared.ctx.bind_to_thread().map_err(|e| gpu_error(format!("binding the CUDA context: {e}")))?;
         // Plain page-locked memory: write-combined memory would make host reads of downloads slow.
         let t = std::time::Instant::now();
