@@ -108,7 +108,11 @@ pub struct Verdict {
     pub gpu_compute: f64,
     pub upload: f64,
     pub download: f64,
+    /// The CPU operator's own time.
     pub cpu: f64,
+    /// What the CPU operator pays before it starts that the GPU one does not: the download of
+    /// its inputs that a GPU exec below produces on the device (0 when none does).
+    pub cpu_download: f64,
 }
 
 impl Verdict {
@@ -116,19 +120,33 @@ impl Verdict {
         self.gpu_compute + self.upload + self.download
     }
 
-    pub fn gpu_wins(&self) -> bool {
-        self.gpu_total() < self.cpu
+    /// The CPU operator's time with the download of its device-resident inputs.
+    pub fn cpu_total(&self) -> f64 {
+        self.cpu + self.cpu_download
     }
 
-    /// `gpu 1.20 ms (compute 0.30 ms + upload 0.80 ms + download 0.10 ms) vs cpu 2.00 ms`.
+    pub fn gpu_wins(&self) -> bool {
+        self.gpu_total() < self.cpu_total()
+    }
+
+    /// `gpu 1.20 ms (compute 0.30 ms + upload 0.80 ms + download 0.10 ms) vs cpu 2.00 ms`, with
+    /// `(join 1.50 ms + download of its GPU input 0.50 ms)` after the CPU's when it has one.
     pub fn describe(&self) -> String {
+        let cpu = match self.cpu_download > 0.0 {
+            true => format!(
+                "{} (operator {} + download of its GPU input {})",
+                fmt_seconds(self.cpu_total()),
+                fmt_seconds(self.cpu),
+                fmt_seconds(self.cpu_download)
+            ),
+            false => fmt_seconds(self.cpu),
+        };
         format!(
-            "estimated gpu {} (compute {} + upload {} + download {}) vs cpu {}",
+            "estimated gpu {} (compute {} + upload {} + download {}) vs cpu {cpu}",
             fmt_seconds(self.gpu_total()),
             fmt_seconds(self.gpu_compute),
             fmt_seconds(self.upload),
             fmt_seconds(self.download),
-            fmt_seconds(self.cpu)
         )
     }
 }
@@ -182,8 +200,16 @@ mod tests {
         assert_eq!(value_bytes(&DataType::Int32), 4.0);
         assert_eq!(value_bytes(&DataType::Decimal128(15, 2)), 16.0);
         assert_eq!(value_bytes(&DataType::Utf8), 20.0);
-        let v = Verdict { gpu_compute: 1e-3, upload: 2e-3, download: 0.0, cpu: 2.5e-3 };
+        let v = Verdict { gpu_compute: 1e-3, upload: 2e-3, download: 0.0, cpu: 2.5e-3, cpu_download: 0.0 };
         assert!(!v.gpu_wins());
         assert!(v.describe().contains("vs cpu 2.50 ms"), "{}", v.describe());
+        // A GPU input the CPU operator would download first counts on the CPU's side.
+        let v = Verdict { cpu_download: 1e-3, ..v };
+        assert!(v.gpu_wins());
+        assert!(
+            v.describe().ends_with("vs cpu 3.50 ms (operator 2.50 ms + download of its GPU input 1.00 ms)"),
+            "{}",
+            v.describe()
+        );
     }
 }

@@ -23,6 +23,7 @@ use datafusion::common::{JoinSide, NullEquality, Statistics};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
 use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::joins::utils::build_join_schema;
@@ -665,6 +666,13 @@ impl Metrics {
     }
 }
 
+/// What `side` merges when it is a `CoalescePartitionsExec` (without a limit) over a GPU exec:
+/// a build side reads that exec's partitions on the device instead.
+pub fn coalesced_input(side: &Arc<dyn ExecutionPlan>) -> Option<&Arc<dyn ExecutionPlan>> {
+    let c = side.downcast_ref::<CoalescePartitionsExec>().filter(|c| c.fetch().is_none())?;
+    as_gpu_exec(c.input()).is_some().then(|| c.input())
+}
+
 /// A join's build input: host batches from a CPU child (as they came, not concatenated), or
 /// device rows from a GPU child.
 enum BuildInput {
@@ -683,6 +691,12 @@ async fn collect(
     context: &Arc<TaskContext>,
 ) -> Result<BuildInput> {
     let failed = |e| DataFusionError::Execution(format!("GPU join: reading the build side failed: {e}"));
+    // The one partition of a CoalescePartitionsExec over a GPU exec is every partition of that
+    // exec: read on the device, not downloaded to be merged and uploaded again.
+    let (plan, partitions) = match coalesced_input(plan) {
+        Some(input) if partitions == (0..1) => (input, 0..input.output_partitioning().partition_count()),
+        _ => (plan, partitions),
+    };
     if let Some(child) = as_gpu_exec(plan) {
         let mut tasks = Vec::new();
         for p in partitions {

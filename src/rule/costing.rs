@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
 use super::eligibility::{bounded_rows, estimated_rows};
 use crate::config::GpuConfig;
@@ -79,12 +80,18 @@ pub fn join_estimate(
     let default = [spec.algorithm];
     let candidates = if bounded { &default[..] } else { exec.candidates() };
     let choice = join_cost::choose(&shape, candidates, profile);
+    // A side that a GPU exec produces is read on the device: no upload for the GPU join, and
+    // a download for the CPU one (that GPU exec was priced for a GPU parent or not at all).
+    let partitioned = *hj.partition_mode() == PartitionMode::Partitioned;
     let mut up_bytes = 0.0;
-    if as_gpu_exec(left).is_none() {
-        up_bytes += left_rows * row_bytes(bs);
+    let mut cpu_down_bytes = 0.0;
+    match device_side(left, partitioned, true) {
+        Some(side) => cpu_down_bytes += left_rows * row_bytes(&side.schema()),
+        None => up_bytes += left_rows * row_bytes(bs),
     }
-    if as_gpu_exec(right).is_none() {
-        up_bytes += right_rows * row_bytes(ps);
+    match device_side(right, partitioned, false) {
+        Some(side) => cpu_down_bytes += right_rows * row_bytes(&side.schema()),
+        None => up_bytes += right_rows * row_bytes(ps),
     }
     let mut down_bytes = output_rows * row_bytes(&hj.schema());
     let mut rounds_seconds = 0.0;
@@ -110,8 +117,29 @@ pub fn join_estimate(
         // Most parents are CPU operators: count the download (a GPU parent would save it).
         download: download_seconds(down_bytes, profile),
         cpu: join_cost::cpu_seconds(&shape, profile),
+        cpu_download: download_seconds(cpu_down_bytes, profile),
     };
     Some(JoinEstimate { shape, choice, verdict, bounded })
+}
+
+/// The GPU exec whose device batches a GPU join reads for its input `side`: `side` itself, or
+/// what it gathers or redistributes where the GPU join reads around that node. A `Partitioned`
+/// join's hash repartitions are removed once it is on the GPU
+/// ([`super::repartition::remove_join_repartitions`]), and a build side collects every partition
+/// of what a `CoalescePartitionsExec` merges (see `exec::join`).
+pub fn device_side(side: &Arc<dyn ExecutionPlan>, partitioned: bool, build: bool) -> Option<Arc<dyn ExecutionPlan>> {
+    if as_gpu_exec(side).is_some() {
+        return Some(Arc::clone(side));
+    }
+    let below = match (partitioned, build) {
+        (true, _) => side
+            .downcast_ref::<RepartitionExec>()
+            .filter(|r| matches!(r.partitioning(), Partitioning::Hash(..)) && !r.preserve_order())
+            .map(|r| r.input()),
+        (false, true) => crate::exec::join::coalesced_input(side),
+        (false, false) => None,
+    }?;
+    as_gpu_exec(below).is_some().then(|| Arc::clone(below))
 }
 
 /// The estimate of a GPU aggregate, or `None` when the statistics give no input size.
@@ -147,6 +175,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         // Each input partition returns the states of its groups.
         download: download_seconds((groups * partitions).min(rows) * row_bytes(&layout.state_schema), profile),
         cpu: agg_cost::cpu_seconds(&shape, profile),
+        cpu_download: 0.0,
     };
     Some(AggregateEstimate { shape, choice, verdict, bounded: false })
 }
@@ -197,6 +226,58 @@ mod tests {
         // bound holds through the GPU exec.
         let gpu_lower: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&lower), &cfg).unwrap());
         assert_eq!(bounded_rows(&gpu_lower), Some(bound));
+    }
+
+    /// A join reading a GPU join's output on the device (directly, through the coalescing of a
+    /// build side, or through the hash repartitions a Partitioned GPU join drops) does not pay
+    /// its upload; the CPU join pays its download instead. A CPU lower join changes neither.
+    #[test]
+    fn inputs_on_the_device_are_downloaded_for_the_cpu_not_uploaded() {
+        use datafusion::physical_expr::expressions::Column;
+        use datafusion::physical_plan::PhysicalExpr;
+        use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        let cfg = GpuConfig::default();
+        let profile = Profile::h100();
+        let cpu_lower = join(source(2000), source(50_000), JoinType::Inner, Some(vec![2, 3]));
+        let gpu_lower: Arc<dyn ExecutionPlan> =
+            Arc::new(GpuHashJoinExec::try_new(Arc::clone(&cpu_lower), &cfg).unwrap());
+        let hashed = |p: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            let key = Arc::new(Column::new(p.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
+            Arc::new(RepartitionExec::try_new(p, Partitioning::Hash(vec![key], 4)).unwrap())
+        };
+        let estimate = |node: Arc<dyn ExecutionPlan>| {
+            let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
+            join_estimate(&exec, &node, &cfg, &profile, None).expect("bounded")
+        };
+        // lower as the probe side (directly), the build side (coalesced) and a Partitioned
+        // join's repartitioned side.
+        let make = |what: &str, lower: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            let lower = Arc::clone(lower);
+            match what {
+                "probe" => join(source(100), lower, JoinType::Inner, None),
+                "build" => join(Arc::new(CoalescePartitionsExec::new(lower)), source(100), JoinType::Inner, None),
+                _ => hash_join_on_first(
+                    hashed(source(100)),
+                    hashed(lower),
+                    JoinType::Inner,
+                    None,
+                    PartitionMode::Partitioned,
+                ),
+            }
+        };
+        for what in ["probe", "build", "partitioned probe"] {
+            let on_cpu = estimate(make(what, &cpu_lower));
+            let on_gpu = estimate(make(what, &gpu_lower));
+            assert_eq!(on_cpu.verdict.cpu_download, 0.0, "{what}");
+            assert!(on_gpu.verdict.cpu_download > 0.0, "{what}: {}", on_gpu.verdict.describe());
+            assert!(on_gpu.verdict.upload < on_cpu.verdict.upload, "{what}");
+            assert_eq!(on_gpu.verdict.cpu, on_cpu.verdict.cpu, "{what}");
+            assert!(on_gpu.verdict.describe().contains("download of its GPU input"), "{what}");
+        }
+        // A CollectLeft probe side behind a repartition is read through the host: not on the device.
+        let probe = hashed(Arc::clone(&gpu_lower));
+        assert!(device_side(&probe, false, false).is_none());
+        assert!(device_side(&probe, true, false).is_some());
     }
 
     /// A small join is priced from the plan's statistics, with its transfers, and the CPU wins;

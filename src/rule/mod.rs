@@ -138,7 +138,7 @@ impl GpuOptimizerRule {
 /// verdict with the child on the GPU (no upload of its output), `child` the join's own (whose
 /// download a GPU parent does not pay).
 fn pair_beats(parent: &Verdict, parent_on_gpu: bool, both: &Verdict, child: &Verdict) -> bool {
-    let now = if parent_on_gpu { parent.gpu_total() } else { parent.cpu } + child.cpu;
+    let now = if parent_on_gpu { parent.gpu_total() } else { parent.cpu_total() } + child.cpu_total();
     both.gpu_total() + child.gpu_compute + child.upload < now
 }
 
@@ -326,7 +326,13 @@ mod tests {
     /// its output on the device; the parent's upload of a CPU child's output counts too.
     #[test]
     fn a_join_under_a_gpu_parent_is_priced_without_its_download() {
-        let v = |gpu_compute: f64, upload: f64, download: f64, cpu: f64| Verdict { gpu_compute, upload, download, cpu };
+        let v = |gpu_compute: f64, upload: f64, download: f64, cpu: f64| Verdict {
+            gpu_compute,
+            upload,
+            download,
+            cpu,
+            cpu_download: 0.0,
+        };
         // The join alone: 1 + 1 + 4 = 6 ms on the GPU against 5 on the CPU.
         let child = v(1.0, 1.0, 4.0, 5.0);
         assert!(!child.gpu_wins());
