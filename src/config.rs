@@ -213,9 +213,9 @@ gpu_options! {
         pub placement: PlacementSetting, default = PlacementSetting::Cost
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
         pub profile_dir: String, default = String::new()
-        /// Evaluate the filters and projections directly below a GPU aggregate on the GPU (one generated kernel each), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.
+        /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.
         pub fuse_expressions: bool, default = true
-        /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate on the GPU too. Each partition measures the bottom filter on its first 65536 rows: when it keeps less than gpu.host_filter_below of them the host keeps filtering before the upload (a selective filter shrinks the upload more than it costs), otherwise rows are uploaded unfiltered and only the GPU filters them. false leaves the filters to DataFusion on the CPU.
+        /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate or join on the GPU too. Each partition measures the bottom filter on its first 65536 rows: when it keeps less than gpu.host_filter_below of them the host keeps filtering before the upload (a selective filter shrinks the upload more than it costs), otherwise rows are uploaded unfiltered and only the GPU filters them. false leaves the filters to DataFusion on the CPU.
         pub fuse_filters: bool, default = true
         /// With gpu.fuse_filters: a partition whose bottom filter keeps less than this fraction of its first 65536 rows is filtered on the host before the upload; otherwise its rows are uploaded whole and only the GPU filters them (0 never filters on the host, 1 always does).
         pub host_filter_below: f64, default = 0.5

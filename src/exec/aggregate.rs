@@ -46,7 +46,7 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 use tokio::sync::OnceCell;
 
-use super::fuse::{FusedInput, HostPrefilter, PrefilterMode};
+use super::fuse::{self, FusedInput, HostPrefilter, PrefilterCounters};
 use super::upload::ChunkUploader;
 use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
@@ -377,19 +377,9 @@ impl GpuAggregateExec {
     }
 
     /// With `gpu.host_filter_priced` and a host pre-filter: nanoseconds one row of the fused
-    /// input costs to upload, for one of the input's partitions sharing the link (the profile's
-    /// transfer cost per byte, or the link's own for a scan of pinned memory, which goes up
-    /// without a host copy, times the uploaded columns' bytes times the partitions).
+    /// input costs to upload (see [`fuse::upload_ns_per_row`]).
     fn host_upload_ns_per_row(&self, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
-        let f = self.fused.as_ref().filter(|f| f.host_filter.is_some() && cfg.host_filter_priced)?;
-        let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
-        let per_byte = if crate::columns::pinned::scans_pinned_memory(&f.input, gpu) && profile.h2d > 0.0 {
-            1.0 / profile.h2d
-        } else {
-            crate::cost::upload_seconds(1.0, 0.0, &profile)
-        };
-        let partitions = f.input.output_partitioning().partition_count().max(1) as f64;
-        Some(per_byte * crate::cost::row_bytes(&f.projection.upload_schema) * partitions * 1e9)
+        fuse::upload_ns_per_row(self.fused.as_deref()?, cfg, gpu)
     }
 
     /// The output of every partition of a Final aggregate with its partial stage on the device:
@@ -922,121 +912,26 @@ impl Run {
         Ok(SpawnedTask::spawn(async move { datafusion::physical_plan::collect(agg, context).await }))
     }
 
-    /// The fused input's batches projected to the columns its kernels read. With a host filter
-    /// ([`HostPrefilter`]), the batches of the sample are held until the partition has chosen:
-    /// when the host filters every batch, the kernels without that filter
-    /// ([`FusedInput::filtered_on_host`]) run, reading fewer columns.
+    /// The fused input's batches projected to the columns its kernels read, through a host
+    /// pre-filter when the fusion has one (see [`fuse::prefiltered`]).
     fn prefiltered(
         &self,
         input: SendableRecordBatchStream,
         fused: Arc<FusedInput>,
     ) -> impl Stream<Item = Result<RecordBatch>> + Send + use<> {
-        struct State {
-            input: SendableRecordBatchStream,
-            fused: Arc<FusedInput>,
-            chosen: Arc<OnceLock<Arc<FusedInput>>>,
-            pre: Option<HostPrefilter>,
-            held: Vec<RecordBatch>,
-            ready: std::collections::VecDeque<RecordBatch>,
-            ended: bool,
-            rows: Count,
-            dropped: Count,
-            filtering: Count,
-            who: String,
-        }
-        impl State {
-            /// After the decision: the held batches are released, and the kernels chosen.
-            fn decided(&mut self) {
-                let Some(p) = &self.pre else { return };
-                let mode = p.mode();
-                if mode == PrefilterMode::Filter {
-                    self.filtering.add(1);
-                    if let Some(f) = self.fused.filtered_on_host() {
-                        let _ = self.chosen.set(Arc::new(f));
-                    }
-                }
-                let (kept, filter_ns, upload_ns) = (p.kept_fraction(), p.filter_ns_per_row(), p.upload_ns_per_row());
-                timeline::mark(&self.who, || match upload_ns {
-                    Some(u) => format!(
-                        "fused filter keeps {:.1}% of the sample, {filter_ns:.1} ns/row on the host against {u:.1} ns/row to upload: {mode:?}",
-                        100.0 * kept
-                    ),
-                    None => format!("fused filter keeps {:.1}% of the sample: {mode:?}", 100.0 * kept),
-                });
-                self.ready.extend(self.held.drain(..));
+        let pre = fused.host_filter.clone().map(|p| {
+            let pre = HostPrefilter::new(p, self.host_filter_below);
+            match self.host_upload_ns_per_row {
+                Some(u) => pre.priced(u),
+                None => pre,
             }
-            fn project(&self, b: RecordBatch) -> Result<RecordBatch> {
-                let f = self.chosen.get().unwrap_or(&self.fused);
-                Ok(b.project(&f.projection.inputs)?)
-            }
-        }
-        let state = State {
-            input,
-            pre: fused.host_filter.clone().map(|p| {
-                let pre = HostPrefilter::new(p, self.host_filter_below);
-                match self.host_upload_ns_per_row {
-                    Some(u) => pre.priced(u),
-                    None => pre,
-                }
-            }),
-            fused,
-            chosen: Arc::clone(&self.filtered_on_host),
-            held: Vec::new(),
-            ready: Default::default(),
-            ended: false,
+        });
+        let counters = PrefilterCounters {
             rows: self.metrics.input_rows.clone(),
             dropped: self.metrics.host_filtered_rows.clone(),
             filtering: self.metrics.host_filter_partitions.clone(),
-            who: self.who.clone(),
         };
-        futures::stream::unfold(state, |mut st| async move {
-            loop {
-                if let Some(b) = st.ready.pop_front() {
-                    let out = st.project(b);
-                    return Some((out, st));
-                }
-                if st.ended {
-                    return None;
-                }
-                match st.input.next().await {
-                    None => {
-                        st.ended = true;
-                        // Batches are held only while sampling: deciding releases them.
-                        if st.pre.as_mut().is_some_and(|p| p.decide_now()) {
-                            st.decided();
-                        }
-                    }
-                    Some(Err(e)) => {
-                        st.ended = true;
-                        return Some((Err(e), st));
-                    }
-                    Some(Ok(b)) => {
-                        st.rows.add(b.num_rows());
-                        let Some(p) = st.pre.as_mut() else {
-                            st.ready.push_back(b);
-                            continue;
-                        };
-                        let sampling = p.mode() == PrefilterMode::Sampling;
-                        let before = b.num_rows();
-                        let (b, decided) = match p.apply(b) {
-                            Ok(x) => x,
-                            Err(e) => {
-                                st.ended = true;
-                                return Some((Err(e), st));
-                            }
-                        };
-                        st.dropped.add(before - b.num_rows());
-                        match sampling {
-                            true => st.held.push(b),
-                            false => st.ready.push_back(b),
-                        }
-                        if decided {
-                            st.decided();
-                        }
-                    }
-                }
-            }
-        })
+        fuse::prefiltered(input, fused, Arc::clone(&self.filtered_on_host), pre, counters, self.who.clone())
     }
 
     /// `input`'s batches projected to what this aggregate uploads, on the device in chunks of

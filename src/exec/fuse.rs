@@ -7,7 +7,8 @@
 //! fraction of rows the bottom filter keeps at run time and, when it is small, drops the other
 //! rows before the upload (the device applies the filter again; it keeps every row left).
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{Array, BooleanArray};
 use datafusion::arrow::compute::filter_record_batch;
@@ -16,13 +17,19 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Statistics;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::statistics::StatisticsArgs;
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, displayable};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, PhysicalExpr, displayable};
+use futures::{Stream, StreamExt};
 
+use super::timeline;
+use crate::config::GpuConfig;
+use crate::device::Gpu;
 use crate::expr::project::DeviceProjection;
 
 /// The filters and projections between a GPU exec and `input`, compiled for the device.
@@ -176,6 +183,145 @@ impl FusedInput {
             after_host_filter: None,
         })
     }
+}
+
+/// With `gpu.host_filter_priced` and a host pre-filter: nanoseconds one row of `f`'s input
+/// costs to upload, for one of the input's partitions sharing the link (the profile's transfer
+/// cost per byte, or the link's own for a scan of pinned memory, which goes up without a host
+/// copy, times the uploaded columns' bytes times the partitions).
+pub fn upload_ns_per_row(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
+    if f.host_filter.is_none() || !cfg.host_filter_priced {
+        return None;
+    }
+    let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
+    let per_byte = if crate::columns::pinned::scans_pinned_memory(&f.input, gpu) && profile.h2d > 0.0 {
+        1.0 / profile.h2d
+    } else {
+        crate::cost::upload_seconds(1.0, 0.0, &profile)
+    };
+    let partitions = f.input.output_partitioning().partition_count().max(1) as f64;
+    Some(per_byte * crate::cost::row_bytes(&f.projection.upload_schema) * partitions * 1e9)
+}
+
+/// The host pre-filter of a partition of `f`'s input under the session's settings, when `f`
+/// has a filter the host can apply.
+pub fn host_prefilter(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu) -> Option<HostPrefilter> {
+    let pre = HostPrefilter::new(Arc::clone(f.host_filter.as_ref()?), cfg.host_filter_below);
+    Some(match upload_ns_per_row(f, cfg, gpu) {
+        Some(u) => pre.priced(u),
+        None => pre,
+    })
+}
+
+/// Where a pre-filtered input counts its rows: those read, those the host filter dropped, and
+/// (once) whether the partition filters on the host.
+#[derive(Clone)]
+pub struct PrefilterCounters {
+    pub rows: Count,
+    pub dropped: Count,
+    pub filtering: Count,
+}
+
+/// `input`'s batches projected to the columns the fused kernels read. With a host filter
+/// (`pre`), the batches of the sample are held until the partition has chosen: when the host
+/// filters every batch, the kernels without that filter ([`FusedInput::filtered_on_host`]) are
+/// set in `chosen` before any batch is released, and the batches are projected to their (fewer)
+/// columns. Whoever evaluates the kernels takes `chosen`'s when it is set, `fused` otherwise.
+pub fn prefiltered(
+    input: SendableRecordBatchStream,
+    fused: Arc<FusedInput>,
+    chosen: Arc<OnceLock<Arc<FusedInput>>>,
+    pre: Option<HostPrefilter>,
+    counters: PrefilterCounters,
+    who: String,
+) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
+    struct State {
+        input: SendableRecordBatchStream,
+        fused: Arc<FusedInput>,
+        chosen: Arc<OnceLock<Arc<FusedInput>>>,
+        pre: Option<HostPrefilter>,
+        held: Vec<RecordBatch>,
+        ready: VecDeque<RecordBatch>,
+        ended: bool,
+        counters: PrefilterCounters,
+        who: String,
+    }
+    impl State {
+        /// After the decision: the held batches are released, and the kernels chosen.
+        fn decided(&mut self) {
+            let Some(p) = &self.pre else { return };
+            let mode = p.mode();
+            if mode == PrefilterMode::Filter {
+                self.counters.filtering.add(1);
+                if let Some(f) = self.fused.filtered_on_host() {
+                    let _ = self.chosen.set(Arc::new(f));
+                }
+            }
+            let (kept, filter_ns, upload_ns) = (p.kept_fraction(), p.filter_ns_per_row(), p.upload_ns_per_row());
+            timeline::mark(&self.who, || match upload_ns {
+                Some(u) => format!(
+                    "fused filter keeps {:.1}% of the sample, {filter_ns:.1} ns/row on the host against {u:.1} ns/row to upload: {mode:?}",
+                    100.0 * kept
+                ),
+                None => format!("fused filter keeps {:.1}% of the sample: {mode:?}", 100.0 * kept),
+            });
+            self.ready.extend(self.held.drain(..));
+        }
+        fn project(&self, b: RecordBatch) -> Result<RecordBatch> {
+            let f = self.chosen.get().unwrap_or(&self.fused);
+            Ok(b.project(&f.projection.inputs)?)
+        }
+    }
+    let state =
+        State { input, fused, chosen, pre, held: Vec::new(), ready: VecDeque::new(), ended: false, counters, who };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(b) = st.ready.pop_front() {
+                let out = st.project(b);
+                return Some((out, st));
+            }
+            if st.ended {
+                return None;
+            }
+            match st.input.next().await {
+                None => {
+                    st.ended = true;
+                    // Batches are held only while sampling: deciding releases them.
+                    if st.pre.as_mut().is_some_and(|p| p.decide_now()) {
+                        st.decided();
+                    }
+                }
+                Some(Err(e)) => {
+                    st.ended = true;
+                    return Some((Err(e), st));
+                }
+                Some(Ok(b)) => {
+                    st.counters.rows.add(b.num_rows());
+                    let Some(p) = st.pre.as_mut() else {
+                        st.ready.push_back(b);
+                        continue;
+                    };
+                    let sampling = p.mode() == PrefilterMode::Sampling;
+                    let before = b.num_rows();
+                    let (b, decided) = match p.apply(b) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            st.ended = true;
+                            return Some((Err(e), st));
+                        }
+                    };
+                    st.counters.dropped.add(before - b.num_rows());
+                    match sampling {
+                        true => st.held.push(b),
+                        false => st.ready.push_back(b),
+                    }
+                    if decided {
+                        st.decided();
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// How a [`HostPrefilter`] treats the batches after its sample.

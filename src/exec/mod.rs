@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod fallback;
+pub mod filter_project;
 pub mod fuse;
 pub mod join;
 pub mod placement;
@@ -24,6 +25,7 @@ use futures::{Stream, StreamExt};
 
 pub use aggregate::GpuAggregateExec;
 pub use fallback::CpuFallbackExec;
+pub use filter_project::GpuFilterProjectExec;
 pub use join::GpuHashJoinExec;
 pub use placement::{Placement, placements};
 pub use upload::GpuUploadExec;
@@ -45,6 +47,9 @@ pub fn as_gpu_exec(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
         return Some(p);
     }
     if let Some(p) = plan.downcast_ref::<GpuHashJoinExec>() {
+        return Some(p);
+    }
+    if let Some(p) = plan.downcast_ref::<GpuFilterProjectExec>() {
         return Some(p);
     }
     None

@@ -3,6 +3,7 @@
 
 pub mod costing;
 pub mod eligibility;
+pub mod join_inputs;
 pub mod repartition;
 
 use std::sync::Arc;
@@ -114,22 +115,25 @@ impl GpuOptimizerRule {
         let placer = Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref() };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
         crate::exec::timeline::mark("rule", || "operators placed".into());
-        if cfg.join_repartition {
-            return Ok(plan);
-        }
-        // A join without its repartitions makes one build of every build row: priced again.
-        let reprice = |g: GpuHashJoinExec| -> Option<GpuHashJoinExec> {
-            let (Some(p), Some(_)) = (profile.as_ref(), g.estimate()) else { return Some(g) };
-            let node = Arc::clone(g.original());
-            match costing::join_estimate(&g, &node, &cfg, p, None) {
-                Some(e) if e.verdict.gpu_wins() => Some(g.with_estimate(e)),
-                Some(_) => None,
-                None => Some(g),
+        let plan = match cfg.join_repartition {
+            true => plan,
+            false => {
+                // A join without its repartitions makes one build of every build row: priced again.
+                let reprice = |g: GpuHashJoinExec| -> Option<GpuHashJoinExec> {
+                    let (Some(p), Some(_)) = (profile.as_ref(), g.estimate()) else { return Some(g) };
+                    let node = Arc::clone(g.original());
+                    match costing::join_estimate(&g, &node, &cfg, p, None) {
+                        Some(e) if e.verdict.gpu_wins() => Some(g.with_estimate(e)),
+                        Some(_) => None,
+                        None => Some(g),
+                    }
+                };
+                let plan = repartition::remove_join_repartitions(plan, config, &reprice)?;
+                crate::exec::timeline::mark("rule", || "join repartitions removed".into());
+                plan
             }
         };
-        let plan = repartition::remove_join_repartitions(plan, config, &reprice);
-        crate::exec::timeline::mark("rule", || "join repartitions removed".into());
-        plan
+        join_inputs::fuse_join_inputs(plan, &cfg)
     }
 }
 

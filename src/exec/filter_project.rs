@@ -1,0 +1,252 @@
+//! `GpuFilterProjectExec`: the `FilterExec`s and `ProjectionExec`s below a GPU join, evaluated on
+//! the device ([`FusedInput`], as a GPU aggregate evaluates those below it).
+//!
+//! Without it, DataFusion filters and projects a join's input on the host and the join uploads
+//! what is left. With it, the raw columns the filter and projection read go up, and the
+//! generated kernels select and compute the rows on the device. Each partition still measures its
+//! bottom filter on its first rows ([`HostPrefilter`]) and keeps filtering on the host where that
+//! is cheaper than uploading the rows the filter drops (a selective filter over pageable memory);
+//! the device applies the filter again either way. A scan of pinned tables uploads without a host
+//! copy, so there the device filters what the host would have.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use datafusion::common::Statistics;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
+use futures::StreamExt;
+
+use super::fuse::{self, FusedInput, HostPrefilter, PrefilterCounters};
+use super::upload::ChunkUploader;
+use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream, single_child, timeline};
+use crate::columns::DeviceBatch;
+use crate::config::GpuConfig;
+use crate::device::Gpu;
+
+#[derive(Debug)]
+pub struct GpuFilterProjectExec {
+    /// The top node of the chain taken in: this exec has its properties (schema, partitioning,
+    /// ordering) and shows it in EXPLAIN.
+    top: Arc<dyn ExecutionPlan>,
+    fused: Arc<FusedInput>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GpuFilterProjectExec {
+    /// The filters and projections from `top` down taken into one exec, when every expression
+    /// compiles for the device (`filters`: FilterExecs too, `gpu.fuse_filters`). `Ok(None)` when
+    /// `top` is neither; `Err` says why the chain stays on the CPU.
+    pub fn try_new(top: &Arc<dyn ExecutionPlan>, filters: bool) -> std::result::Result<Option<Self>, String> {
+        let schema = top.schema();
+        let outputs: Vec<(Arc<dyn PhysicalExpr>, _)> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>, f.as_ref().clone()))
+            .collect();
+        let Some(fused) = FusedInput::try_new(top, &outputs, filters)? else { return Ok(None) };
+        if fused.chain.is_empty() {
+            return Ok(None);
+        }
+        if fused.projection.output_schema.fields() != schema.fields() {
+            return Err(format!(
+                "the device projection gives {:?}, not {:?}",
+                fused.projection.output_schema.fields(),
+                schema.fields()
+            ));
+        }
+        Ok(Some(GpuFilterProjectExec {
+            top: Arc::clone(top),
+            fused: Arc::new(fused),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    /// The nodes taken in, as EXPLAIN shows them.
+    pub fn fused(&self) -> &FusedInput {
+        &self.fused
+    }
+}
+
+impl DisplayAs for GpuFilterProjectExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match t {
+            DisplayFormatType::TreeRender => write!(f, "{}", self.fused.describe()),
+            _ => write!(f, "GpuFilterProjectExec: on the GPU=[{}]", self.fused.describe()),
+        }
+    }
+}
+
+impl ExecutionPlan for GpuFilterProjectExec {
+    fn name(&self) -> &str {
+        "GpuFilterProjectExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.top.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.fused.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let mut recursion = TreeNodeRecursion::Continue;
+        for node in &self.fused.chain {
+            recursion = node.apply_expressions(f)?;
+            if recursion == TreeNodeRecursion::Stop {
+                break;
+            }
+        }
+        Ok(recursion)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        // The chain's nodes keep their display and statistics; the fusion reads the new input.
+        let input = single_child(children, self.name())?;
+        Ok(Arc::new(GpuFilterProjectExec {
+            top: Arc::clone(&self.top),
+            fused: Arc::new(self.fused.with_input(input)),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuFilterProjectExec {
+            top: Arc::clone(&self.top),
+            fused: Arc::clone(&self.fused),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        Ok(download_stream(self.schema(), self.execute_device(partition, context)?))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        match input_stats {
+            [input] => self.fused.statistics(input, args),
+            _ => Err(DataFusionError::Internal(format!(
+                "GpuFilterProjectExec takes the statistics of one input, not {}",
+                input_stats.len()
+            ))),
+        }
+    }
+}
+
+impl GpuExec for GpuFilterProjectExec {
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_config(&cfg)?;
+        let b = || MetricBuilder::new(&self.metrics);
+        let (upload_time, pack_time, project_time) = (
+            b().subset_time("upload_time", partition),
+            b().subset_time("pack_time", partition),
+            b().subset_time("project_time", partition),
+        );
+        let output_rows = b().output_rows(partition);
+        let fused = Arc::clone(&self.fused);
+        let output_schema = self.schema();
+        let who = match timeline::enabled() {
+            true => format!("filter-project p{partition}"),
+            false => String::new(),
+        };
+        // The kernels the rows run through: without the host's filter once it filters them all.
+        let chosen: Arc<OnceLock<Arc<FusedInput>>> = Arc::new(OnceLock::new());
+        let evaluate = {
+            let (gpu, fused, chosen, output_schema) =
+                (Arc::clone(&gpu), Arc::clone(&fused), Arc::clone(&chosen), Arc::clone(&output_schema));
+            move |chunk: DeviceBatch| {
+                let (gpu, fused, chosen, schema, time, rows) = (
+                    Arc::clone(&gpu),
+                    Arc::clone(&fused),
+                    Arc::clone(&chosen),
+                    Arc::clone(&output_schema),
+                    project_time.clone(),
+                    output_rows.clone(),
+                );
+                blocking(move || {
+                    let _t = time.timer();
+                    let f = chosen.get().unwrap_or(&fused);
+                    let stream = Arc::clone(chunk.stream());
+                    let n = chunk.num_rows() as u64;
+                    let (cols, m) = f.projection.evaluate(&gpu, &stream, chunk.columns(), n)?;
+                    rows.add(m as usize);
+                    DeviceBatch::try_new(schema, cols, m as usize, gpu, stream)
+                })
+            }
+        };
+        // A GPU exec below hands over its batches on the device: only the kernels run.
+        if let Some(child) = as_gpu_exec(&fused.input) {
+            let input = child.execute_device(partition, Arc::clone(&context))?;
+            let columns = fused.projection.inputs.clone();
+            let upload_schema = Arc::clone(&fused.projection.upload_schema);
+            let out = input.then(move |b| {
+                let evaluate = evaluate.clone();
+                let (columns, upload_schema) = (columns.clone(), Arc::clone(&upload_schema));
+                async move { evaluate(b?.select(&columns, &upload_schema)?).await }
+            });
+            return Ok(Box::pin(out.filter(|b| std::future::ready(!matches!(b, Ok(b) if b.num_rows() == 0)))));
+        }
+        let input = fused.input.execute(partition, Arc::clone(&context))?;
+        let pre: Option<HostPrefilter> = fuse::host_prefilter(&fused, &cfg, &gpu);
+        let counters = PrefilterCounters {
+            rows: b().counter("input_rows", partition),
+            dropped: b().counter("host_filtered_rows", partition),
+            filtering: b().counter("host_filter_partitions", partition),
+        };
+        let projected = Box::pin(fuse::prefiltered(input, Arc::clone(&fused), chosen, pre, counters, who));
+        let uploader = ChunkUploader::new(Arc::clone(&gpu), cfg.batch_rows, upload_time, pack_time);
+        // Chunks of about gpu.batch_rows input rows, uploaded as their batches arrive; each is
+        // filtered and projected on the device as soon as it is complete.
+        let chunks = futures::stream::unfold(Some((projected, uploader)), |state| async move {
+            let (mut input, mut uploader) = state?;
+            loop {
+                let next = match input.next().await {
+                    Some(Ok(b)) => uploader.push(b).await,
+                    Some(Err(e)) => Err(e),
+                    None => match uploader.finish().await {
+                        Ok(Some(last)) => return Some((Ok(last), None)),
+                        Ok(None) => return None,
+                        Err(e) => return Some((Err(e), None)),
+                    },
+                };
+                match next {
+                    Ok(Some(chunk)) => return Some((Ok(chunk), Some((input, uploader)))),
+                    Ok(None) => continue,
+                    Err(e) => return Some((Err(e), None)),
+                }
+            }
+        });
+        let out = chunks.then(move |chunk| {
+            let evaluate = evaluate.clone();
+            async move { evaluate(chunk?).await }
+        });
+        Ok(Box::pin(out.filter(|b| std::future::ready(!matches!(b, Ok(b) if b.num_rows() == 0)))))
+    }
+}
