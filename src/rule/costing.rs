@@ -3,16 +3,19 @@
 
 use std::sync::Arc;
 
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
 use super::eligibility::{bounded_rows, estimated_rows};
+use crate::columns::pinned::scans_pinned_memory;
 use crate::config::GpuConfig;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::cost::join::{self as join_cost, JoinEstimate, JoinShape};
 use crate::cost::{Profile, Verdict, download_seconds, paper, row_bytes, upload_seconds, value_bytes};
-use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
+use crate::device::Gpu;
+use crate::exec::{GpuAggregateExec, GpuFilterProjectExec, GpuHashJoinExec, as_gpu_exec};
 use crate::join::OutputColumn;
 use crate::join::keys::KeyEncoding;
 use crate::join::triton::SpillSizes;
@@ -34,12 +37,18 @@ const OUT_OF_CORE_STEP_SECONDS: f64 = 0.8e-3;
 /// bound its input sizes ([`bounded_rows`]). With
 /// `out_of_core_limit` (the memory limit its build exceeds) the join runs out of core and pays
 /// seed 000's transfers: both sides down to host memory once and up again.
+///
+/// With `gpu` (the device the plan runs on), an input side that scans tables in its pinned
+/// memory, directly or through filters and projections the device evaluates
+/// ([`pinned_scan_bytes`]), is priced at the link's rate when that is cheaper than staging the
+/// rows DataFusion's filter would leave.
 pub fn join_estimate(
     exec: &GpuHashJoinExec,
     node: &Arc<dyn ExecutionPlan>,
     cfg: &GpuConfig,
     profile: &Profile,
     out_of_core_limit: Option<u64>,
+    gpu: Option<&Gpu>,
 ) -> Option<JoinEstimate> {
     let hj = node.downcast_ref::<HashJoinExec>()?;
     let (left, right) = (hj.left(), hj.right());
@@ -85,13 +94,23 @@ pub fn join_estimate(
     let partitioned = *hj.partition_mode() == PartitionMode::Partitioned;
     let mut up_bytes = 0.0;
     let mut cpu_down_bytes = 0.0;
+    // What a host side costs to upload, as bytes staged through pinned buffers: a scan of
+    // pinned tables goes up by DMA alone, its raw rows at the link's rate.
+    let staged_rate = profile.coefficients("transfer").first().copied().unwrap_or(0.0);
+    let host_side = |side: &Arc<dyn ExecutionPlan>, build: bool, staged: f64| match gpu {
+        Some(g) if staged_rate > 0.0 && profile.h2d > 0.0 => match pinned_scan_bytes(side, build, cfg, g) {
+            Some(raw) => staged.min(raw / profile.h2d / staged_rate),
+            None => staged,
+        },
+        _ => staged,
+    };
     match device_side(left, partitioned, true) {
         Some(side) => cpu_down_bytes += left_rows * row_bytes(&side.schema()),
-        None => up_bytes += left_rows * row_bytes(bs),
+        None => up_bytes += host_side(left, true, left_rows * row_bytes(bs)),
     }
     match device_side(right, partitioned, false) {
         Some(side) => cpu_down_bytes += right_rows * row_bytes(&side.schema()),
-        None => up_bytes += right_rows * row_bytes(ps),
+        None => up_bytes += host_side(right, false, right_rows * row_bytes(ps)),
     }
     let mut down_bytes = output_rows * row_bytes(&hj.schema());
     let mut rounds_seconds = 0.0;
@@ -120,6 +139,30 @@ pub fn join_estimate(
         cpu_download: download_seconds(cpu_down_bytes, profile),
     };
     Some(JoinEstimate { shape, choice, verdict, bounded })
+}
+
+/// The bytes a join input `side` uploads straight from `gpu`'s pinned memory: a scan of pinned
+/// tables, or the raw columns of one that filters and projections over it read when they compile
+/// for the device (`gpu.fuse_expressions`; filters with `gpu.fuse_filters`), looking below a
+/// build side's `CoalescePartitionsExec` (see [`crate::rule::join_inputs`]). `None` for any other
+/// input, or one whose size the plan does not bound.
+pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
+    let side = match side.downcast_ref::<CoalescePartitionsExec>() {
+        Some(c) if build && c.fetch().is_none() => c.input(),
+        _ => side,
+    };
+    if scans_pinned_memory(side, gpu) {
+        return Some(bounded_rows(side)? as f64 * row_bytes(&side.schema()));
+    }
+    if !cfg.fuse_expressions {
+        return None;
+    }
+    let exec = GpuFilterProjectExec::try_new(side, cfg.fuse_filters).ok()??;
+    let fused = exec.fused();
+    if !scans_pinned_memory(&fused.input, gpu) {
+        return None;
+    }
+    Some(bounded_rows(&fused.input)? as f64 * row_bytes(&fused.projection.upload_schema))
 }
 
 /// The GPU exec whose device batches a GPU join reads for its input `side`: `side` itself, or
@@ -218,7 +261,7 @@ mod tests {
         let upper = join(source(25), Arc::clone(&lower), JoinType::Inner, Some(vec![2, 3]));
         let cfg = GpuConfig::default();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&upper), &cfg).unwrap();
-        let e = join_estimate(&exec, &upper, &cfg, &Profile::h100(), None).expect("priced from the bound");
+        let e = join_estimate(&exec, &upper, &cfg, &Profile::h100(), None, None).expect("priced from the bound");
         assert_eq!(e.shape.build_rows, 25.0);
         assert_eq!(e.shape.probe_rows, bound as f64);
         assert_eq!(e.bounded, estimated_rows(&lower).is_none());
@@ -247,7 +290,7 @@ mod tests {
         };
         let estimate = |node: Arc<dyn ExecutionPlan>| {
             let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
-            join_estimate(&exec, &node, &cfg, &profile, None).expect("bounded")
+            join_estimate(&exec, &node, &cfg, &profile, None, None).expect("bounded")
         };
         // lower as the probe side (directly), the build side (coalesced) and a Partitioned
         // join's repartitioned side.
@@ -280,6 +323,52 @@ mod tests {
         assert!(device_side(&probe, true, false).is_some());
     }
 
+    /// A join input scanning pinned tables, directly or through a filter the device evaluates,
+    /// is priced at the link's rate where that beats staging the filtered rows; the same plan over
+    /// pageable batches, or without the device, keeps the staged price.
+    #[test]
+    fn gpu_inputs_from_pinned_tables_upload_at_the_links_rate() {
+        use datafusion::datasource::memory::MemorySourceConfig;
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{Column, binary, lit};
+        use datafusion::physical_plan::filter::FilterExec;
+        let _l = crate::testing::gpu_lock();
+        let Some(gpu) = crate::testing::gpu_or_skip("gpu_inputs_from_pinned_tables_upload_at_the_links_rate") else {
+            return;
+        };
+        let rows = 2_000_000i64;
+        let scan = memory_kv(rows, 4);
+        let data = scan.downcast_ref::<datafusion::datasource::source::DataSourceExec>().unwrap();
+        let memory = data.data_source().downcast_ref::<MemorySourceConfig>().unwrap();
+        let pinned = crate::columns::pinned::pin_partitions(&gpu, memory.partitions()).unwrap();
+        let pinned_scan =
+            MemorySourceConfig::try_new_exec(&pinned, scan.schema(), None).unwrap() as Arc<dyn ExecutionPlan>;
+        // Keeps 95% of the rows: staging them costs more than the raw rows' DMA.
+        let filtered = |input: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            let pred = binary(Arc::new(Column::new("v", 1)), Operator::Gt, lit(rows / 20), &input.schema()).unwrap();
+            Arc::new(FilterExec::try_new(pred, input).unwrap())
+        };
+        let cfg = GpuConfig::default();
+        let profile = Profile::h100();
+        for probe in [Arc::clone(&pinned_scan), filtered(Arc::clone(&pinned_scan))] {
+            assert!(pinned_scan_bytes(&probe, false, &cfg, &gpu).is_some());
+            let node = join(source(1000), Arc::clone(&probe), JoinType::Inner, None);
+            let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
+            let staged = join_estimate(&exec, &node, &cfg, &profile, None, None).unwrap();
+            let direct = join_estimate(&exec, &node, &cfg, &profile, None, Some(&gpu)).unwrap();
+            assert!(
+                direct.verdict.upload < staged.verdict.upload,
+                "{} vs {}",
+                direct.verdict.describe(),
+                staged.verdict.describe()
+            );
+        }
+        let pageable = filtered(memory_kv(rows, 4));
+        assert!(pinned_scan_bytes(&pageable, false, &cfg, &gpu).is_none());
+        let off = GpuConfig { fuse_expressions: false, ..GpuConfig::default() };
+        assert!(pinned_scan_bytes(&filtered(Arc::clone(&pinned_scan)), false, &off, &gpu).is_none());
+    }
+
     /// A small join is priced from the plan's statistics, with its transfers, and the CPU wins;
     /// every candidate algorithm has an estimate.
     #[test]
@@ -288,7 +377,8 @@ mod tests {
         let node = join(l, r, JoinType::Inner, None);
         let cfg = GpuConfig::default();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
-        let e = join_estimate(&exec, &node, &cfg, &Profile::h100(), None).expect("memory sources have row counts");
+        let e =
+            join_estimate(&exec, &node, &cfg, &Profile::h100(), None, None).expect("memory sources have row counts");
         assert_eq!(e.shape.build_rows, 1000.0);
         assert_eq!(e.shape.probe_rows, 5000.0);
         assert_eq!(e.shape.key_bytes, 8.0);

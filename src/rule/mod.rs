@@ -112,7 +112,7 @@ impl GpuOptimizerRule {
             (Some(g), PlacementSetting::Cost) => Some(profile::load(g.info(), &cfg.profile_dir)),
             _ => None,
         };
-        let placer = Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref() };
+        let placer = Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref() };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
         crate::exec::timeline::mark("rule", || "operators placed".into());
         let plan = match cfg.join_repartition {
@@ -122,7 +122,7 @@ impl GpuOptimizerRule {
                 let reprice = |g: GpuHashJoinExec| -> Option<GpuHashJoinExec> {
                     let (Some(p), Some(_)) = (profile.as_ref(), g.estimate()) else { return Some(g) };
                     let node = Arc::clone(g.original());
-                    match costing::join_estimate(&g, &node, &cfg, p, None) {
+                    match costing::join_estimate(&g, &node, &cfg, p, None, gpu.as_deref()) {
                         Some(e) if e.verdict.gpu_wins() => Some(g.with_estimate(e)),
                         Some(_) => None,
                         None => Some(g),
@@ -160,6 +160,8 @@ struct Placer<'a> {
     device: Option<FallbackReason>,
     memory_limit: Option<u64>,
     profile: Option<&'a Profile>,
+    /// The device, when the rule opened it: the cost model prices uploads from its pinned memory.
+    gpu: Option<&'a Gpu>,
 }
 
 impl Placer<'_> {
@@ -210,7 +212,7 @@ impl Placer<'_> {
             return None;
         }
         let g = GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg).ok()?;
-        let e = costing::join_estimate(&g, &node, self.cfg, profile, None)?;
+        let e = costing::join_estimate(&g, &node, self.cfg, profile, None, self.gpu)?;
         let verdict = e.verdict.clone();
         Some((Arc::new(g.with_estimate(e).for_gpu_parent()), verdict))
     }
@@ -248,7 +250,8 @@ impl Placer<'_> {
                         (None, _) => g,
                     };
                     let limit = over_limit.as_ref().and(self.memory_limit);
-                    let estimate = self.profile.and_then(|p| costing::join_estimate(&g, &node, self.cfg, p, limit));
+                    let estimate =
+                        self.profile.and_then(|p| costing::join_estimate(&g, &node, self.cfg, p, limit, self.gpu));
                     verdict = estimate.as_ref().map(|e| e.verdict.clone());
                     Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
                 })

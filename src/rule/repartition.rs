@@ -158,12 +158,12 @@ mod tests {
         let cfg = GpuConfig::default();
         let profile = Profile::h100();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
-        let e = join_estimate(&exec, &node, &cfg, &profile, None).expect("memory sources have row counts");
+        let e = join_estimate(&exec, &node, &cfg, &profile, None, None).expect("memory sources have row counts");
         assert_eq!((e.shape.builds, e.shape.build_rows), (4.0, 100_000.0));
         let plan: Arc<dyn ExecutionPlan> = Arc::new(exec.with_estimate(e));
         let reprice = |g: GpuHashJoinExec| {
             let node = Arc::clone(g.original());
-            join_estimate(&g, &node, &cfg, &profile, None).map(|e| g.with_estimate(e))
+            join_estimate(&g, &node, &cfg, &profile, None, None).map(|e| g.with_estimate(e))
         };
         let out = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &reprice).unwrap();
         let join = out.downcast_ref::<GpuHashJoinExec>().expect("the join stays on top");
