@@ -957,28 +957,7 @@ impl Run {
             self.metrics.upload_time.clone(),
             self.metrics.pack_time.clone(),
         );
-        let chunks = futures::stream::unfold(Some((projected, uploader)), |state| async move {
-            let (mut input, mut uploader) = state?;
-            loop {
-                let next = match input.next().await {
-                    Some(Ok(b)) => uploader.push(b).await,
-                    Some(Err(e)) => Err(e),
-                    None => {
-                        return match uploader.finish().await {
-                            Ok(Some(chunk)) => Some((Ok(Piece::Device(chunk)), None)),
-                            Ok(None) => None,
-                            Err(e) => Some((Err(e), None)),
-                        };
-                    }
-                };
-                match next {
-                    Ok(Some(chunk)) => return Some((Ok(Piece::Device(chunk)), Some((input, uploader)))),
-                    Ok(None) => continue,
-                    Err(e) => return Some((Err(e), None)),
-                }
-            }
-        });
-        Box::pin(chunks)
+        Box::pin(uploader.chunks(projected).map(|c| c.map(Piece::Device)))
     }
 
     /// Reduces `input` to one state batch on the device: pieces are gathered into chunks of about

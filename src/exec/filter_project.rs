@@ -224,25 +224,7 @@ impl GpuExec for GpuFilterProjectExec {
         let uploader = ChunkUploader::new(Arc::clone(&gpu), cfg.batch_rows, upload_time, pack_time);
         // Chunks of about gpu.batch_rows input rows, uploaded as their batches arrive; each is
         // filtered and projected on the device as soon as it is complete.
-        let chunks = futures::stream::unfold(Some((projected, uploader)), |state| async move {
-            let (mut input, mut uploader) = state?;
-            loop {
-                let next = match input.next().await {
-                    Some(Ok(b)) => uploader.push(b).await,
-                    Some(Err(e)) => Err(e),
-                    None => match uploader.finish().await {
-                        Ok(Some(last)) => return Some((Ok(last), None)),
-                        Ok(None) => return None,
-                        Err(e) => return Some((Err(e), None)),
-                    },
-                };
-                match next {
-                    Ok(Some(chunk)) => return Some((Ok(chunk), Some((input, uploader)))),
-                    Ok(None) => continue,
-                    Err(e) => return Some((Err(e), None)),
-                }
-            }
-        });
+        let chunks = uploader.chunks(projected);
         let out = chunks.then(move |chunk| {
             let evaluate = evaluate.clone();
             async move { evaluate(chunk?).await }

@@ -457,11 +457,9 @@ pub fn priced_mode(filter_ns: f64, kept: f64, upload_ns: f64) -> PrefilterMode {
 #[cfg(test)]
 mod tests {
     use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode};
-    use datafusion::prelude::{SessionConfig, SessionContext};
 
     use crate::config::GpuConfig;
     use crate::exec::GpuAggregateExec;
-    use crate::tpch::{Suite, data, queries};
 
     use super::*;
 
@@ -608,32 +606,23 @@ mod tests {
     async fn benchmark_aggregate_inputs_compile_for_the_device() {
         let cfg = GpuConfig::default();
         let mut fused = Vec::new();
-        for suite in [Suite::Tpch, Suite::Ssb] {
-            let tables = data::generate(suite, 0.01, 1, 2, &data::Progresses::new(false)).unwrap();
-            let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-            data::register(&ctx, &tables).unwrap();
-            for q in queries::select(suite, &[]).unwrap() {
-                for sql in q.sql.split(';').filter(|s| !s.trim().is_empty()) {
-                    let Ok(df) = ctx.sql(sql).await else { continue };
-                    let Ok(plan) = df.create_physical_plan().await else { continue };
-                    let mut aggs = Vec::new();
-                    raw_aggregates(&plan, &mut aggs);
-                    for a in aggs {
-                        for filters in [false, true] {
-                            let Ok(g) = GpuAggregateExec::try_new(Arc::clone(&a), &cfg) else { continue };
-                            let g = g.with_fused_input(filters);
-                            let line = displayable(&g as &dyn ExecutionPlan).one_line().to_string();
-                            println!("{} {} (filters {filters}): {}", suite.name(), q.name, line.trim());
-                            if let Some(f) = g.fused_input() {
-                                fused.push((q.name, filters, f.describe()));
-                                // A filter on the scan can run on the host as well, and the
-                                // kernels without it compile.
-                                if filters && ["q1", "q6"].contains(&q.name) {
-                                    assert!(f.host_filter.is_some() && f.filtered_on_host().is_some(), "{}", q.name);
-                                    let rest = f.filtered_on_host().unwrap();
-                                    assert!(rest.projection.inputs.len() <= f.projection.inputs.len());
-                                }
-                            }
+        for (suite, name, plan) in crate::testing::benchmark_plans(0.01).await {
+            let mut aggs = Vec::new();
+            raw_aggregates(&plan, &mut aggs);
+            for a in aggs {
+                for filters in [false, true] {
+                    let Ok(g) = GpuAggregateExec::try_new(Arc::clone(&a), &cfg) else { continue };
+                    let g = g.with_fused_input(filters);
+                    let line = displayable(&g as &dyn ExecutionPlan).one_line().to_string();
+                    println!("{} {name} (filters {filters}): {}", suite.name(), line.trim());
+                    if let Some(f) = g.fused_input() {
+                        fused.push((name, filters, f.describe()));
+                        // A filter on the scan can run on the host as well, and the kernels
+                        // without it compile.
+                        if filters && ["q1", "q6"].contains(&name) {
+                            assert!(f.host_filter.is_some() && f.filtered_on_host().is_some(), "{name}");
+                            let rest = f.filtered_on_host().unwrap();
+                            assert!(rest.projection.inputs.len() <= f.projection.inputs.len());
                         }
                     }
                 }

@@ -11,7 +11,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 
 use super::{DeviceBatchStream, GpuExec, blocking, download_stream, single_child};
 use crate::columns::{DeviceBatch, HostUpload};
@@ -156,6 +156,35 @@ impl ChunkUploader {
             device_rows: 0,
             stream: None,
         }
+    }
+
+    /// The device chunks of `input`'s batches, each handed on once complete (the last with
+    /// whatever rows remain); the first error ends the stream.
+    pub fn chunks<S>(self, input: S) -> impl Stream<Item = Result<DeviceBatch>> + Send + 'static
+    where
+        S: Stream<Item = Result<RecordBatch>> + Send + Unpin + 'static,
+    {
+        futures::stream::unfold(Some((input, self)), |state| async move {
+            let (mut input, mut uploader) = state?;
+            loop {
+                let next = match input.next().await {
+                    Some(Ok(b)) => uploader.push(b).await,
+                    Some(Err(e)) => Err(e),
+                    None => {
+                        return match uploader.finish().await {
+                            Ok(Some(last)) => Some((Ok(last), None)),
+                            Ok(None) => None,
+                            Err(e) => Some((Err(e), None)),
+                        };
+                    }
+                };
+                match next {
+                    Ok(Some(chunk)) => return Some((Ok(chunk), Some((input, uploader)))),
+                    Ok(None) => continue,
+                    Err(e) => return Some((Err(e), None)),
+                }
+            }
+        })
     }
 
     /// Takes `batch`; returns a chunk when this batch completed one.

@@ -131,10 +131,8 @@ mod tests {
 mod benchmark_tests {
     use datafusion::physical_plan::displayable;
     use datafusion::physical_plan::joins::HashJoinExec;
-    use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
-    use crate::tpch::{Suite, data, queries};
 
     fn joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
         if plan.downcast_ref::<HashJoinExec>().is_some() {
@@ -151,24 +149,15 @@ mod benchmark_tests {
     #[tokio::test]
     async fn benchmark_join_inputs_compile_for_the_device() {
         let mut fused = Vec::new();
-        for suite in [Suite::Tpch, Suite::Ssb] {
-            let tables = data::generate(suite, 0.01, 1, 2, &data::Progresses::new(false)).unwrap();
-            let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-            data::register(&ctx, &tables).unwrap();
-            for q in queries::select(suite, &[]).unwrap() {
-                for sql in q.sql.split(';').filter(|s| !s.trim().is_empty()) {
-                    let Ok(df) = ctx.sql(sql).await else { continue };
-                    let Ok(plan) = df.create_physical_plan().await else { continue };
-                    let mut found = Vec::new();
-                    joins(&plan, &mut found);
-                    for j in found {
-                        for (i, side) in j.children().into_iter().enumerate() {
-                            let Some(exec) = fused_side(side, i == 0, true) else { continue };
-                            let line = displayable(exec.as_ref()).indent(false).to_string();
-                            println!("{} {} side {i}: {}", suite.name(), q.name, line.lines().next().unwrap_or(""));
-                            fused.push((suite.name(), q.name, line));
-                        }
-                    }
+        for (suite, name, plan) in crate::testing::benchmark_plans(0.01).await {
+            let mut found = Vec::new();
+            joins(&plan, &mut found);
+            for j in found {
+                for (i, side) in j.children().into_iter().enumerate() {
+                    let Some(exec) = fused_side(side, i == 0, true) else { continue };
+                    let line = displayable(exec.as_ref()).indent(false).to_string();
+                    println!("{} {name} side {i}: {}", suite.name(), line.lines().next().unwrap_or(""));
+                    fused.push((suite.name(), name, line));
                 }
             }
         }
