@@ -68,7 +68,7 @@ impl GpuFilterProjectExec {
         }))
     }
 
-    /// The nodes taken in, as EXPLAIN shows them.
+    /// The filters and projections taken in, compiled for the device, and the node below them.
     pub fn fused(&self) -> &FusedInput {
         &self.fused
     }
