@@ -169,4 +169,49 @@ mod benchmark_tests {
             );
         }
     }
+
+    /// Over every TPC-H and SSB plan with its joins as GPU joins, taking their inputs onto the
+    /// device keeps the plan as DataFusion's sanity check wants it (each node's required
+    /// distribution and ordering) wherever it was before, and keeps every join's input schema.
+    #[tokio::test]
+    async fn benchmark_plans_stay_sane_with_fused_join_inputs() {
+        use datafusion::common::tree_node::TreeNodeRecursion;
+        use datafusion::config::ConfigOptions;
+        use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
+        let cfg = GpuConfig::default();
+        let options = ConfigOptions::default();
+        let sane = |plan: &Arc<dyn ExecutionPlan>| {
+            plan.apply(|node| {
+                check_plan_sanity(node, &options.optimizer)?;
+                Ok(TreeNodeRecursion::Continue)
+            })
+            .is_ok()
+        };
+        let (mut checked, mut rewritten) = (0, 0);
+        for (suite, name, plan) in crate::testing::benchmark_plans(0.01).await {
+            let on_gpu = Arc::clone(&plan)
+                .transform_up(|node| {
+                    if node.downcast_ref::<HashJoinExec>().is_none() {
+                        return Ok(Transformed::no(node));
+                    }
+                    Ok(match GpuHashJoinExec::try_new(Arc::clone(&node), &cfg) {
+                        Ok(g) => Transformed::yes(Arc::new(g) as Arc<dyn ExecutionPlan>),
+                        Err(_) => Transformed::no(node),
+                    })
+                })
+                .unwrap()
+                .data;
+            if !sane(&on_gpu) {
+                continue;
+            }
+            let fused = fuse_join_inputs(Arc::clone(&on_gpu), &cfg).unwrap();
+            let shown = displayable(fused.as_ref()).indent(true).to_string();
+            assert!(sane(&fused), "{} {name}: the fused plan fails the sanity check\n{shown}", suite.name());
+            assert_eq!(fused.schema(), on_gpu.schema(), "{} {name}", suite.name());
+            checked += 1;
+            rewritten += usize::from(shown.contains("GpuFilterProjectExec"));
+        }
+        println!("{checked} plans checked, {rewritten} with join inputs on the device");
+        assert!(checked >= 30 && rewritten >= 20, "{checked} plans checked, {rewritten} rewritten");
+    }
 }
