@@ -17,6 +17,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
@@ -72,6 +73,24 @@ impl GpuFilterProjectExec {
     pub fn fused(&self) -> &FusedInput {
         &self.fused
     }
+}
+
+/// The input sides of a GPU join (`build`, `probe`) whose filters and projections run on the
+/// device, as [`crate::rule::join_inputs`] placed them (a build side's below its coalesce).
+pub fn device_computed_sides(join: &Arc<dyn ExecutionPlan>) -> Vec<&'static str> {
+    let is_fused = |p: &Arc<dyn ExecutionPlan>| p.downcast_ref::<GpuFilterProjectExec>().is_some();
+    let mut sides = Vec::new();
+    let children = join.children();
+    if let Some(build) = children.first() {
+        let below = build.downcast_ref::<CoalescePartitionsExec>().map(|c| c.input());
+        if is_fused(build) || below.is_some_and(is_fused) {
+            sides.push("build");
+        }
+    }
+    if children.get(1).is_some_and(|p| is_fused(p)) {
+        sides.push("probe");
+    }
+    sides
 }
 
 impl DisplayAs for GpuFilterProjectExec {

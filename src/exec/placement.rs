@@ -68,12 +68,12 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Placement>) {
         return;
     }
     if let Some(join) = any.downcast_ref::<GpuHashJoinExec>() {
-        out.push(Placement {
-            kind: OperatorKind::Join,
-            operator: "HashJoinExec".into(),
-            on_gpu: true,
-            detail: join.algorithm().to_string(),
-        });
+        let mut detail = join.algorithm().to_string();
+        let sides = super::filter_project::device_computed_sides(plan);
+        if !sides.is_empty() {
+            detail.push_str(&format!(" ({} input filtered and projected on the GPU)", sides.join(" and ")));
+        }
+        out.push(Placement { kind: OperatorKind::Join, operator: "HashJoinExec".into(), on_gpu: true, detail });
     } else if let Some(agg) = any.downcast_ref::<GpuAggregateExec>() {
         out.push(Placement {
             kind: OperatorKind::Aggregate,

@@ -116,6 +116,14 @@ mod tests {
         let count = |p: &Arc<dyn ExecutionPlan>| p.output_partitioning().partition_count();
         assert_eq!(count(probe), count(cpu_join.children()[1]));
 
+        // Benchmark records say so next to the join's algorithm.
+        let placed = crate::exec::placements(&plan);
+        assert!(placed[0].detail.ends_with(" (build and probe input filtered and projected on the GPU)"), "{placed:?}");
+        assert_eq!(
+            crate::exec::placement::summary(&placed),
+            format!("joins 1/1 GPU ({}×1)", placed[0].detail.split_whitespace().next().unwrap())
+        );
+
         let again = fuse_join_inputs(Arc::clone(&plan), &cfg).unwrap();
         assert_eq!(text, displayable(again.as_ref()).indent(true).to_string());
 
