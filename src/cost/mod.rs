@@ -130,7 +130,7 @@ impl Verdict {
     }
 
     /// `gpu 1.20 ms (compute 0.30 ms + upload 0.80 ms + download 0.10 ms) vs cpu 2.00 ms`, with
-    /// `(join 1.50 ms + download of its GPU input 0.50 ms)` after the CPU's when it has one.
+    /// `(operator 1.50 ms + download of its GPU input 0.50 ms)` after the CPU's when it has one.
     pub fn describe(&self) -> String {
         let cpu = match self.cpu_download > 0.0 {
             true => format!(

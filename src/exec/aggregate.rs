@@ -46,7 +46,7 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 use tokio::sync::OnceCell;
 
-use super::fuse::{self, FusedInput, HostPrefilter, PrefilterCounters};
+use super::fuse::{self, FusedInput, PrefilterCounters};
 use super::upload::ChunkUploader;
 use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
@@ -349,7 +349,7 @@ impl GpuAggregateExec {
             }
             _ => None,
         };
-        let host_upload_ns_per_row = self.host_upload_ns_per_row(&cfg, &gpu);
+        let host_upload_ns_per_row = self.fused.as_deref().and_then(|f| fuse::upload_ns_per_row(f, &cfg, &gpu));
         Ok(Run {
             gpu,
             fused: self.fused.clone(),
@@ -374,12 +374,6 @@ impl GpuAggregateExec {
                 false => String::new(),
             },
         })
-    }
-
-    /// With `gpu.host_filter_priced` and a host pre-filter: nanoseconds one row of the fused
-    /// input costs to upload (see [`fuse::upload_ns_per_row`]).
-    fn host_upload_ns_per_row(&self, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
-        fuse::upload_ns_per_row(self.fused.as_deref()?, cfg, gpu)
     }
 
     /// The output of every partition of a Final aggregate with its partial stage on the device:
@@ -683,7 +677,7 @@ struct Metrics {
     /// Partitions whose whole input had fewer than `gpu.min_rows` rows, aggregated by
     /// DataFusion on the CPU instead.
     cpu_partitions: Count,
-    /// Rows a fused filter removed on the host before the upload (see [`HostPrefilter`]).
+    /// Rows a fused filter removed on the host before the upload (see [`fuse::HostPrefilter`]).
     host_filtered_rows: Count,
     /// Partitions whose fused filter kept few enough rows to run on the host as well.
     host_filter_partitions: Count,
@@ -733,7 +727,7 @@ struct Run {
     batch_size: usize,
     /// A partition whose whole input has fewer rows runs on the CPU (`gpu.min_rows`).
     min_rows: usize,
-    /// `gpu.host_filter_below`: see [`HostPrefilter`].
+    /// `gpu.host_filter_below`: see [`fuse::HostPrefilter`].
     host_filter_below: f64,
     /// With `gpu.host_filter_priced`: what uploading one row of the fused input costs this
     /// partition, in nanoseconds (see [`crate::exec::fuse::priced_mode`]).
@@ -919,13 +913,7 @@ impl Run {
         input: SendableRecordBatchStream,
         fused: Arc<FusedInput>,
     ) -> impl Stream<Item = Result<RecordBatch>> + Send + use<> {
-        let pre = fused.host_filter.clone().map(|p| {
-            let pre = HostPrefilter::new(p, self.host_filter_below);
-            match self.host_upload_ns_per_row {
-                Some(u) => pre.priced(u),
-                None => pre,
-            }
-        });
+        let pre = fuse::host_prefilter(&fused, self.host_filter_below, self.host_upload_ns_per_row);
         let counters = PrefilterCounters {
             rows: self.metrics.input_rows.clone(),
             dropped: self.metrics.host_filtered_rows.clone(),

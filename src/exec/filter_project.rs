@@ -4,7 +4,7 @@
 //! Without it, DataFusion filters and projects a join's input on the host and the join uploads
 //! what is left. With it, the raw columns the filter and projection read go up, and the
 //! generated kernels select and compute the rows on the device. Each partition still measures its
-//! bottom filter on its first rows ([`HostPrefilter`]) and keeps filtering on the host where that
+//! bottom filter on its first rows ([`fuse::HostPrefilter`]) and keeps filtering on the host where that
 //! is cheaper than uploading the rows the filter drops (a selective filter over pageable memory);
 //! the device applies the filter again either way. A scan of pinned tables uploads without a host
 //! copy, so there the device filters what the host would have.
@@ -17,13 +17,13 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
 use futures::StreamExt;
 
-use super::fuse::{self, FusedInput, HostPrefilter, PrefilterCounters};
+use super::fuse::{self, FusedInput, PrefilterCounters};
+use super::join::gathered_input;
 use super::upload::ChunkUploader;
 use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream, single_child, timeline};
 use crate::columns::DeviceBatch;
@@ -81,11 +81,8 @@ pub fn device_computed_sides(join: &Arc<dyn ExecutionPlan>) -> Vec<&'static str>
     let is_fused = |p: &Arc<dyn ExecutionPlan>| p.downcast_ref::<GpuFilterProjectExec>().is_some();
     let mut sides = Vec::new();
     let children = join.children();
-    if let Some(build) = children.first() {
-        let below = build.downcast_ref::<CoalescePartitionsExec>().map(|c| c.input());
-        if is_fused(build) || below.is_some_and(is_fused) {
-            sides.push("build");
-        }
+    if children.first().is_some_and(|build| is_fused(build) || gathered_input(build).is_some_and(is_fused)) {
+        sides.push("build");
     }
     if children.get(1).is_some_and(|p| is_fused(p)) {
         sides.push("probe");
@@ -230,10 +227,10 @@ impl GpuExec for GpuFilterProjectExec {
                 let (columns, upload_schema) = (columns.clone(), Arc::clone(&upload_schema));
                 async move { evaluate(b?.select(&columns, &upload_schema)?).await }
             });
-            return Ok(Box::pin(out.filter(|b| std::future::ready(!matches!(b, Ok(b) if b.num_rows() == 0)))));
+            return Ok(without_empty_batches(out));
         }
         let input = fused.input.execute(partition, Arc::clone(&context))?;
-        let pre: Option<HostPrefilter> = fuse::host_prefilter(&fused, &cfg, &gpu);
+        let pre = fuse::host_prefilter(&fused, cfg.host_filter_below, fuse::upload_ns_per_row(&fused, &cfg, &gpu));
         let counters = PrefilterCounters {
             rows: b().counter("input_rows", partition),
             dropped: b().counter("host_filtered_rows", partition),
@@ -248,6 +245,13 @@ impl GpuExec for GpuFilterProjectExec {
             let evaluate = evaluate.clone();
             async move { evaluate(chunk?).await }
         });
-        Ok(Box::pin(out.filter(|b| std::future::ready(!matches!(b, Ok(b) if b.num_rows() == 0)))))
+        Ok(without_empty_batches(out))
     }
+}
+
+/// `batches` without those the filter left empty (errors pass).
+fn without_empty_batches(
+    batches: impl futures::Stream<Item = Result<DeviceBatch>> + Send + 'static,
+) -> DeviceBatchStream {
+    Box::pin(batches.filter(|b| std::future::ready(!matches!(b, Ok(b) if b.num_rows() == 0))))
 }

@@ -203,11 +203,12 @@ pub fn upload_ns_per_row(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu) -> Option<f
     Some(per_byte * crate::cost::row_bytes(&f.projection.upload_schema) * partitions * 1e9)
 }
 
-/// The host pre-filter of a partition of `f`'s input under the session's settings, when `f`
-/// has a filter the host can apply.
-pub fn host_prefilter(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu) -> Option<HostPrefilter> {
-    let pre = HostPrefilter::new(Arc::clone(f.host_filter.as_ref()?), cfg.host_filter_below);
-    Some(match upload_ns_per_row(f, cfg, gpu) {
+/// The host pre-filter of a partition of `f`'s input, when `f` has a filter the host can apply:
+/// filtering below `keep_below` (`gpu.host_filter_below`), or priced against
+/// `upload_ns_per_row` when given ([`upload_ns_per_row`]).
+pub fn host_prefilter(f: &FusedInput, keep_below: f64, upload_ns_per_row: Option<f64>) -> Option<HostPrefilter> {
+    let pre = HostPrefilter::new(Arc::clone(f.host_filter.as_ref()?), keep_below);
+    Some(match upload_ns_per_row {
         Some(u) => pre.priced(u),
         None => pre,
     })

@@ -236,9 +236,7 @@ impl GpuHashJoinExec {
             return Ok(None);
         }
         let input = |side: &Arc<dyn ExecutionPlan>| {
-            side.downcast_ref::<RepartitionExec>()
-                .filter(|r| matches!(r.partitioning(), Partitioning::Hash(..)) && !r.preserve_order())
-                .map(|r| (Arc::clone(r.input()), r.partitioning().to_string()))
+            removable_repartition(side).map(|r| (Arc::clone(r.input()), r.partitioning().to_string()))
         };
         let (left, right) = (input(hj.left()), input(hj.right()));
         if left.is_none() && right.is_none() {
@@ -666,11 +664,24 @@ impl Metrics {
     }
 }
 
-/// What `side` merges when it is a `CoalescePartitionsExec` (without a limit) over a GPU exec:
-/// a build side reads that exec's partitions on the device instead.
+/// `side` when it is a hash `RepartitionExec` that does not preserve order: the kind a
+/// `Partitioned` GPU join reads around once it is on the GPU (see
+/// [`GpuHashJoinExec::without_repartitions`]).
+pub fn removable_repartition(side: &Arc<dyn ExecutionPlan>) -> Option<&RepartitionExec> {
+    side.downcast_ref::<RepartitionExec>()
+        .filter(|r| matches!(r.partitioning(), Partitioning::Hash(..)) && !r.preserve_order())
+}
+
+/// What `side` gathers when it is a `CoalescePartitionsExec` without a limit, as a `CollectLeft`
+/// join's build side is: a GPU join collects every partition of it itself.
+pub fn gathered_input(side: &Arc<dyn ExecutionPlan>) -> Option<&Arc<dyn ExecutionPlan>> {
+    side.downcast_ref::<CoalescePartitionsExec>().filter(|c| c.fetch().is_none()).map(|c| c.input())
+}
+
+/// What `side` gathers ([`gathered_input`]) when that is a GPU exec: a build side reads its
+/// partitions on the device instead.
 pub fn coalesced_input(side: &Arc<dyn ExecutionPlan>) -> Option<&Arc<dyn ExecutionPlan>> {
-    let c = side.downcast_ref::<CoalescePartitionsExec>().filter(|c| c.fetch().is_none())?;
-    as_gpu_exec(c.input()).is_some().then(|| c.input())
+    gathered_input(side).filter(|input| as_gpu_exec(input).is_some())
 }
 
 /// A join's build input: host batches from a CPU child (as they came, not concatenated), or

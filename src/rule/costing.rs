@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
-use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::eligibility::{bounded_rows, estimated_rows};
 use crate::columns::pinned::scans_pinned_memory;
@@ -15,6 +15,7 @@ use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape
 use crate::cost::join::{self as join_cost, JoinEstimate, JoinShape};
 use crate::cost::{Profile, Verdict, download_seconds, paper, row_bytes, upload_seconds, value_bytes};
 use crate::device::Gpu;
+use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::{GpuAggregateExec, GpuFilterProjectExec, GpuHashJoinExec, as_gpu_exec};
 use crate::join::OutputColumn;
 use crate::join::keys::KeyEncoding;
@@ -147,11 +148,26 @@ pub fn join_estimate(
 /// build side's `CoalescePartitionsExec` (see [`crate::rule::join_inputs`]). `None` for any other
 /// input, or one whose size the plan does not bound.
 pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
-    let side = match side.downcast_ref::<CoalescePartitionsExec>() {
-        Some(c) if build && c.fetch().is_none() => c.input(),
-        _ => side,
+    let side = match build {
+        true => gathered_input(side).unwrap_or(side),
+        false => side,
     };
-    if scans_pinned_memory(side, gpu) {
+    // The scan below the side's filters and projections, checked before any code generation:
+    // over pageable tables (the default) nothing is compiled here.
+    let mut scan = side;
+    loop {
+        if let Some(p) = scan.downcast_ref::<ProjectionExec>() {
+            scan = p.input();
+        } else if let Some(f) = scan.downcast_ref::<FilterExec>() {
+            scan = f.input();
+        } else {
+            break;
+        }
+    }
+    if !scans_pinned_memory(scan, gpu) {
+        return None;
+    }
+    if Arc::ptr_eq(scan, side) {
         return Some(bounded_rows(side)? as f64 * row_bytes(&side.schema()));
     }
     if !cfg.fuse_expressions {
@@ -159,10 +175,11 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
     }
     let exec = GpuFilterProjectExec::try_new(side, cfg.fuse_filters).ok()??;
     let fused = exec.fused();
-    if !scans_pinned_memory(&fused.input, gpu) {
+    // A chain the device takes only in part reads the rows of a node above the scan.
+    if !Arc::ptr_eq(&fused.input, scan) {
         return None;
     }
-    Some(bounded_rows(&fused.input)? as f64 * row_bytes(&fused.projection.upload_schema))
+    Some(bounded_rows(scan)? as f64 * row_bytes(&fused.projection.upload_schema))
 }
 
 /// The GPU exec whose device batches a GPU join reads for its input `side`: `side` itself, or
@@ -175,11 +192,8 @@ pub fn device_side(side: &Arc<dyn ExecutionPlan>, partitioned: bool, build: bool
         return Some(Arc::clone(side));
     }
     let below = match (partitioned, build) {
-        (true, _) => side
-            .downcast_ref::<RepartitionExec>()
-            .filter(|r| matches!(r.partitioning(), Partitioning::Hash(..)) && !r.preserve_order())
-            .map(|r| r.input()),
-        (false, true) => crate::exec::join::coalesced_input(side),
+        (true, _) => removable_repartition(side).map(|r| r.input()),
+        (false, true) => gathered_input(side),
         (false, false) => None,
     }?;
     as_gpu_exec(below).is_some().then(|| Arc::clone(below))
@@ -277,8 +291,10 @@ mod tests {
     #[test]
     fn inputs_on_the_device_are_downloaded_for_the_cpu_not_uploaded() {
         use datafusion::physical_expr::expressions::Column;
+        use datafusion::physical_plan::Partitioning;
         use datafusion::physical_plan::PhysicalExpr;
         use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        use datafusion::physical_plan::repartition::RepartitionExec;
         let cfg = GpuConfig::default();
         let profile = Profile::h100();
         let cpu_lower = join(source(2000), source(50_000), JoinType::Inner, Some(vec![2, 3]));

@@ -17,6 +17,7 @@ use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan};
 
 use crate::config::GpuConfig;
+use crate::exec::join::gathered_input;
 use crate::exec::{GpuFilterProjectExec, GpuHashJoinExec};
 
 /// `plan` with the inputs of every GPU join filtered and projected on the device where they
@@ -57,11 +58,8 @@ pub fn fuse_join_inputs(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result
 /// `CoalescePartitionsExec` of a build side; `None` when there is nothing to take or it does
 /// not compile (logged).
 fn fused_side(side: &Arc<dyn ExecutionPlan>, build: bool, filters: bool) -> Option<Arc<dyn ExecutionPlan>> {
-    if build
-        && let Some(c) = side.downcast_ref::<CoalescePartitionsExec>()
-        && c.fetch().is_none()
-    {
-        let inner = fused(c.input(), filters)?;
+    if build && let Some(input) = gathered_input(side) {
+        let inner = fused(input, filters)?;
         return Some(Arc::new(CoalescePartitionsExec::new(inner)));
     }
     fused(side, filters)
