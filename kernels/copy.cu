@@ -23,3 +23,13 @@ extern "C" __global__ void fill_u32(u32* __restrict__ dst, u32 value, u64 n) {
         dst[i] = value;
     }
 }
+
+// dst holds n 16-byte little-endian integers, each the sign extension of src[i]: Decimal128 values
+// that crossed the link as 8-byte integers (see `columns::device::upload_pieces`).
+extern "C" __global__ void widen_i64_to_i128(const long long* __restrict__ src, long long* __restrict__ dst, u64 n) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        long long v = src[i];
+        dst[2 * i] = v;
+        dst[2 * i + 1] = v >> 63;
+    }
+}

@@ -203,11 +203,8 @@ pub fn upload_row_ranges(
         }
         Some((out, None))
     };
-    let pieces: Vec<UploadPiece<'_>> = host
-        .iter()
-        .filter(|(b, _, _)| !b.is_empty())
-        .map(|(b, d, at)| UploadPiece { src: b, dst: &dests[*d], dst_offset: *at })
-        .collect();
+    let pieces: Vec<UploadPiece<'_>> =
+        host.iter().filter(|(b, _, _)| !b.is_empty()).map(|(b, d, at)| UploadPiece::new(b, &dests[*d], *at)).collect();
     gpu.upload(stream, &pieces)?;
     // Bitmaps: each part's bits behind those of the parts before.
     let mut bitmap_out = Vec::with_capacity(bitmap_temps.len());

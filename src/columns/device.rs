@@ -10,7 +10,8 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::host::{AssembledColumn, HostColumn, pack, unpack};
-use crate::device::transfer::UploadPiece;
+use crate::device::launch::KArg;
+use crate::device::transfer::{Landed, NARROWING, UploadPiece};
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{Result, gpu_error};
 
@@ -92,10 +93,10 @@ impl DeviceColumn {
 
 fn host_pieces<'a>(host: &'a HostColumn, dev: &'a DeviceColumn, out: &mut Vec<UploadPiece<'a>>) {
     if let (Some(h), Some(d)) = (&host.validity, &dev.validity) {
-        out.push(UploadPiece { src: h, dst: d, dst_offset: 0 });
+        out.push(UploadPiece::new(h, d, 0));
     }
     for (h, d) in host.buffers.iter().zip(&dev.buffers) {
-        out.push(UploadPiece { src: h, dst: d, dst_offset: 0 });
+        out.push(UploadPiece::new(h, d, 0));
     }
     for (h, d) in host.children.iter().zip(&dev.children) {
         host_pieces(h, d, out);
@@ -114,15 +115,97 @@ fn upload_columns_with(
     register: bool,
 ) -> Result<Vec<DeviceColumn>> {
     let devs = hosts.iter().map(|h| DeviceColumn::alloc_like(gpu, stream, h)).collect::<Result<Vec<_>>>()?;
+    let halves: Vec<Option<DeviceBuffer>> = devs.iter().map(|d| half_buffer(gpu, stream, d)).collect();
     let mut pieces = Vec::new();
-    for (h, d) in hosts.iter().zip(&devs) {
+    for ((h, d), half) in hosts.iter().zip(&devs).zip(&halves) {
+        let first = pieces.len();
         host_pieces(h, d, &mut pieces);
+        narrow_values(&mut pieces[first..], d, half.as_ref());
     }
-    match register {
-        true => gpu.upload(stream, &pieces)?,
-        false => gpu.upload_transient(stream, &pieces)?,
-    }
+    upload_pieces(gpu, stream, &pieces, register)?;
     Ok(devs)
+}
+
+/// Decimal128 columns smaller than this upload as they are: widening costs a kernel launch,
+/// more than the bytes saved.
+const NARROW_MIN_BYTES: usize = 64 << 10;
+
+/// For a Decimal128 column of at most 18 digits, whose values all fit in 8 bytes, a device
+/// buffer of half its values' size: the values cross the link narrowed (see
+/// [`UploadPiece::narrow`]) and are widened on the device, halving the staged copy's writes and
+/// the link's bytes. `None` for other columns, small ones, or when the allocation fails (the
+/// column then uploads as it is).
+fn half_buffer(gpu: &Gpu, stream: &Arc<CudaStream>, dev: &DeviceColumn) -> Option<DeviceBuffer> {
+    let values = dev.buffers.first()?;
+    let fits = matches!(dev.data_type, DataType::Decimal128(digits, _) if digits <= 18);
+    (NARROWING && fits && values.len() >= NARROW_MIN_BYTES && gpu.transfer_settings().narrow_decimals)
+        .then(|| gpu.alloc(stream, values.len() / 2, "decimal values narrowed for the upload").ok())
+        .flatten()
+}
+
+/// Marks the pieces of `dev`'s values buffer (among `pieces`) to be narrowed into `half`.
+fn narrow_values<'a>(pieces: &mut [UploadPiece<'a>], dev: &'a DeviceColumn, half: Option<&'a DeviceBuffer>) {
+    let (Some(half), Some(values)) = (half, dev.buffers.first()) else { return };
+    for p in pieces.iter_mut().filter(|p| std::ptr::eq(p.dst, values)) {
+        p.narrow = Some(half);
+    }
+}
+
+/// Uploads `pieces`, then widens on the device the values that crossed the link narrowed, and
+/// uploads again, as they are, the pieces holding a value that did not fit in 8 bytes (a column
+/// whose values exceed its declared precision, or whose null slots hold large values).
+fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>], register: bool) -> Result<()> {
+    let landed = match register {
+        true => gpu.upload(stream, pieces)?,
+        false => gpu.upload_transient(stream, pieces)?,
+    };
+    // Narrowed pieces that lie end to end in one buffer are widened by one launch:
+    // (narrowed buffer, values buffer, byte offset in the values, bytes).
+    type Run<'b> = (&'b DeviceBuffer, &'b DeviceBuffer, usize, usize);
+    let widen = |(half, dst, at, bytes): Run<'_>| -> Result<()> {
+        // widen_i64_to_i128(const i64* src, i64* dst, u64 n): dst holds n 16-byte values.
+        let src = half.raw_ptr(stream) + (at / 2) as u64;
+        let out = dst.raw_ptr(stream) + at as u64;
+        gpu.launch_n(
+            stream,
+            "copy",
+            "widen_i64_to_i128",
+            (bytes / 16) as u64,
+            &[KArg::U64(src), KArg::U64(out), KArg::U64((bytes / 16) as u64)],
+        )
+    };
+    let mut run: Option<Run<'_>> = None;
+    let mut again = Vec::new();
+    for (p, l) in pieces.iter().zip(&landed) {
+        match (l, p.narrow) {
+            (Landed::Narrow, Some(half)) => {
+                run = match run {
+                    Some((h, d, at, n))
+                        if std::ptr::eq(h, half) && std::ptr::eq(d, p.dst) && at + n == p.dst_offset =>
+                    {
+                        Some((h, d, at, n + p.src.len()))
+                    }
+                    Some(prev) => {
+                        widen(prev)?;
+                        Some((half, p.dst, p.dst_offset, p.src.len()))
+                    }
+                    None => Some((half, p.dst, p.dst_offset, p.src.len())),
+                };
+            }
+            (Landed::Overflow, _) => again.push(UploadPiece::new(p.src, p.dst, p.dst_offset)),
+            _ => {}
+        }
+    }
+    if let Some(last) = run {
+        widen(last)?;
+    }
+    if !again.is_empty() {
+        match register {
+            true => gpu.upload(stream, &again)?,
+            false => gpu.upload_transient(stream, &again)?,
+        };
+    }
+    Ok(())
 }
 
 /// Downloads columns into packed host form (pinned Arrow buffers).
@@ -252,16 +335,19 @@ impl DeviceBatch {
                         DeviceColumn::alloc(gpu, stream, &a.data_type, a.len, a.null_count, validity, buffers)
                     })
                     .collect::<Result<Vec<_>>>()?;
+                let halves: Vec<Option<DeviceBuffer>> = cols.iter().map(|d| half_buffer(gpu, stream, d)).collect();
                 let mut pieces = Vec::new();
-                for (a, d) in columns.iter().zip(&cols) {
+                for ((a, d), half) in columns.iter().zip(&cols).zip(&halves) {
+                    let first = pieces.len();
                     let host = a.validity.iter().chain(&a.buffers);
                     for (h, dev) in host.zip(d.validity.iter().chain(&d.buffers)) {
                         for (src, at) in &h.parts {
-                            pieces.push(UploadPiece { src, dst: dev, dst_offset: *at });
+                            pieces.push(UploadPiece::new(src, dev, *at));
                         }
                     }
+                    narrow_values(&mut pieces[first..], d, half.as_ref());
                 }
-                gpu.upload_transient(stream, &pieces)?;
+                upload_pieces(gpu, stream, &pieces, false)?;
                 (schema, rows, cols)
             }
         };
@@ -455,6 +541,68 @@ mod tests {
         }
     }
 
+    /// Decimal128 values of up to 18 digits cross the link narrowed to 8 bytes and are widened
+    /// on the device: the pieces land narrowed, or as overflowing when a value needs more than 64
+    /// bits (Arrow does not hold values to their precision), and every column comes back
+    /// whole through both upload paths, over several staging slots, behind a string column that
+    /// leaves the slots unaligned, with a large value in a valid slot or under a NULL.
+    #[test]
+    fn gpu_decimals_cross_the_link_narrowed() {
+        use datafusion::arrow::array::{Decimal128Array, StringArray};
+        use datafusion::arrow::buffer::NullBuffer;
+
+        use crate::device::transfer::{Landed, UploadPiece};
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_decimals_cross_the_link_narrowed") else { return };
+        let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_decimals_cross_the_link_narrowed"));
+        let stream = gpu.stream();
+        let rows = gpu.transfer_settings().staging_bytes / 16 * 2 + rng.random_range(1..5000);
+        let bound = 10i128.pow(18);
+        let mut values: Vec<i128> = (0..rows).map(|_| rng.random_range(-bound + 1..bound)).collect();
+        let decimal = |values: &[i128], nulls: Option<NullBuffer>| {
+            Arc::new(Decimal128Array::new(values.to_vec().into(), nulls).with_precision_and_scale(18, 2).unwrap())
+        };
+        let fitting = decimal(&values, None);
+        let big_at = rng.random_range(0..rows);
+        values[big_at] = i128::MAX - rng.random_range(0..1000);
+        let past_64_bits = decimal(&values, None);
+        let nulls = NullBuffer::from((0..rows).map(|i| i != big_at && rng.random_bool(0.8)).collect::<Vec<bool>>());
+        let big_under_null = decimal(&values, Some(nulls));
+
+        // Where the values buffer lands, and what the narrowed buffer holds.
+        for (array, want) in [(&fitting, Landed::Narrow), (&past_64_bits, Landed::Overflow)] {
+            let host = array.values().inner().clone();
+            let dst = gpu.alloc(&stream, host.len(), "test values").unwrap();
+            let half = gpu.alloc(&stream, host.len() / 2, "test narrowed values").unwrap();
+            let piece = UploadPiece { narrow: Some(&half), ..UploadPiece::new(&host, &dst, 0) };
+            assert_eq!(gpu.upload_transient(&stream, &[piece]).unwrap(), vec![want]);
+            let low = gpu.download(&stream, &[&half]).unwrap();
+            let low: Vec<i64> = low[0].typed_data::<i64>().to_vec();
+            assert_eq!(low, array.values().iter().map(|&v| v as i64).collect::<Vec<_>>());
+        }
+
+        // Whole columns, packed and assembled from slices.
+        for (name, array) in
+            [("fitting", fitting), ("past 64 bits", past_64_bits), ("large under a NULL", big_under_null)]
+        {
+            let text = StringArray::from_iter_values((0..rows).map(|i| "x".repeat(i % 7)));
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("s", DataType::Utf8, false),
+                Field::new("d", array.data_type().clone(), true),
+            ]));
+            let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(text), array]).unwrap();
+            let back = DeviceBatch::upload_transient(&gpu, &stream, &batch).unwrap().download().unwrap();
+            assert_same_array(batch.column(1).as_ref(), back.column(1).as_ref(), &format!("{name}, packed"));
+            assert_same_array(batch.column(0).as_ref(), back.column(0).as_ref(), &format!("{name}, packed strings"));
+            let cut = rng.random_range(1..rows - 1);
+            let parts = [batch.slice(0, cut), batch.slice(cut, rows - cut), batch.slice(0, 4099)];
+            let back = DeviceBatch::upload_concat(&gpu, &stream, &parts).unwrap().download().unwrap();
+            let want = concat_batches(&schema, &parts).unwrap();
+            assert_same_array(want.column(1).as_ref(), back.column(1).as_ref(), &format!("{name}, assembled"));
+            assert_same_array(want.column(0).as_ref(), back.column(0).as_ref(), &format!("{name}, assembled strings"));
+        }
+    }
+
     /// Bytes survive a device-to-device copy by the NVRTC-compiled kernels, tail included.
     #[test]
     fn gpu_copy_kernel_moves_every_byte() {
@@ -468,10 +616,9 @@ mod tests {
             let host = Buffer::from_vec(bytes);
             let src = gpu.alloc(&stream, len, "test source").unwrap();
             let mut dst = gpu.alloc(&stream, len, "test target").unwrap();
-            gpu.upload(&stream, &[UploadPiece { src: &host, dst: &src, dst_offset: 0 }]).unwrap();
+            gpu.upload(&stream, &[UploadPiece::new(&host, &src, 0)]).unwrap();
             // Poison the target so unwritten bytes show.
-            gpu.upload(&stream, &[UploadPiece { src: &Buffer::from_vec(vec![0xEEu8; len]), dst: &dst, dst_offset: 0 }])
-                .unwrap();
+            gpu.upload(&stream, &[UploadPiece::new(&Buffer::from_vec(vec![0xEEu8; len]), &dst, 0)]).unwrap();
             gpu.copy_device(&stream, &src, &mut dst, len).unwrap();
             let back = gpu.download(&stream, &[&dst]).unwrap();
             assert_eq!(back[0].as_slice(), host.as_slice(), "copy of {len} bytes");

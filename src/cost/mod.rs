@@ -58,6 +58,21 @@ pub fn row_bytes(schema: &Schema) -> f64 {
     schema.fields().iter().map(|f| value_bytes(f.data_type())).sum()
 }
 
+/// Bytes per row of all columns of `schema` as they cross the link through the staging
+/// buffers: with `narrow` (`gpu.narrow_decimals`), Decimal128 values of at most 18 digits travel
+/// as 8-byte integers (see `columns::device::upload_pieces`); everything else as on the host.
+pub fn staged_row_bytes(schema: &Schema, narrow: bool) -> f64 {
+    let narrow = narrow && crate::device::transfer::NARROWING;
+    schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Decimal128(digits, _) if *digits <= 18 && narrow => 8.0,
+            other => value_bytes(other),
+        })
+        .sum()
+}
+
 /// Seconds to upload `bytes` in `batches` host batches, and to download `bytes`.
 pub fn upload_seconds(bytes: f64, batches: f64, profile: &Profile) -> f64 {
     let c = profile.coefficients("transfer");
@@ -191,6 +206,22 @@ pub struct Estimate<S, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Staged uploads price Decimal128 columns of up to 18 digits at 8 bytes when narrowing is
+    /// on, wider ones and everything else at their host width.
+    #[test]
+    fn staged_rows_count_narrowed_decimals() {
+        use datafusion::arrow::datatypes::Field;
+        let schema = Schema::new(vec![
+            Field::new("price", DataType::Decimal128(15, 2), false),
+            Field::new("wide", DataType::Decimal128(38, 10), true),
+            Field::new("k", DataType::Int32, false),
+        ]);
+        assert_eq!(row_bytes(&schema), 36.0);
+        assert_eq!(staged_row_bytes(&schema, false), 36.0);
+        let narrowed = if crate::device::transfer::NARROWING { 28.0 } else { 36.0 };
+        assert_eq!(staged_row_bytes(&schema, true), narrowed);
+    }
 
     #[test]
     fn formats_and_widths() {

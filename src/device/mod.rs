@@ -53,6 +53,8 @@ pub const SPLIT_WORKERS: usize = 4;
 pub struct TransferSettings {
     pub staging_bytes: usize,
     pub threads: usize,
+    /// `gpu.narrow_decimals`.
+    pub narrow_decimals: bool,
 }
 
 impl TransferSettings {
@@ -61,6 +63,7 @@ impl TransferSettings {
         TransferSettings {
             staging_bytes: cfg.staging_buffer_size.bytes().unwrap_or(32 << 20).clamp(1 << 16, 1 << 30) as usize,
             threads: if cfg.transfer_threads == 0 { cores.min(16) } else { cfg.transfer_threads },
+            narrow_decimals: cfg.narrow_decimals,
         }
     }
 }
@@ -300,15 +303,24 @@ impl Gpu {
     }
 
     /// Uploads host byte slices into device buffers on `stream`; a large buffer uploaded a second
-    /// time is page-locked in place (see [`registered`]).
-    pub fn upload(&self, stream: &Arc<CudaStream>, pieces: &[transfer::UploadPiece<'_>]) -> Result<()> {
+    /// time is page-locked in place (see [`registered`]). Returns where each piece landed (see
+    /// [`transfer::UploadPiece::narrow`]).
+    pub fn upload(
+        &self,
+        stream: &Arc<CudaStream>,
+        pieces: &[transfer::UploadPiece<'_>],
+    ) -> Result<Vec<transfer::Landed>> {
         self.upload_with(stream, pieces, true)
     }
 
     /// Uploads host byte slices that are uploaded once and then freed (concatenated batches):
     /// always through the staging buffers, since a later buffer at the same address and length
     /// would look like a second upload of this one and be page-locked for nothing.
-    pub fn upload_transient(&self, stream: &Arc<CudaStream>, pieces: &[transfer::UploadPiece<'_>]) -> Result<()> {
+    pub fn upload_transient(
+        &self,
+        stream: &Arc<CudaStream>,
+        pieces: &[transfer::UploadPiece<'_>],
+    ) -> Result<Vec<transfer::Landed>> {
         self.upload_with(stream, pieces, false)
     }
 
@@ -317,7 +329,7 @@ impl Gpu {
         stream: &Arc<CudaStream>,
         pieces: &[transfer::UploadPiece<'_>],
         register: bool,
-    ) -> Result<()> {
+    ) -> Result<Vec<transfer::Landed>> {
         let mut ring = self.take_ring()?;
         let registry = register.then_some(&self.registry);
         let result = transfer::upload(stream, &mut ring, registry, &self.pinned, pieces, &self.copy_threads());

@@ -194,13 +194,14 @@ pub fn upload_ns_per_row(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu) -> Option<f
         return None;
     }
     let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
-    let per_byte = if crate::columns::pinned::scans_pinned_memory(&f.input, gpu) && profile.h2d > 0.0 {
-        1.0 / profile.h2d
+    let schema = &f.projection.upload_schema;
+    let per_row = if crate::columns::pinned::scans_pinned_memory(&f.input, gpu) && profile.h2d > 0.0 {
+        crate::cost::row_bytes(schema) / profile.h2d
     } else {
-        crate::cost::upload_seconds(1.0, 0.0, &profile)
+        crate::cost::upload_seconds(crate::cost::staged_row_bytes(schema, cfg.narrow_decimals), 0.0, &profile)
     };
     let partitions = f.input.output_partitioning().partition_count().max(1) as f64;
-    Some(per_byte * crate::cost::row_bytes(&f.projection.upload_schema) * partitions * 1e9)
+    Some(per_row * partitions * 1e9)
 }
 
 /// The host pre-filter of a partition of `f`'s input, when `f` has a filter the host can apply:

@@ -39,7 +39,7 @@ pub fn upload_slice<T: ArrowNativeType>(
 ) -> Result<DeviceBuffer> {
     let host = Buffer::from_slice_ref(values);
     let dev = gpu.alloc(stream, host.len(), what)?;
-    gpu.upload(stream, &[UploadPiece { src: &host, dst: &dev, dst_offset: 0 }])?;
+    gpu.upload(stream, &[UploadPiece::new(&host, &dev, 0)])?;
     Ok(dev)
 }
 

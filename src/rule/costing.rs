@@ -13,7 +13,9 @@ use crate::columns::pinned::scans_pinned_memory;
 use crate::config::GpuConfig;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::cost::join::{self as join_cost, JoinEstimate, JoinShape};
-use crate::cost::{Profile, Verdict, download_seconds, paper, row_bytes, upload_seconds, value_bytes};
+use crate::cost::{
+    Profile, Verdict, download_seconds, paper, row_bytes, staged_row_bytes, upload_seconds, value_bytes,
+};
 use crate::device::Gpu;
 use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::{GpuAggregateExec, GpuFilterProjectExec, GpuHashJoinExec, as_gpu_exec};
@@ -107,11 +109,11 @@ pub fn join_estimate(
     };
     match device_side(left, partitioned, true) {
         Some(side) => cpu_down_bytes += left_rows * row_bytes(&side.schema()),
-        None => up_bytes += host_side(left, true, left_rows * row_bytes(bs)),
+        None => up_bytes += host_side(left, true, left_rows * staged_row_bytes(bs, cfg.narrow_decimals)),
     }
     match device_side(right, partitioned, false) {
         Some(side) => cpu_down_bytes += right_rows * row_bytes(&side.schema()),
-        None => up_bytes += host_side(right, false, right_rows * row_bytes(ps)),
+        None => up_bytes += host_side(right, false, right_rows * staged_row_bytes(ps, cfg.narrow_decimals)),
     }
     let mut down_bytes = output_rows * row_bytes(&hj.schema());
     let mut rounds_seconds = 0.0;
@@ -228,7 +230,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
     let choice = agg_cost::choose(&shape, profile);
     let verdict = Verdict {
         gpu_compute: choice.seconds(),
-        upload: upload_seconds(rows * row_bytes(upload), shape.chunks, profile),
+        upload: upload_seconds(rows * staged_row_bytes(upload, cfg.narrow_decimals), shape.chunks, profile),
         // Each input partition returns the states of its groups.
         download: download_seconds((groups * partitions).min(rows) * row_bytes(&layout.state_schema), profile),
         cpu: agg_cost::cpu_seconds(&shape, profile),
