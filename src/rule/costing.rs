@@ -107,11 +107,11 @@ pub fn join_estimate(
         },
         _ => staged,
     };
-    match device_side(left, partitioned, true) {
+    match device_side(left, partitioned, true, cfg) {
         Some(side) => cpu_down_bytes += left_rows * row_bytes(&side.schema()),
         None => up_bytes += host_side(left, true, left_rows * staged_row_bytes(bs, cfg.narrow_decimals)),
     }
-    match device_side(right, partitioned, false) {
+    match device_side(right, partitioned, false, cfg) {
         Some(side) => cpu_down_bytes += right_rows * row_bytes(&side.schema()),
         None => up_bytes += host_side(right, false, right_rows * staged_row_bytes(ps, cfg.narrow_decimals)),
     }
@@ -189,16 +189,58 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
 /// join's hash repartitions are removed once it is on the GPU
 /// ([`super::repartition::remove_join_repartitions`]), and a build side collects every partition
 /// of what a `CoalescePartitionsExec` merges (see `exec::join`).
-pub fn device_side(side: &Arc<dyn ExecutionPlan>, partitioned: bool, build: bool) -> Option<Arc<dyn ExecutionPlan>> {
-    if as_gpu_exec(side).is_some() {
-        return Some(Arc::clone(side));
+///
+/// In each place, the GPU exec may also sit below filters and projections that
+/// [`GpuFilterProjectExec`] evaluates on the device once the join is there
+/// ([`crate::rule::join_inputs`]): a GPU aggregate's groups renamed by a `ProjectionExec` before a
+/// join, for example.
+pub fn device_side(
+    side: &Arc<dyn ExecutionPlan>,
+    partitioned: bool,
+    build: bool,
+    cfg: &GpuConfig,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let on_device = |node: &Arc<dyn ExecutionPlan>| match as_gpu_exec(node) {
+        Some(_) => Some(Arc::clone(node)),
+        None => computed_over_gpu(node, cfg),
+    };
+    if let Some(found) = on_device(side) {
+        return Some(found);
     }
     let below = match (partitioned, build) {
         (true, _) => removable_repartition(side).map(|r| r.input()),
         (false, true) => gathered_input(side),
         (false, false) => None,
     }?;
-    as_gpu_exec(below).is_some().then(|| Arc::clone(below))
+    on_device(below)
+}
+
+/// The GPU exec below `top`'s chain of filters and projections, when
+/// [`GpuFilterProjectExec`] takes the chain onto the device (`gpu.fuse_expressions`, filters
+/// with `gpu.fuse_filters`) and reads that exec's batches there.
+fn computed_over_gpu(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Arc<dyn ExecutionPlan>> {
+    if !cfg.fuse_expressions {
+        return None;
+    }
+    // Walk the chain first: the exec below compiles the chain's expressions.
+    let mut node = top;
+    loop {
+        node = if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+            p.input()
+        } else if let Some(f) = node.downcast_ref::<FilterExec>()
+            && cfg.fuse_filters
+        {
+            f.input()
+        } else {
+            break;
+        };
+    }
+    if std::ptr::eq(node, top) || as_gpu_exec(node).is_none() {
+        return None;
+    }
+    let exec = GpuFilterProjectExec::try_new(top, cfg.fuse_filters).ok()??;
+    let input = &exec.fused().input;
+    as_gpu_exec(input).is_some().then(|| Arc::clone(input))
 }
 
 /// The estimate of a GPU aggregate, or `None` when the statistics give no input size.
@@ -337,8 +379,53 @@ mod tests {
         }
         // A CollectLeft probe side behind a repartition is read through the host: not on the device.
         let probe = hashed(Arc::clone(&gpu_lower));
-        assert!(device_side(&probe, false, false).is_none());
-        assert!(device_side(&probe, true, false).is_some());
+        assert!(device_side(&probe, false, false, &cfg).is_none());
+        assert!(device_side(&probe, true, false, &cfg).is_some());
+    }
+
+    /// A GPU join below a projection or a filter that the device evaluates is a device input too
+    /// (the projection renames and computes, the filter keeps some rows); not with
+    /// `gpu.fuse_expressions` off, nor a filter with `gpu.fuse_filters` off, nor over a CPU join.
+    #[test]
+    fn inputs_computed_on_the_device_from_a_gpu_join_are_device_inputs() {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{Column, binary, lit};
+        use datafusion::physical_plan::PhysicalExpr;
+        use datafusion::physical_plan::filter::FilterExec;
+        use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+        let cfg = GpuConfig::default();
+        let cpu_lower = join(source(2000), source(50_000), JoinType::Inner, Some(vec![2, 3]));
+        let gpu_lower: Arc<dyn ExecutionPlan> =
+            Arc::new(GpuHashJoinExec::try_new(Arc::clone(&cpu_lower), &cfg).unwrap());
+        let projected = |input: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            let schema = input.schema();
+            let k = Arc::new(Column::new(schema.field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
+            let v = Arc::new(Column::new(schema.field(1).name(), 1)) as Arc<dyn PhysicalExpr>;
+            let doubled = binary(Arc::clone(&v), Operator::Plus, v, &schema).unwrap();
+            let exprs = vec![ProjectionExpr::new(k, "key"), ProjectionExpr::new(doubled, "twice")];
+            Arc::new(ProjectionExec::try_new(exprs, Arc::clone(input)).unwrap())
+        };
+        let filtered = |input: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            let schema = input.schema();
+            let k = Arc::new(Column::new(schema.field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
+            Arc::new(
+                FilterExec::try_new(binary(k, Operator::Gt, lit(10i64), &schema).unwrap(), Arc::clone(input)).unwrap(),
+            )
+        };
+        let no_filters = GpuConfig { fuse_filters: false, ..GpuConfig::default() };
+        let no_fusion = GpuConfig { fuse_expressions: false, ..GpuConfig::default() };
+        for side in [projected(&gpu_lower), filtered(&gpu_lower), projected(&filtered(&gpu_lower))] {
+            let found = device_side(&side, false, false, &cfg).expect("computed on the device from the GPU join");
+            assert!(Arc::ptr_eq(&found, &gpu_lower));
+            assert!(device_side(&side, false, false, &no_fusion).is_none());
+            let upper = join(source(100), Arc::clone(&side), JoinType::Inner, None);
+            let exec = GpuHashJoinExec::try_new(Arc::clone(&upper), &cfg).unwrap();
+            let e = join_estimate(&exec, &upper, &cfg, &Profile::h100(), None, None).expect("bounded");
+            assert!(e.verdict.cpu_download > 0.0, "{}", e.verdict.describe());
+        }
+        assert!(device_side(&projected(&gpu_lower), false, false, &no_filters).is_some());
+        assert!(device_side(&filtered(&gpu_lower), false, false, &no_filters).is_none());
+        assert!(device_side(&projected(&cpu_lower), false, false, &cfg).is_none());
     }
 
     /// A join input scanning pinned tables, directly or through a filter the device evaluates,
