@@ -139,6 +139,15 @@ pub fn cpu_seconds(shape: &JoinShape, profile: &Profile) -> f64 {
     dot(&shape.cpu_features(), &profile.coefficients("join.cpu"))
 }
 
+/// Estimated seconds of DataFusion's hash repartition of `rows` rows of `row_bytes` bytes over
+/// this host's cores: thread time per row plus per byte, spread over the profile's
+/// `cpu_threads`.
+pub fn repartition_seconds(rows: f64, row_bytes: f64, profile: &Profile) -> f64 {
+    let c = profile.coefficients("repartition.cpu");
+    let per_row = c.first().copied().unwrap_or(0.0) + c.get(1).copied().unwrap_or(0.0) * row_bytes;
+    rows * per_row / profile.cpu_threads.max(1) as f64
+}
+
 /// The cheapest of `candidates` by the model.
 pub fn choose(shape: &JoinShape, candidates: &[JoinAlgorithm], profile: &Profile) -> JoinChoice {
     let estimates = candidates.iter().map(|&a| (a, gpu_seconds(shape, a, profile))).collect();

@@ -128,6 +128,9 @@ pub struct Verdict {
     /// What the CPU operator pays before it starts that the GPU one does not: the download of
     /// its inputs that a GPU exec below produces on the device (0 when none does).
     pub cpu_download: f64,
+    /// The hash repartitions of its inputs that the CPU operator needs and the GPU one drops (a
+    /// Partitioned join's, see [`join::repartition_seconds`]; 0 when none).
+    pub cpu_exchange: f64,
 }
 
 impl Verdict {
@@ -135,9 +138,10 @@ impl Verdict {
         self.gpu_compute + self.upload + self.download
     }
 
-    /// The CPU operator's time with the download of its device-resident inputs.
+    /// The CPU operator's time with the download of its device-resident inputs and the
+    /// repartitions only it needs.
     pub fn cpu_total(&self) -> f64 {
-        self.cpu + self.cpu_download
+        self.cpu + self.cpu_download + self.cpu_exchange
     }
 
     pub fn gpu_wins(&self) -> bool {
@@ -145,16 +149,19 @@ impl Verdict {
     }
 
     /// `gpu 1.20 ms (compute 0.30 ms + upload 0.80 ms + download 0.10 ms) vs cpu 2.00 ms`, with
-    /// `(operator 1.50 ms + download of its GPU input 0.50 ms)` after the CPU's when it has one.
+    /// `(operator 1.50 ms + download of its GPU input 0.50 ms)` after the CPU's when it has one
+    /// (and `+ hash repartition of its inputs ...` when it needs them).
     pub fn describe(&self) -> String {
-        let cpu = match self.cpu_download > 0.0 {
-            true => format!(
-                "{} (operator {} + download of its GPU input {})",
-                fmt_seconds(self.cpu_total()),
-                fmt_seconds(self.cpu),
-                fmt_seconds(self.cpu_download)
-            ),
-            false => fmt_seconds(self.cpu),
+        let mut extra = String::new();
+        if self.cpu_download > 0.0 {
+            extra += &format!(" + download of its GPU input {}", fmt_seconds(self.cpu_download));
+        }
+        if self.cpu_exchange > 0.0 {
+            extra += &format!(" + hash repartition of its inputs {}", fmt_seconds(self.cpu_exchange));
+        }
+        let cpu = match extra.is_empty() {
+            false => format!("{} (operator {}{extra})", fmt_seconds(self.cpu_total()), fmt_seconds(self.cpu)),
+            true => fmt_seconds(self.cpu),
         };
         format!(
             "estimated gpu {} (compute {} + upload {} + download {}) vs cpu {cpu}",
@@ -231,7 +238,14 @@ mod tests {
         assert_eq!(value_bytes(&DataType::Int32), 4.0);
         assert_eq!(value_bytes(&DataType::Decimal128(15, 2)), 16.0);
         assert_eq!(value_bytes(&DataType::Utf8), 20.0);
-        let v = Verdict { gpu_compute: 1e-3, upload: 2e-3, download: 0.0, cpu: 2.5e-3, cpu_download: 0.0 };
+        let v = Verdict {
+            gpu_compute: 1e-3,
+            upload: 2e-3,
+            download: 0.0,
+            cpu: 2.5e-3,
+            cpu_download: 0.0,
+            cpu_exchange: 0.0,
+        };
         assert!(!v.gpu_wins());
         assert!(v.describe().contains("vs cpu 2.50 ms"), "{}", v.describe());
         // A GPU input the CPU operator would download first counts on the CPU's side.
@@ -239,6 +253,13 @@ mod tests {
         assert!(v.gpu_wins());
         assert!(
             v.describe().ends_with("vs cpu 3.50 ms (operator 2.50 ms + download of its GPU input 1.00 ms)"),
+            "{}",
+            v.describe()
+        );
+        let v = Verdict { cpu_download: 0.0, cpu_exchange: 2e-3, ..v };
+        assert!(v.gpu_wins());
+        assert!(
+            v.describe().ends_with("vs cpu 4.50 ms (operator 2.50 ms + hash repartition of its inputs 2.00 ms)"),
             "{}",
             v.describe()
         );

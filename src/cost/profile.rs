@@ -150,6 +150,11 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         m.insert("join.smj_gftr".into(), vec![0.0006507, 3.284, 0.0, 1.037]);
         m.insert("join.smj_gfur".into(), vec![0.0004532, 4.267, 0.0, 0.6141]);
         m.insert("transfer".into(), vec![4.254e-11, 0.000206, 2.342e-11]);
+        // DataFusion's hash repartition: thread seconds per row and per byte of the row. From
+        // the `repartition_time` of the 25 hash repartitions of at least 1 M rows in the EXPLAIN
+        // ANALYZE of TPC-H SF10 on the H100 (benches/results/2026-11-26-h100-tpch-sf10-explain.txt):
+        // 6.7-26 ns a row, about 5 ns plus 0.25 ns a byte.
+        m.insert("repartition.cpu".into(), vec![5.0e-9, 0.25e-9]);
         m
     })
 }

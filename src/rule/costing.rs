@@ -133,6 +133,17 @@ pub fn join_estimate(
         let steps = builds * (parts + groups);
         rounds_seconds = steps * OUT_OF_CORE_STEP_SECONDS;
     }
+    // A Partitioned join reads its inputs through hash repartitions; on the GPU it drops them
+    // and reads what they redistribute (`gpu.join_repartition` off), so only the CPU join pays
+    // them.
+    let cpu_exchange = match partitioned && !cfg.join_repartition {
+        true => [(left, left_rows), (right, right_rows)]
+            .into_iter()
+            .filter(|(side, _)| removable_repartition(side).is_some())
+            .map(|(side, rows)| join_cost::repartition_seconds(rows, row_bytes(&side.schema()), profile))
+            .sum(),
+        false => 0.0,
+    };
     let verdict = Verdict {
         gpu_compute: choice.seconds() + rounds_seconds,
         upload: upload_seconds(up_bytes, builds + probe_chunks, profile),
@@ -140,6 +151,7 @@ pub fn join_estimate(
         download: download_seconds(down_bytes, profile),
         cpu: join_cost::cpu_seconds(&shape, profile),
         cpu_download: download_seconds(cpu_down_bytes, profile),
+        cpu_exchange,
     };
     Some(JoinEstimate { shape, choice, verdict, bounded })
 }
@@ -182,6 +194,29 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
         return None;
     }
     Some(bounded_rows(scan)? as f64 * row_bytes(&fused.projection.upload_schema))
+}
+
+/// `g`, a Partitioned GPU join rebuilt to read the inputs of its hash repartitions
+/// ([`GpuHashJoinExec::without_repartitions`]), priced again: it makes one build of every build
+/// row, not one per partition. The CPU join it replaces still needs the repartitions, so their
+/// cost stays on the CPU's side. `None` when the CPU is then expected to be faster (the
+/// Partitioned GPU join stays as it was); `g` as it is when it was never priced.
+pub fn reprice_without_repartitions(
+    g: GpuHashJoinExec,
+    cfg: &GpuConfig,
+    profile: &Profile,
+    gpu: Option<&Gpu>,
+) -> Option<GpuHashJoinExec> {
+    let Some(old) = g.estimate() else { return Some(g) };
+    let exchange = old.verdict.cpu_exchange;
+    let node = Arc::clone(g.original());
+    match join_estimate(&g, &node, cfg, profile, None, gpu) {
+        Some(mut e) => {
+            e.verdict.cpu_exchange = e.verdict.cpu_exchange.max(exchange);
+            e.verdict.gpu_wins().then(|| g.with_estimate(e))
+        }
+        None => Some(g),
+    }
 }
 
 /// The GPU exec whose device batches a GPU join reads for its input `side`: `side` itself, or
@@ -277,6 +312,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         download: download_seconds((groups * partitions).min(rows) * row_bytes(&layout.state_schema), profile),
         cpu: agg_cost::cpu_seconds(&shape, profile),
         cpu_download: 0.0,
+        cpu_exchange: 0.0,
     };
     Some(AggregateEstimate { shape, choice, verdict, bounded: false })
 }
@@ -381,6 +417,61 @@ mod tests {
         let probe = hashed(Arc::clone(&gpu_lower));
         assert!(device_side(&probe, false, false, &cfg).is_none());
         assert!(device_side(&probe, true, false, &cfg).is_some());
+    }
+
+    /// A Partitioned join's CPU estimate pays the hash repartitions of its inputs, which the GPU
+    /// join drops; not with `gpu.join_repartition` on, and a CollectLeft join pays none.
+    #[test]
+    fn partitioned_cpu_joins_pay_their_repartitions() {
+        use datafusion::physical_expr::expressions::Column;
+        use datafusion::physical_plan::repartition::RepartitionExec;
+        use datafusion::physical_plan::{Partitioning, PhysicalExpr};
+        let profile = Profile::h100();
+        let hashed = |p: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            let key = Arc::new(Column::new(p.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
+            Arc::new(RepartitionExec::try_new(p, Partitioning::Hash(vec![key], 4)).unwrap())
+        };
+        let estimate = |node: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig| {
+            let exec = GpuHashJoinExec::try_new(Arc::clone(node), cfg).unwrap();
+            join_estimate(&exec, node, cfg, &profile, None, None).expect("estimated").verdict
+        };
+        let (build_rows, probe_rows) = (2_000i64, 400_000i64);
+        // Four input partitions: the rebuilt join keeps the repartitions' parallelism.
+        let partitioned = hash_join_on_first(
+            hashed(memory_kv(build_rows, 4)),
+            hashed(memory_kv(probe_rows, 4)),
+            JoinType::Inner,
+            None,
+            PartitionMode::Partitioned,
+        );
+        let cfg = GpuConfig::default();
+        let v = estimate(&partitioned, &cfg);
+        let row = row_bytes(&source(1).schema());
+        let want = join_cost::repartition_seconds((build_rows + probe_rows) as f64, row, &profile);
+        assert!(want > 0.0);
+        assert!((v.cpu_exchange - want).abs() < 1e-12, "{} vs {want}", v.cpu_exchange);
+        assert!((v.cpu_total() - v.cpu - want).abs() < 1e-12);
+        assert!(v.describe().contains("hash repartition of its inputs"), "{}", v.describe());
+        let kept = GpuConfig { join_repartition: true, ..GpuConfig::default() };
+        assert_eq!(estimate(&partitioned, &kept).cpu_exchange, 0.0);
+        let collect_left = join(source(build_rows), source(probe_rows), JoinType::Inner, None);
+        assert_eq!(estimate(&collect_left, &cfg).cpu_exchange, 0.0);
+
+        // Without its repartitions, the join is priced again against the same CPU join, which
+        // still pays them.
+        let exec = GpuHashJoinExec::try_new(Arc::clone(&partitioned), &cfg).unwrap();
+        let e = join_estimate(&exec, &partitioned, &cfg, &profile, None, None).unwrap();
+        let rebuilt = exec.with_estimate(e).without_repartitions().unwrap().expect("both sides repartitioned");
+        let fresh = join_estimate(&rebuilt, rebuilt.original(), &cfg, &profile, None, None).unwrap().verdict;
+        assert_eq!(fresh.cpu_exchange, 0.0, "the rebuilt join has no repartitions of its own");
+        let gpu_wins = fresh.gpu_total() < fresh.cpu_total() + want;
+        match reprice_without_repartitions(rebuilt, &cfg, &profile, None) {
+            Some(kept) => {
+                assert!(gpu_wins);
+                assert!((kept.estimate().unwrap().verdict.cpu_exchange - want).abs() < 1e-12);
+            }
+            None => assert!(!gpu_wins),
+        }
     }
 
     /// A GPU join below a projection or a filter that the device evaluates is a device input too

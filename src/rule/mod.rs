@@ -118,15 +118,9 @@ impl GpuOptimizerRule {
         let plan = match cfg.join_repartition {
             true => plan,
             false => {
-                // A join without its repartitions makes one build of every build row: priced again.
-                let reprice = |g: GpuHashJoinExec| -> Option<GpuHashJoinExec> {
-                    let (Some(p), Some(_)) = (profile.as_ref(), g.estimate()) else { return Some(g) };
-                    let node = Arc::clone(g.original());
-                    match costing::join_estimate(&g, &node, &cfg, p, None, gpu.as_deref()) {
-                        Some(e) if e.verdict.gpu_wins() => Some(g.with_estimate(e)),
-                        Some(_) => None,
-                        None => Some(g),
-                    }
+                let reprice = |g: GpuHashJoinExec| match profile.as_ref() {
+                    Some(p) => costing::reprice_without_repartitions(g, &cfg, p, gpu.as_deref()),
+                    None => Some(g),
                 };
                 let plan = repartition::remove_join_repartitions(plan, config, &reprice)?;
                 crate::exec::timeline::mark("rule", || "join repartitions removed".into());
@@ -339,6 +333,7 @@ mod tests {
             download,
             cpu,
             cpu_download: 0.0,
+            cpu_exchange: 0.0,
         };
         // The join alone: 1 + 1 + 4 = 6 ms on the GPU against 5 on the CPU.
         let child = v(1.0, 1.0, 4.0, 5.0);
