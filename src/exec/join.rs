@@ -1,7 +1,9 @@
 //! `GpuHashJoinExec`: DataFusion's `HashJoinExec` run by the GPU join of [`crate::join`].
 //!
-//! It keeps the original join for its children, properties, statistics and display, so the
-//! plan around it is unchanged. Execution: the build side (all left partitions for
+//! It keeps the original join for its children, properties and display, so the plan around it
+//! is unchanged. Its statistics are unknown, as those of a join the rule leaves on the CPU
+//! reach the operators above (see `exec::fallback`): the cost model prices the joins above it
+//! from the plan's bound wherever it runs. Execution: the build side (all left partitions for
 //! `CollectLeft`, shared by every probe partition; the matching left partition for
 //! `Partitioned`) is collected, reduced to the columns the join needs, uploaded and prepared
 //! once; probe batches are coalesced on the host into chunks of about `gpu.batch_rows` rows,
@@ -588,12 +590,17 @@ impl ExecutionPlan for GpuHashJoinExec {
         self.join.child_stats_requests(partition)
     }
 
+    /// Unknown, as a join the rule leaves on the CPU gives (see `exec::fallback`): the joins above
+    /// are priced from the plan's bound whichever side of the link this one runs on. Passing
+    /// DataFusion's estimate up instead (small for joins of in-memory tables, which have no
+    /// column statistics) moved joins above GPU joins to the CPU: TPC-H q5 and q21,
+    /// benches/results/2026-11-26-h100-cpu-repartition-pricing.md.
     fn statistics_from_inputs(
         &self,
-        input_stats: &[Arc<Statistics>],
-        args: &StatisticsArgs,
+        _input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
-        self.join.statistics_from_inputs(input_stats, args)
+        Ok(Arc::new(Statistics::new_unknown(&self.schema())))
     }
 }
 

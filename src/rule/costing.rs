@@ -359,10 +359,14 @@ mod tests {
         assert_eq!(e.shape.build_rows, 25.0);
         assert_eq!(e.shape.probe_rows, bound as f64);
         assert_eq!(e.bounded, estimated_rows(&lower).is_none());
-        // The lower join on the GPU: the upper one's probe comes as device batches, and the
-        // bound holds through the GPU exec.
+        // Placed, on the GPU or left on the CPU, the lower join gives no estimate to the joins
+        // above: both are priced from its inputs' bound.
         let gpu_lower: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&lower), &cfg).unwrap());
-        assert_eq!(bounded_rows(&gpu_lower), Some(bound));
+        let cpu_lower: Arc<dyn ExecutionPlan> = Arc::new(crate::exec::CpuFallbackExec::new(Arc::clone(&lower), vec![]));
+        for placed in [&gpu_lower, &cpu_lower] {
+            assert_eq!(estimated_rows(placed), None, "{}", placed.name());
+            assert_eq!(bounded_rows(placed), Some(5000), "{}", placed.name());
+        }
     }
 
     /// A join reading a GPU join's output on the device (directly, through the coalescing of a
@@ -377,9 +381,10 @@ mod tests {
         use datafusion::physical_plan::repartition::RepartitionExec;
         let cfg = GpuConfig::default();
         let profile = Profile::h100();
-        let cpu_lower = join(source(2000), source(50_000), JoinType::Inner, Some(vec![2, 3]));
-        let gpu_lower: Arc<dyn ExecutionPlan> =
-            Arc::new(GpuHashJoinExec::try_new(Arc::clone(&cpu_lower), &cfg).unwrap());
+        let lower = join(source(2000), source(50_000), JoinType::Inner, Some(vec![2, 3]));
+        // As the rule leaves it: annotated on the CPU, or on the GPU.
+        let cpu_lower: Arc<dyn ExecutionPlan> = Arc::new(crate::exec::CpuFallbackExec::new(Arc::clone(&lower), vec![]));
+        let gpu_lower: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&lower), &cfg).unwrap());
         let hashed = |p: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
             let key = Arc::new(Column::new(p.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
             Arc::new(RepartitionExec::try_new(p, Partitioning::Hash(vec![key], 4)).unwrap())
