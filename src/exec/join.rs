@@ -586,8 +586,9 @@ impl ExecutionPlan for GpuHashJoinExec {
         Some(self.metrics.clone_inner())
     }
 
-    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
-        self.join.child_stats_requests(partition)
+    /// None: the estimate below ignores the inputs' statistics, so they are not computed.
+    fn child_stats_requests(&self, _partition: Option<usize>) -> Vec<ChildStats> {
+        self.children().iter().map(|_| ChildStats::Skip).collect()
     }
 
     /// Unknown, as a join the rule leaves on the CPU gives (see `exec::fallback`): the joins above
