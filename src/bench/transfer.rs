@@ -10,11 +10,14 @@ use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::columns::DeviceBatch;
+use crate::columns::{DeviceBatch, HostUpload};
 use crate::config::human_bytes;
+use crate::config::{ByteSize, GpuConfig};
 use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
+use crate::device::transfer::Stores;
 use crate::error::{CudaResultExt, Result, gpu_error};
+use crate::exec::upload::ChunkUploader;
 
 #[derive(Debug, Clone, Copy)]
 pub struct TransferBenchOptions {
@@ -42,9 +45,17 @@ pub struct TransferBenchReport {
     pub pinned_d2h: f64,
     /// Host memcpy from pageable Arrow buffers into pinned memory on the copy threads, bytes/s:
     /// the ceiling of the upload's staging step.
-    pub host_copy: f64,
-    /// Median seconds of an upload of buffers uploaded for the first time (staged).
+    pub host_copy: HostCopyRates,
+    /// The same bytes narrowed as 16-byte integers (Decimal128 staging), source bytes/s.
+    pub host_narrow: HostCopyRates,
+    /// Median seconds of a staged upload with plain stores.
+    pub staged_plain_upload_seconds: f64,
+    /// Median seconds of an upload of buffers uploaded for the first time (staged, streaming
+    /// stores).
     pub staged_upload_seconds: f64,
+    /// Aggregate rates, bytes/s, of (threads, rate) staged uploads of 8192-row batches in
+    /// groups, as scans upload them.
+    pub concurrent: Vec<(usize, f64)>,
     /// The upload that page-locks the buffers (their second), seconds.
     pub registering_upload_seconds: f64,
     /// Median seconds of a whole-batch upload (of buffers registered by then) and download.
@@ -131,11 +142,24 @@ fn round_trips(gpu: &Arc<Gpu>, batch: &RecordBatch, opts: &TransferBenchOptions)
     Ok(r)
 }
 
-/// Median rate of copying the batch's column buffers into one pinned block on the copy threads.
-fn measure_host_copy(gpu: &Arc<Gpu>, batch: &RecordBatch, opts: &TransferBenchOptions) -> Result<f64> {
+/// Median rate, in source bytes a second, of copying the batch's column buffers into one pinned
+/// block on the copy threads, as they are or (`narrow`) as 16-byte integers narrowed to 8 bytes.
+fn measure_host_copy(
+    gpu: &Arc<Gpu>,
+    batch: &RecordBatch,
+    opts: &TransferBenchOptions,
+    stores: Stores,
+    narrow: bool,
+) -> Result<f64> {
     // The column data (no nulls: one values buffer each); `datas` keeps the slices alive.
     let datas: Vec<_> = batch.columns().iter().map(|c| c.to_data()).collect();
-    let srcs: Vec<&[u8]> = datas.iter().map(|d| d.buffers()[0].as_slice()).collect();
+    let srcs: Vec<&[u8]> = datas
+        .iter()
+        .map(|d| {
+            let s = d.buffers()[0].as_slice();
+            if narrow { &s[..s.len() - s.len() % 16] } else { s }
+        })
+        .collect();
     let total: usize = srcs.iter().map(|s| s.len()).sum();
     let mut block = gpu.pinned().alloc(total)?;
     let base = block.as_mut_ptr();
@@ -147,13 +171,20 @@ fn measure_host_copy(gpu: &Arc<Gpu>, batch: &RecordBatch, opts: &TransferBenchOp
             .iter()
             .map(|s| {
                 let p = (*s, unsafe { base.add(off) });
-                off += s.len();
+                off += if narrow { s.len() / 2 } else { s.len() };
                 p
             })
             .collect();
         let t = Instant::now();
-        // SAFETY: the pieces fill the block back to back, within its capacity.
-        unsafe { crate::device::transfer::parallel_copy(&pool, &pieces) };
+        // SAFETY: the pieces fill the block back to back, within its capacity; narrowed sources
+        // are cut to whole 16-byte values.
+        unsafe {
+            if narrow {
+                crate::device::transfer::parallel_narrow(&pool, &pieces, stores);
+            } else {
+                crate::device::transfer::parallel_copy(&pool, &pieces, stores);
+            }
+        }
         if i >= opts.warmup {
             times.push(t.elapsed().as_secs_f64());
         }
@@ -161,16 +192,93 @@ fn measure_host_copy(gpu: &Arc<Gpu>, batch: &RecordBatch, opts: &TransferBenchOp
     Ok(total as f64 / median(times))
 }
 
+/// The host copy rates of [`measure_host_copy`]: (plain, streaming) stores.
+#[derive(Debug, Clone, Copy)]
+pub struct HostCopyRates {
+    pub plain: f64,
+    pub streaming: f64,
+}
+
+/// Rows of the batches of [`concurrent_uploads`]: DataFusion's default batch size, as the
+/// in-memory tables of `bench tpch|ssb` hold.
+const SCAN_BATCH_ROWS: usize = 8192;
+
+/// Median aggregate rate, in bytes a second, of `streams` threads that each upload their share
+/// of `batch`, cut into batches of [`SCAN_BATCH_ROWS`] rows dealt round-robin, in groups of
+/// [`ChunkUploader::GROUP_BYTES`] assembled and staged as a GPU scan's uploads are (see
+/// [`ChunkUploader`]), each thread on its own stream.
+fn concurrent_uploads(gpu: &Arc<Gpu>, batch: &RecordBatch, streams: usize, opts: &TransferBenchOptions) -> Result<f64> {
+    let streams = streams.max(1);
+    let mut shares: Vec<Vec<RecordBatch>> = vec![Vec::new(); streams];
+    let mut at = 0;
+    while at < batch.num_rows() {
+        let n = SCAN_BATCH_ROWS.min(batch.num_rows() - at);
+        shares[(at / SCAN_BATCH_ROWS) % streams].push(batch.slice(at, n));
+        at += n;
+    }
+    let group_bytes = ChunkUploader::GROUP_BYTES as usize;
+    let one = |share: &[RecordBatch]| -> Result<()> {
+        let stream = gpu.stream();
+        let mut kept = Vec::new();
+        let mut group: Vec<RecordBatch> = Vec::new();
+        let mut bytes = 0;
+        for (i, b) in share.iter().enumerate() {
+            bytes += b.columns().iter().map(|c| c.len() * 8).sum::<usize>();
+            group.push(b.clone());
+            if bytes >= group_bytes || i + 1 == share.len() {
+                let host = HostUpload::assemble(&std::mem::take(&mut group))?;
+                kept.push(DeviceBatch::upload_prepared(gpu, &stream, host)?);
+                bytes = 0;
+            }
+        }
+        stream.synchronize().gpu("waiting for the uploads")
+    };
+    let mut times = Vec::new();
+    for i in 0..opts.warmup + opts.runs.max(1) {
+        let t = Instant::now();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = shares.iter().map(|share| scope.spawn(move || one(share))).collect();
+            handles.into_iter().try_for_each(|h| h.join().map_err(|_| gpu_error("an upload thread panicked"))?)
+        })?;
+        if i >= opts.warmup {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    Ok(opts.bytes as f64 / median(times))
+}
+
 pub fn run(gpu: &Arc<Gpu>, opts: TransferBenchOptions) -> Result<TransferBenchReport> {
     let doc = doctor::run(gpu, DoctorOptions { device_bytes: 256 << 20, ..DoctorOptions::default() })?;
     let batch = make_batch(opts.bytes, opts.seed)?;
-    let host_copy = measure_host_copy(gpu, &batch, &opts)?;
+    let rates = |narrow: bool| -> Result<HostCopyRates> {
+        Ok(HostCopyRates {
+            plain: measure_host_copy(gpu, &batch, &opts, Stores::Plain, narrow)?,
+            streaming: measure_host_copy(gpu, &batch, &opts, Stores::Streaming, narrow)?,
+        })
+    };
+    let (host_copy, host_narrow) = (rates(false)?, rates(true)?);
     let registry = gpu.host_registry();
     let limit = crate::device::DEFAULT_REGISTER_LIMIT;
     // Staged: registration off, so every upload copies through the staging slots, as for
-    // batches uploaded once.
-    registry.set_limit(0);
+    // batches uploaded once; with plain stores, then with streaming ones (the default).
+    let current = gpu.transfer_settings();
+    let with_stores = |streaming: bool| {
+        gpu.apply_config(&GpuConfig {
+            streaming_stores: streaming,
+            transfer_threads: current.threads,
+            staging_buffer_size: ByteSize::Bytes(current.staging_bytes as u64),
+            ..GpuConfig::default()
+        });
+        registry.set_limit(0);
+    };
+    with_stores(false);
+    let staged_plain = round_trips(gpu, &batch, &opts)?;
+    with_stores(true);
     let staged = round_trips(gpu, &batch, &opts)?;
+    let concurrent = [1, 4, 16]
+        .into_iter()
+        .map(|n| Ok((n, concurrent_uploads(gpu, &batch, n, &opts)?)))
+        .collect::<Result<Vec<_>>>()?;
     // Direct: the second upload registers the buffers, later ones read them in place.
     registry.set_limit(limit);
     let direct = round_trips(gpu, &batch, &opts)?;
@@ -186,7 +294,10 @@ pub fn run(gpu: &Arc<Gpu>, opts: TransferBenchOptions) -> Result<TransferBenchRe
         pinned_h2d: doc.h2d_pinned,
         pinned_d2h: doc.d2h_pinned,
         host_copy,
+        host_narrow,
+        staged_plain_upload_seconds: median(staged_plain.ups),
         staged_upload_seconds,
+        concurrent,
         registering_upload_seconds,
         upload_seconds,
         download_seconds,
@@ -207,9 +318,22 @@ impl fmt::Display for TransferBenchReport {
             o.runs,
             o.warmup
         )?;
-        writeln!(f, "host copy into pinned staging on the copy threads: {:.1} GB/s", self.host_copy / 1e9)?;
+        for (what, r) in [("copy", self.host_copy), ("narrowing copy", self.host_narrow)] {
+            writeln!(
+                f,
+                "host {what} into pinned memory on the copy threads, source GB/s: {:.1} plain stores, {:.1} streaming stores",
+                r.plain / 1e9,
+                r.streaming / 1e9
+            )?;
+        }
         writeln!(f, "{:<30} {:>10} {:>12} {:>16} {:>10}", "direction", "ms", "GB/s", "pinned GB/s", "of pinned")?;
         for (name, secs, rate, pinned) in [
+            (
+                "upload, staged, plain stores",
+                self.staged_plain_upload_seconds,
+                self.options.bytes as f64 / self.staged_plain_upload_seconds,
+                self.pinned_h2d,
+            ),
             ("upload, staged (first sight)", self.staged_upload_seconds, self.staged_upload_rate(), self.pinned_h2d),
             ("upload, registered", self.upload_seconds, self.upload_rate(), self.pinned_h2d),
             ("download", self.download_seconds, self.download_rate(), self.pinned_d2h),
@@ -223,6 +347,14 @@ impl fmt::Display for TransferBenchReport {
                 100.0 * rate / pinned
             )?;
         }
+        let rates: Vec<String> =
+            self.concurrent.iter().map(|(n, r)| format!("{n} threads {:.1} GB/s", r / 1e9)).collect();
+        writeln!(
+            f,
+            "staged uploads of {SCAN_BATCH_ROWS}-row batches in groups of {}, as scans upload them: {}",
+            human_bytes(ChunkUploader::GROUP_BYTES),
+            rates.join(", ")
+        )?;
         write!(
             f,
             "(the registering upload took {:.2} ms; the first, cold download {:.2} ms, including pinned allocation; results checked equal)",

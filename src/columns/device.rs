@@ -155,10 +155,7 @@ fn narrow_values<'a>(pieces: &mut [UploadPiece<'a>], dev: &'a DeviceColumn, half
 /// uploads again, as they are, the pieces holding a value that did not fit in 8 bytes (a column
 /// whose values exceed its declared precision, or whose null slots hold large values).
 fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>], register: bool) -> Result<()> {
-    let landed = match register {
-        true => gpu.upload(stream, pieces)?,
-        false => gpu.upload_transient(stream, pieces)?,
-    };
+    let landed = gpu.upload_with(stream, pieces, register)?;
     // Narrowed pieces that lie end to end in one buffer are widened by one launch:
     // (narrowed buffer, values buffer, byte offset in the values, bytes).
     type Run<'b> = (&'b DeviceBuffer, &'b DeviceBuffer, usize, usize);
@@ -200,10 +197,7 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
         widen(last)?;
     }
     if !again.is_empty() {
-        match register {
-            true => gpu.upload(stream, &again)?,
-            false => gpu.upload_transient(stream, &again)?,
-        };
+        gpu.upload_with(stream, &again, register)?;
     }
     Ok(())
 }

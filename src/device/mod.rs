@@ -55,6 +55,8 @@ pub struct TransferSettings {
     pub threads: usize,
     /// `gpu.narrow_decimals`.
     pub narrow_decimals: bool,
+    /// `gpu.streaming_stores`: how the staging slots are filled.
+    pub stores: transfer::Stores,
 }
 
 impl TransferSettings {
@@ -64,6 +66,7 @@ impl TransferSettings {
             staging_bytes: cfg.staging_buffer_size.bytes().unwrap_or(32 << 20).clamp(1 << 16, 1 << 30) as usize,
             threads: if cfg.transfer_threads == 0 { cores.min(16) } else { cfg.transfer_threads },
             narrow_decimals: cfg.narrow_decimals,
+            stores: if cfg.streaming_stores { transfer::Stores::Streaming } else { transfer::Stores::Plain },
         }
     }
 }
@@ -80,7 +83,7 @@ pub struct Gpu {
     next_stream: AtomicUsize,
     memory: Arc<MemoryBudget>,
     pinned: Arc<PinnedPool>,
-    rings: Mutex<Vec<StagingRing>>,
+    rings: Mutex<std::collections::VecDeque<StagingRing>>,
     settings: RwLock<TransferSettings>,
     /// Threads that fill the staging slots, rebuilt when `gpu.transfer_threads` changes.
     copy_threads: RwLock<Arc<rayon::ThreadPool>>,
@@ -168,7 +171,7 @@ impl Gpu {
             memory: Arc::new(MemoryBudget::new(default_limit)),
             copy_threads: RwLock::new(copy_pool(TransferSettings::from_config(&GpuConfig::default()).threads)?),
             settings: RwLock::new(TransferSettings::from_config(&GpuConfig::default())),
-            rings: Mutex::new(Vec::new()),
+            rings: Mutex::new(std::collections::VecDeque::new()),
             next_stream: AtomicUsize::new(0),
             active_streams: AtomicUsize::new(streams.len()),
             streams: RwLock::new(streams),
@@ -287,7 +290,9 @@ impl Gpu {
     pub fn take_ring(&self) -> Result<StagingRing> {
         let want = self.transfer_settings().staging_bytes;
         let mut rings = self.rings.lock().map_err(|_| gpu_error("staging lock poisoned"))?;
-        while let Some(r) = rings.pop() {
+        // The ring returned longest ago first: its copies are the likeliest to have finished,
+        // where the one just returned would make this upload wait for the DMA it started.
+        while let Some(r) = rings.pop_front() {
             if r.slot_bytes() >= want {
                 return Ok(r);
             }
@@ -298,7 +303,7 @@ impl Gpu {
 
     pub fn return_ring(&self, ring: StagingRing) {
         if let Ok(mut rings) = self.rings.lock() {
-            rings.push(ring);
+            rings.push_back(ring);
         }
     }
 
@@ -324,7 +329,8 @@ impl Gpu {
         self.upload_with(stream, pieces, false)
     }
 
-    fn upload_with(
+    /// [`Gpu::upload`] when `register`, else [`Gpu::upload_transient`].
+    pub(crate) fn upload_with(
         &self,
         stream: &Arc<CudaStream>,
         pieces: &[transfer::UploadPiece<'_>],
@@ -332,7 +338,8 @@ impl Gpu {
     ) -> Result<Vec<transfer::Landed>> {
         let mut ring = self.take_ring()?;
         let registry = register.then_some(&self.registry);
-        let result = transfer::upload(stream, &mut ring, registry, &self.pinned, pieces, &self.copy_threads());
+        let stores = self.transfer_settings().stores;
+        let result = transfer::upload(stream, &mut ring, registry, &self.pinned, pieces, &self.copy_threads(), stores);
         self.return_ring(ring);
         result
     }

@@ -18,14 +18,39 @@ use crate::error::{CudaResultExt, Result, gpu_error};
 /// Copies are cut into tasks of at most this many bytes, spread over the copy pool's threads.
 const COPY_TASK_BYTES: usize = 2 << 20;
 
+/// How host copies write their destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stores {
+    /// Ordinary stores: each destination cache line is first read into the cache, then written
+    /// back. For a destination the CPU reads next.
+    Plain,
+    /// Streaming (non-temporal) stores: whole lines go to memory without being read first, which
+    /// spares a third of the memory traffic of a copy. For staging slots, which only the DMA
+    /// engine reads. Plain on processors without them.
+    Streaming,
+}
+
 /// Copies each `(src, dst)` pair on `pool`'s threads (on the caller's thread when small).
 ///
 /// # Safety
 /// Every `dst` must be valid for `src.len()` bytes of writes and not overlap another `dst` or
 /// any `src`.
-pub(crate) unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)]) {
+pub(crate) unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) {
     let staged: Vec<StageCopy> = pieces.iter().map(|&(src, dst)| StageCopy { src, dst, narrow: None }).collect();
-    unsafe { parallel_stage(pool, &staged) };
+    unsafe { parallel_stage(pool, &staged, stores) };
+}
+
+/// Narrows the 16-byte integers of each `(src, dst)` pair into `dst` (see [`narrow_copy`]) on
+/// `pool`'s threads; whether every value fitted in 8 bytes. For measuring the staging step.
+///
+/// # Safety
+/// Every `dst` must be valid for `src.len() / 2` bytes of writes and not overlap another `dst` or
+/// any `src`; every `src.len()` must be a multiple of 16.
+pub(crate) unsafe fn parallel_narrow(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) -> bool {
+    let fits = AtomicBool::new(true);
+    let staged: Vec<StageCopy> = pieces.iter().map(|&(src, dst)| StageCopy { src, dst, narrow: Some(&fits) }).collect();
+    unsafe { parallel_stage(pool, &staged, stores) };
+    fits.load(Ordering::Relaxed)
 }
 
 /// One host copy into a staging slot: `src` as it is, or (`narrow`) its 16-byte little-endian
@@ -41,11 +66,11 @@ struct StageCopy<'a> {
 /// # Safety
 /// Every `dst` must be valid for writes of the bytes its copy produces (`src.len()`, half of it
 /// when narrowed) and not overlap another `dst` or any `src`.
-unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>]) {
+unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>], stores: Stores) {
     let total: usize = copies.iter().map(|c| c.src.len()).sum();
     if total <= COPY_TASK_BYTES || pool.current_num_threads() <= 1 {
         for c in copies {
-            unsafe { stage_one(c.src, c.dst, c.narrow) };
+            unsafe { stage_one(c.src, c.dst, c.narrow, stores) };
         }
         return;
     }
@@ -62,16 +87,23 @@ unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>]) {
         })
         .collect();
     use rayon::prelude::*;
-    pool.install(|| tasks.par_iter().for_each(|&(src, dst, narrow)| unsafe { stage_one(src, dst as *mut u8, narrow) }));
+    pool.install(|| {
+        tasks.par_iter().for_each(|&(src, dst, narrow)| unsafe { stage_one(src, dst as *mut u8, narrow, stores) })
+    });
 }
 
 /// # Safety
 /// As [`parallel_stage`], for one copy.
-unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: Option<&AtomicBool>) {
-    match narrow {
-        None => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) },
-        Some(fits) => {
-            if !unsafe { narrow_copy(src, dst) } {
+unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: Option<&AtomicBool>, stores: Stores) {
+    match (narrow, stores) {
+        (None, Stores::Plain) => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) },
+        (None, Stores::Streaming) => unsafe { streaming::copy(src, dst) },
+        (Some(fits), _) => {
+            let ok = match stores {
+                Stores::Plain => unsafe { narrow_copy(src, dst) },
+                Stores::Streaming => unsafe { streaming::narrow_copy(src, dst) },
+            };
+            if !ok {
                 fits.store(false, Ordering::Relaxed);
             }
         }
@@ -98,12 +130,97 @@ unsafe fn narrow_copy(src: &[u8], dst: *mut u8) -> bool {
     off_range == 0
 }
 
+/// The copies of [`Stores::Streaming`]: SSE2 streaming stores of 16 bytes (every x86-64 has
+/// them) into the 16-byte-aligned body of the destination, ordinary copies for the unaligned
+/// ends, and a store fence, so that the bytes are in memory before the DMA that reads them is
+/// issued. Elsewhere they are the plain copies.
+mod streaming {
+    #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128, _mm_unpacklo_epi64};
+
+    /// Below this many bytes a copy is plain: its lines may well be in the cache anyway.
+    #[cfg(target_arch = "x86_64")]
+    const MIN_BYTES: usize = 4096;
+
+    /// `src` to `dst`, as [`std::ptr::copy_nonoverlapping`].
+    ///
+    /// # Safety
+    /// `dst` must be valid for `src.len()` bytes of writes and not overlap `src`.
+    pub(super) unsafe fn copy(src: &[u8], dst: *mut u8) {
+        #[cfg(target_arch = "x86_64")]
+        if src.len() >= MIN_BYTES {
+            let n = src.len();
+            let head = (dst as usize).wrapping_neg() & 15;
+            let body = (n - head) & !63;
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
+                let (from, to) = (src.as_ptr().add(head) as *const __m128i, dst.add(head) as *mut __m128i);
+                let mut i = 0;
+                while i < body / 16 {
+                    // SAFETY: `i + 3 < body / 16` keeps the reads in `src` and the writes in
+                    // `dst`; `to` is 16-byte aligned, the loads need no alignment.
+                    let (a, b) = (_mm_loadu_si128(from.add(i)), _mm_loadu_si128(from.add(i + 1)));
+                    let (c, d) = (_mm_loadu_si128(from.add(i + 2)), _mm_loadu_si128(from.add(i + 3)));
+                    _mm_stream_si128(to.add(i), a);
+                    _mm_stream_si128(to.add(i + 1), b);
+                    _mm_stream_si128(to.add(i + 2), c);
+                    _mm_stream_si128(to.add(i + 3), d);
+                    i += 4;
+                }
+                let done = head + body;
+                std::ptr::copy_nonoverlapping(src.as_ptr().add(done), dst.add(done), n - done);
+                _mm_sfence();
+            }
+            return;
+        }
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+    }
+
+    /// [`super::narrow_copy`] with streaming stores.
+    ///
+    /// # Safety
+    /// As [`super::narrow_copy`].
+    pub(super) unsafe fn narrow_copy(src: &[u8], dst: *mut u8) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if src.len() >= MIN_BYTES && (dst as usize).is_multiple_of(8) {
+            // One value plainly if that aligns the destination to 16 bytes, then two values (32
+            // source bytes) per streaming store, then the rest plainly.
+            let head = if (dst as usize).is_multiple_of(16) { 0 } else { 16 };
+            let pairs = (src.len() - head) / 32;
+            let body = pairs * 32;
+            unsafe {
+                let mut fits = super::narrow_copy(&src[..head], dst);
+                let from = src.as_ptr().add(head) as *const __m128i;
+                let to = dst.add(head / 2) as *mut __m128i;
+                let mut off_range = 0u64;
+                for i in 0..pairs {
+                    // SAFETY: `i < pairs` keeps the reads in `src` and the write in `dst`; `to`
+                    // is 16-byte aligned.
+                    let (a, b) = (_mm_loadu_si128(from.add(2 * i)), _mm_loadu_si128(from.add(2 * i + 1)));
+                    let [alo, ahi]: [u64; 2] = std::mem::transmute(a);
+                    let [blo, bhi]: [u64; 2] = std::mem::transmute(b);
+                    off_range |= (ahi ^ (((alo as i64) >> 63) as u64)) | (bhi ^ (((blo as i64) >> 63) as u64));
+                    _mm_stream_si128(to.add(i), _mm_unpacklo_epi64(a, b));
+                }
+                fits &= off_range == 0;
+                fits &= super::narrow_copy(&src[head + body..], dst.add((head + body) / 2));
+                _mm_sfence();
+                return fits;
+            }
+        }
+        unsafe { super::narrow_copy(src, dst) }
+    }
+}
+
 /// Two pinned staging slots and, per slot, an event marking the end of the DMA out of it.
 #[derive(Debug)]
 pub struct StagingRing {
     slots: [PinnedBlock; 2],
     done: [CudaEvent; 2],
     pending: [bool; 2],
+    /// The slot the next upload fills first: the one not filled last, so that an upload of less
+    /// than a slot (most are) fills it while the DMA out of the other one runs.
+    next: usize,
 }
 
 impl StagingRing {
@@ -113,6 +230,7 @@ impl StagingRing {
             slots: [pool.alloc(slot_bytes)?, pool.alloc(slot_bytes)?],
             done: [event()?, event()?],
             pending: [false, false],
+            next: 0,
         })
     }
 
@@ -199,6 +317,7 @@ pub fn upload(
     pool: &PinnedPool,
     pieces: &[UploadPiece<'_>],
     threads: &rayon::ThreadPool,
+    stores: Stores,
 ) -> Result<Vec<Landed>> {
     let slot_bytes = ring.slot_bytes();
     let ctx = stream.context();
@@ -208,7 +327,7 @@ pub fn upload(
     // The copies gathered in the current slot.
     let mut batch: Vec<Staged<'_>> = Vec::new();
     let mut fill = 0usize;
-    let mut slot = 0usize;
+    let mut slot = ring.next;
     // Pool blocks go back to the pool when their buffer is dropped, which the caller may do as
     // soon as this returns: copies straight from them are waited for. Held blocks (pinned
     // tables) are freed only after the context's work has finished, so copies from them are not.
@@ -284,7 +403,7 @@ pub fn upload(
         while off < staged_len {
             // A narrowed copy moves whole 8-byte values.
             if flag.is_some() && slot_bytes - fill < 8 {
-                flush(stream, ring, slot, &batch, threads)?;
+                flush(stream, ring, slot, &batch, threads, stores)?;
                 batch.clear();
                 fill = 0;
                 slot ^= 1;
@@ -303,7 +422,7 @@ pub fn upload(
             fill += n;
             off += n;
             if fill == slot_bytes {
-                flush(stream, ring, slot, &batch, threads)?;
+                flush(stream, ring, slot, &batch, threads, stores)?;
                 batch.clear();
                 fill = 0;
                 slot ^= 1;
@@ -314,8 +433,10 @@ pub fn upload(
         copy_direct(s, d, n)?;
     }
     if !batch.is_empty() {
-        flush(stream, ring, slot, &batch, threads)?;
+        flush(stream, ring, slot, &batch, threads, stores)?;
+        slot ^= 1;
     }
+    ring.next = slot;
     if direct_from_pool {
         stream.synchronize().gpu("waiting for copies from pinned host memory")?;
     }
@@ -334,6 +455,7 @@ fn flush(
     slot: usize,
     batch: &[Staged<'_>],
     threads: &rayon::ThreadPool,
+    stores: Stores,
 ) -> Result<()> {
     ring.wait(slot)?;
     let base = ring.slots[slot].as_mut_ptr();
@@ -343,7 +465,7 @@ fn flush(
         .collect();
     // SAFETY: offsets were assigned without overlap inside the slot's capacity, each copy taking
     // its staged length.
-    unsafe { parallel_stage(threads, &copies) };
+    unsafe { parallel_stage(threads, &copies, stores) };
     // Pieces that lie end to end both in the slot and in one device buffer (the parts of an
     // assembled buffer) go in one DMA: a copy call costs microseconds, as long as copying a small
     // piece. A copy must not span two allocations, even adjacent ones.
@@ -445,7 +567,7 @@ fn download_staged(
         stream.synchronize().gpu("waiting for a device-to-host copy")?;
         let staged = unsafe { std::slice::from_raw_parts(slot as *const u8, n) };
         let dst = host.as_mut_ptr();
-        unsafe { parallel_copy(threads, &[(staged, dst.add(off))]) };
+        unsafe { parallel_copy(threads, &[(staged, dst.add(off))], Stores::Plain) };
         off += n;
     }
     Ok(host.into())
@@ -460,49 +582,86 @@ mod tests {
     use crate::testing::fresh_seed;
 
     /// Narrowed staging writes each 16-byte integer's low 8 bytes, over several copy tasks and a
-    /// tail, and clears the flag if and only if some value does not fit in 8 bytes.
+    /// tail, with either kind of stores into destinations of any alignment, and clears the flag if
+    /// and only if some value does not fit in 8 bytes.
     #[test]
     fn narrowed_staging_keeps_low_halves_and_flags_values_past_64_bits() {
         let mut rng = StdRng::seed_from_u64(fresh_seed("narrowed_staging"));
         let n = COPY_TASK_BYTES / 16 * 3 + 5;
         let mut values: Vec<i128> = (0..n).map(|_| rng.random_range(-(1i128 << 63)..(1i128 << 63))).collect();
         values[..4].copy_from_slice(&[i64::MIN as i128, i64::MAX as i128, -1, 0]);
-        for threads in [1, 4] {
+        for (threads, stores, shift) in [
+            (1, Stores::Plain, 0),
+            (4, Stores::Plain, 3),
+            (1, Stores::Streaming, 0),
+            (4, Stores::Streaming, 8),
+            (4, Stores::Streaming, 5),
+        ] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             let stage = |values: &[i128]| {
                 let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-                let mut out = vec![0u8; bytes.len() / 2];
+                // `shift` bytes past a 16-byte boundary.
+                let mut out = vec![0u8; bytes.len() / 2 + 32];
+                let start = (out.as_ptr() as usize).wrapping_neg() % 16 + shift;
                 let fits = AtomicBool::new(true);
-                let copy = StageCopy { src: &bytes, dst: out.as_mut_ptr(), narrow: Some(&fits) };
-                unsafe { parallel_stage(&pool, &[copy]) };
-                let low: Vec<i64> = out.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+                let copy = StageCopy { src: &bytes, dst: out[start..].as_mut_ptr(), narrow: Some(&fits) };
+                unsafe { parallel_stage(&pool, &[copy], stores) };
+                let low: Vec<i64> = out[start..start + bytes.len() / 2]
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
                 (fits.load(Ordering::Relaxed), low)
             };
+            let what = format!("{threads} threads, {stores:?} stores, destination {shift} bytes past 16");
             let (fits, low) = stage(&values);
-            assert!(fits, "every value fits in 64 bits");
-            assert_eq!(low, values.iter().map(|&v| v as i64).collect::<Vec<_>>());
-            for bad in [i64::MAX as i128 + 1, i64::MIN as i128 - 1, 1i128 << 64, i128::MAX, i128::MIN] {
+            assert!(fits, "every value fits in 64 bits ({what})");
+            assert_eq!(low, values.iter().map(|&v| v as i64).collect::<Vec<_>>(), "{what}");
+            let bads = [i64::MAX as i128 + 1, i64::MIN as i128 - 1, 1i128 << 64, i128::MAX, i128::MIN];
+            for (k, bad) in bads.into_iter().enumerate() {
                 let mut with_bad = values.clone();
-                let at = rng.random_range(0..n);
+                let at = match k {
+                    0 => 0,
+                    1 => n - 1,
+                    _ => rng.random_range(0..n),
+                };
                 with_bad[at] = bad;
                 let (fits, low) = stage(&with_bad);
-                assert!(!fits, "{bad} at {at} of {n} ({threads} threads) does not fit");
-                assert_eq!(low[at], bad as i64);
+                assert!(!fits, "{bad} at {at} of {n} does not fit ({what})");
+                assert_eq!(low[at], bad as i64, "{what}");
             }
         }
     }
 
+    /// Either kind of stores copies every byte, into destinations of any alignment, for pieces
+    /// shorter than a streamed copy, a few lines long and spread over several tasks.
     #[test]
     fn parallel_copy_copies_every_byte() {
-        for threads in [1, 3, 8] {
+        let mut rng = StdRng::seed_from_u64(fresh_seed("parallel_copy"));
+        let sizes = [(5 << 20) + 17, 1000, 4096, 4096 + 63, 70_001];
+        let pieces: Vec<Vec<u8>> = sizes.iter().map(|&n| (0..n).map(|_| rng.random()).collect()).collect();
+        let total: usize = sizes.iter().sum();
+        for (threads, stores, shift) in
+            [(1, Stores::Plain, 0), (3, Stores::Plain, 5), (8, Stores::Streaming, 0), (3, Stores::Streaming, 7)]
+        {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            let a: Vec<u8> = (0..(5 << 20) + 17).map(|i| (i * 7 + 3) as u8).collect();
-            let b: Vec<u8> = (0..1000).map(|i| (i * 13) as u8).collect();
-            let mut out = vec![0u8; a.len() + b.len()];
-            let base = out.as_mut_ptr();
-            unsafe { parallel_copy(&pool, &[(&a, base), (&b, base.add(a.len()))]) };
-            assert_eq!(&out[..a.len()], &a[..]);
-            assert_eq!(&out[a.len()..], &b[..]);
+            let mut out = vec![0u8; total + 32];
+            let start = (out.as_ptr() as usize).wrapping_neg() % 16 + shift;
+            let base = out[start..].as_mut_ptr();
+            let mut off = 0;
+            let copies: Vec<(&[u8], *mut u8)> = pieces
+                .iter()
+                .map(|p| {
+                    let c = (p.as_slice(), unsafe { base.add(off) });
+                    off += p.len();
+                    c
+                })
+                .collect();
+            unsafe { parallel_copy(&pool, &copies, stores) };
+            assert_eq!(
+                &out[start..start + total],
+                &pieces.concat()[..],
+                "{threads} threads, {stores:?}, shift {shift}"
+            );
         }
     }
 }
