@@ -215,6 +215,8 @@ gpu_options! {
         pub aggregate_algorithm: AggregateAlgorithmSetting, default = AggregateAlgorithmSetting::Auto
         /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers included, beats the CPU's; EXPLAIN shows both) or always (every eligible operator over gpu.min_rows on the GPU).
         pub placement: PlacementSetting, default = PlacementSetting::Cost
+        /// With gpu.placement = cost, an operator goes to the GPU only when the model expects it to run at least this many times faster there than on the CPU, transfers included: 1.0 takes any expected gain; more keeps near ties, where the model's error decides, on the CPU.
+        pub min_speedup: f64, default = 1.0
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
         pub profile_dir: String, default = String::new()
         /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.

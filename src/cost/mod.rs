@@ -131,6 +131,8 @@ pub struct Verdict {
     /// The hash repartitions of its inputs that the CPU operator needs and the GPU one drops (a
     /// Partitioned join's, see [`join::repartition_seconds`]; 0 when none).
     pub cpu_exchange: f64,
+    /// How many times faster than the CPU the GPU must be expected to be (`gpu.min_speedup`).
+    pub min_speedup: f64,
 }
 
 impl Verdict {
@@ -144,8 +146,9 @@ impl Verdict {
         self.cpu + self.cpu_download + self.cpu_exchange
     }
 
+    /// Whether the GPU is expected to be `min_speedup` times faster than the CPU.
     pub fn gpu_wins(&self) -> bool {
-        self.gpu_total() < self.cpu_total()
+        self.gpu_total() * self.min_speedup.max(1.0) < self.cpu_total()
     }
 
     /// `gpu 1.20 ms (compute 0.30 ms + upload 0.80 ms + download 0.10 ms) vs cpu 2.00 ms`, with
@@ -163,8 +166,12 @@ impl Verdict {
             false => format!("{} (operator {}{extra})", fmt_seconds(self.cpu_total()), fmt_seconds(self.cpu)),
             true => fmt_seconds(self.cpu),
         };
+        let margin = match self.min_speedup > 1.0 {
+            true => format!(", the GPU to be {:.2}x faster (gpu.min_speedup)", self.min_speedup),
+            false => String::new(),
+        };
         format!(
-            "estimated gpu {} (compute {} + upload {} + download {}) vs cpu {cpu}",
+            "estimated gpu {} (compute {} + upload {} + download {}) vs cpu {cpu}{margin}",
             fmt_seconds(self.gpu_total()),
             fmt_seconds(self.gpu_compute),
             fmt_seconds(self.upload),
@@ -245,6 +252,7 @@ mod tests {
             cpu: 2.5e-3,
             cpu_download: 0.0,
             cpu_exchange: 0.0,
+            min_speedup: 1.0,
         };
         assert!(!v.gpu_wins());
         assert!(v.describe().contains("vs cpu 2.50 ms"), "{}", v.describe());
@@ -263,5 +271,11 @@ mod tests {
             "{}",
             v.describe()
         );
+        // gpu.min_speedup: 3 ms against 4.5 ms is 1.5x, enough for 1.4 and not for 1.6, and
+        // the reason says what was asked.
+        assert!(Verdict { min_speedup: 1.4, ..v.clone() }.gpu_wins());
+        let v = Verdict { min_speedup: 1.6, ..v };
+        assert!(!v.gpu_wins());
+        assert!(v.describe().ends_with(", the GPU to be 1.60x faster (gpu.min_speedup)"), "{}", v.describe());
     }
 }

@@ -152,6 +152,7 @@ pub fn join_estimate(
         cpu: join_cost::cpu_seconds(&shape, profile),
         cpu_download: download_seconds(cpu_down_bytes, profile),
         cpu_exchange,
+        min_speedup: cfg.min_speedup,
     };
     Some(JoinEstimate { shape, choice, verdict, bounded })
 }
@@ -313,6 +314,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         cpu: agg_cost::cpu_seconds(&shape, profile),
         cpu_download: 0.0,
         cpu_exchange: 0.0,
+        min_speedup: cfg.min_speedup,
     };
     Some(AggregateEstimate { shape, choice, verdict, bounded: false })
 }

@@ -137,7 +137,7 @@ impl GpuOptimizerRule {
 /// download a GPU parent does not pay).
 fn pair_beats(parent: &Verdict, parent_on_gpu: bool, both: &Verdict, child: &Verdict) -> bool {
     let now = if parent_on_gpu { parent.gpu_total() } else { parent.cpu_total() } + child.cpu_total();
-    both.gpu_total() + child.gpu_compute + child.upload < now
+    (both.gpu_total() + child.gpu_compute + child.upload) * child.min_speedup.max(1.0) < now
 }
 
 /// An operator as the rule placed it, with the cost model's verdict when the model priced it.
@@ -334,6 +334,7 @@ mod tests {
             cpu,
             cpu_download: 0.0,
             cpu_exchange: 0.0,
+            min_speedup: 1.0,
         };
         // The join alone: 1 + 1 + 4 = 6 ms on the GPU against 5 on the CPU.
         let child = v(1.0, 1.0, 4.0, 5.0);
