@@ -806,6 +806,65 @@ fn gpu_aggregate_metric(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
     own + plan.children().into_iter().map(|c| gpu_aggregate_metric(c, name)).sum::<usize>()
 }
 
+/// Partial partitions split between the GPU and the CPU (one large partition, three under
+/// `gpu.min_rows`): when at least as many state rows are on the host as on the device, the
+/// device states are downloaded and DataFusion merges them all (`cpu_merges`); when more are
+/// on the device, the host states are uploaded and merged there. Both match the CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_exchange_merges_mixed_partials_where_most_states_are() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_exchange_merges_mixed_partials_where_most_states_are") else {
+        return;
+    };
+    let seed = fresh_seed("gpu_aggregate_exchange_merges_mixed_partials_where_most_states_are");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let queries = [
+        query(&["k_i64"]),
+        query(&["k_str", "k_i64"]),
+        "SELECT k_i32, count(DISTINCT v_i64) d, sum(v_dec) s FROM t GROUP BY k_i32 ORDER BY k_i32".to_string(),
+    ];
+    let mut failures = Vec::new();
+    // (groups, whether the host holds at least as many state rows): 100 groups give each
+    // partition about 100 state rows, three on the host against one on the device; 40 000
+    // groups give the large partition about 20 000 and each small one about 4 000.
+    for (groups, host_merge) in [(100, true), (40_000, false)] {
+        let (big, small) = (rng.random_range(28_000..32_000), rng.random_range(4_000..6_000));
+        let batch = table(&mut rng, Dist::Groups(groups), big + 3 * small);
+        let parts: Vec<Vec<RecordBatch>> = [(0, big), (big, small), (big + small, small), (big + 2 * small, small)]
+            .iter()
+            .map(|&(at, n)| vec![batch.slice(at, n)])
+            .collect();
+        let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+        cpu.register_table("t", Arc::new(MemTable::try_new(batch.schema(), parts.clone()).unwrap())).unwrap();
+        let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, 1 << 22, true);
+        ctx.register_table("t", Arc::new(MemTable::try_new(batch.schema(), parts).unwrap())).unwrap();
+        ctx.sql("SET gpu.min_rows = 10000").await.unwrap().collect().await.unwrap();
+        for sql in &queries {
+            let label = format!("{groups} groups, partitions {big}/{small}x3: {sql}");
+            let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
+            let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+            let text = displayable(plan.as_ref()).indent(true).to_string();
+            let distinct = sql.contains("DISTINCT");
+            assert!(
+                distinct || text.contains("merges on the device the states of"),
+                "{label}: no device exchange\n{text}"
+            );
+            match collect(Arc::clone(&plan), ctx.task_ctx()).await {
+                Err(e) => failures.push(format!("{label}: {e}")),
+                Ok(got) => failures.extend(compare(&want, &got, &label)),
+            }
+            let (on_cpu, merged_on_cpu) =
+                (gpu_aggregate_metric(&plan, "cpu_partitions"), gpu_aggregate_metric(&plan, "cpu_merges"));
+            assert!(on_cpu >= 3, "{label}: {on_cpu} partial partitions on the CPU, expected the 3 small ones\n{text}");
+            if !distinct {
+                assert_eq!(merged_on_cpu, usize::from(host_merge), "{label}: cpu_merges\n{text}");
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+    println!("mixed GPU/CPU partial stages merged where most states were, matching the CPU (seed {seed})");
+}
+
 /// A partition whose whole input has fewer than `gpu.min_rows` rows (the plan expected more) is
 /// aggregated by DataFusion on the CPU, with the filters fused into the GPU exec, in every
 /// stage: Single/Partial/Final run on their own, and a partial merged into its Final on the

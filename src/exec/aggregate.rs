@@ -391,11 +391,15 @@ impl GpuAggregateExec {
             tasks.push(SpawnedTask::spawn(async move { run.reduce_or_cpu(input).await }));
         }
         // Every partition's partial stage chooses the GPU or (a small input) the CPU as it
-        // goes; the merge waits for all of them. When every one ran on the CPU, the states are
-        // merged there too, by DataFusion's own exchange and Final aggregate on all cores: one
-        // GPU merge of host states (an upload, one reduce, a download and the split) is slower
-        // than that, and no state is on the device to save a transfer (TPC-H q16's
-        // distinct-count stages: 1.2 M state rows, 16 partitions of 74 K input rows each).
+        // goes; the merge waits for all of them. When at least as many state rows are on the
+        // host as on the device, the states are merged on the host, by DataFusion's own
+        // exchange and Final aggregate on all cores, after the device states are downloaded:
+        // the output goes to the host either way, and a GPU merge would upload more state rows
+        // than this downloads, then download its output. When every partition ran on the CPU,
+        // one GPU merge of host states (an upload, one reduce, a download and the split) is
+        // slower than DataFusion's (TPC-H q16's distinct-count stages: 1.2 M state rows, 16
+        // partitions of 74 K input rows each); TPC-H q2's minimum by part key had 9 of its 16
+        // partitions on the CPU.
         let mut reduced = Vec::with_capacity(inputs);
         while let Some(joined) = tasks.next().await {
             reduced.push(
@@ -403,14 +407,33 @@ impl GpuAggregateExec {
             );
         }
         let run = self.new_run(0, &context)?;
-        if !reduced.is_empty() && reduced.iter().all(|r| matches!(r, Reduced::Host(_))) {
-            let parts = reduced
-                .into_iter()
-                .filter_map(|r| match r {
-                    Reduced::Host(states) => Some(states),
-                    Reduced::Device(_) => None,
+        let state_rows = |on_host: bool| -> usize {
+            reduced
+                .iter()
+                .map(|r| match r {
+                    Reduced::Host(states) if on_host => states.iter().map(|b| b.num_rows()).sum(),
+                    Reduced::Device(state) if !on_host => state.num_rows(),
+                    _ => 0,
                 })
-                .collect();
+                .sum()
+        };
+        if !reduced.is_empty() && state_rows(true) >= state_rows(false) {
+            let mut parts = Vec::with_capacity(reduced.len());
+            for r in reduced {
+                parts.push(match r {
+                    Reduced::Host(states) => states,
+                    // DataFusion's partial states, as a GPU Partial stage under a CPU Final gives them.
+                    Reduced::Device(state) => {
+                        let (agg, layout) = (Arc::clone(&partial.agg), Arc::clone(&partial.layout));
+                        let timer = run.metrics.download_time.clone();
+                        blocking(move || {
+                            let _t = timer.timer();
+                            Ok(vec![output(&agg, &layout, state.download()?)?])
+                        })
+                        .await?
+                    }
+                });
+            }
             return self.exchange_on_cpu(&run, parts, &context).await;
         }
         let (schema, columns) = (Arc::clone(&self.layout.upload_schema), ex.columns.clone());
@@ -443,7 +466,7 @@ impl GpuAggregateExec {
     }
 
     /// The removed exchange and this Final aggregate, DataFusion's own, over the partial states
-    /// every input partition made on the CPU (`parts`, one entry per input partition): the
+    /// of every input partition on the host (`parts`, one entry per input partition): the
     /// output partitions the exchange and the Final would have made.
     async fn exchange_on_cpu(
         &self,
@@ -455,7 +478,8 @@ impl GpuAggregateExec {
         let exchange = Arc::clone(a.input());
         let schema = exchange.schema();
         let rows: usize = parts.iter().flatten().map(|b| b.num_rows()).sum();
-        timeline::mark(&run.who, || format!("every partial partition ran on the CPU: {rows} state rows merged there"));
+        timeline::mark(&run.who, || format!("{rows} partial state rows merged on the CPU"));
+        run.metrics.cpu_merges.add(1);
         let source: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(&parts, schema, None)?;
         let recompute = || ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
         let exchange = exchange.replace_children(vec![source], recompute())?;
@@ -677,6 +701,9 @@ struct Metrics {
     /// Partitions whose whole input had fewer than `gpu.min_rows` rows, aggregated by
     /// DataFusion on the CPU instead.
     cpu_partitions: Count,
+    /// Exchanges whose partial states were merged on the CPU, by DataFusion's exchange and
+    /// Final aggregate (see [`GpuAggregateExec::exchange_output`]).
+    cpu_merges: Count,
     /// Rows a fused filter removed on the host before the upload (see [`fuse::HostPrefilter`]).
     host_filtered_rows: Count,
     /// Partitions whose fused filter kept few enough rows to run on the host as well.
@@ -703,6 +730,7 @@ impl Metrics {
             hash_fallbacks: b().counter("hash_fallbacks", partition),
             method_changes: b().counter("method_changes", partition),
             cpu_partitions: b().counter("cpu_partitions", partition),
+            cpu_merges: b().counter("cpu_merges", partition),
             host_filtered_rows: b().counter("host_filtered_rows", partition),
             host_filter_partitions: b().counter("host_filter_partitions", partition),
             output_rows: b().output_rows(partition),
