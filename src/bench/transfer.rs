@@ -192,7 +192,7 @@ fn measure_host_copy(
     Ok(total as f64 / median(times))
 }
 
-/// The host copy rates of [`measure_host_copy`]: (plain, streaming) stores.
+/// Host copy rates, source bytes a second, with plain and with streaming stores.
 #[derive(Debug, Clone, Copy)]
 pub struct HostCopyRates {
     pub plain: f64,
