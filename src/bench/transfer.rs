@@ -17,7 +17,7 @@ use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
 use crate::device::transfer::Stores;
 use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::exec::upload::ChunkUploader;
+use crate::exec::upload::{ChunkUploader, batch_bytes};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TransferBenchOptions {
@@ -223,7 +223,7 @@ fn concurrent_uploads(gpu: &Arc<Gpu>, batch: &RecordBatch, streams: usize, opts:
         let mut group: Vec<RecordBatch> = Vec::new();
         let mut bytes = 0;
         for (i, b) in share.iter().enumerate() {
-            bytes += b.columns().iter().map(|c| c.len() * 8).sum::<usize>();
+            bytes += batch_bytes(b) as usize;
             group.push(b.clone());
             if bytes >= group_bytes || i + 1 == share.len() {
                 let host = HostUpload::assemble(&std::mem::take(&mut group))?;

@@ -146,9 +146,15 @@ impl Verdict {
         self.cpu + self.cpu_download + self.cpu_exchange
     }
 
+    /// How many times faster than the CPU the GPU must be expected to be: `min_speedup`, at
+    /// least 1.
+    pub fn margin(&self) -> f64 {
+        self.min_speedup.max(1.0)
+    }
+
     /// Whether the GPU is expected to be `min_speedup` times faster than the CPU.
     pub fn gpu_wins(&self) -> bool {
-        self.gpu_total() * self.min_speedup.max(1.0) < self.cpu_total()
+        self.gpu_total() * self.margin() < self.cpu_total()
     }
 
     /// `gpu 1.20 ms (compute 0.30 ms + upload 0.80 ms + download 0.10 ms) vs cpu 2.00 ms`, with
@@ -166,8 +172,8 @@ impl Verdict {
             false => format!("{} (operator {}{extra})", fmt_seconds(self.cpu_total()), fmt_seconds(self.cpu)),
             true => fmt_seconds(self.cpu),
         };
-        let margin = match self.min_speedup > 1.0 {
-            true => format!(", the GPU to be {:.2}x faster (gpu.min_speedup)", self.min_speedup),
+        let margin = match self.margin() > 1.0 {
+            true => format!(", the GPU to be {:.2}x faster (gpu.min_speedup)", self.margin()),
             false => String::new(),
         };
         format!(

@@ -124,10 +124,17 @@ unsafe fn narrow_copy(src: &[u8], dst: *mut u8) -> bool {
     for i in 0..values {
         // SAFETY: `i < values` keeps both the read and the write in bounds; neither needs alignment.
         let [lo, hi] = unsafe { from.add(i).read_unaligned() };
-        off_range |= hi ^ (((lo as i64) >> 63) as u64);
+        off_range |= past_64_bits(lo, hi);
         unsafe { to.add(i).write_unaligned(lo) };
     }
     off_range == 0
+}
+
+/// Zero when the 16-byte integer of halves `lo`, `hi` fits in 8 bytes (its high half is the
+/// sign extension of its low half); otherwise the bits where it does not.
+#[inline]
+fn past_64_bits(lo: u64, hi: u64) -> u64 {
+    hi ^ (((lo as i64) >> 63) as u64)
 }
 
 /// The copies of [`Stores::Streaming`]: SSE2 streaming stores of 16 bytes (every x86-64 has
@@ -199,7 +206,7 @@ mod streaming {
                     let (a, b) = (_mm_loadu_si128(from.add(2 * i)), _mm_loadu_si128(from.add(2 * i + 1)));
                     let [alo, ahi]: [u64; 2] = std::mem::transmute(a);
                     let [blo, bhi]: [u64; 2] = std::mem::transmute(b);
-                    off_range |= (ahi ^ (((alo as i64) >> 63) as u64)) | (bhi ^ (((blo as i64) >> 63) as u64));
+                    off_range |= super::past_64_bits(alo, ahi) | super::past_64_bits(blo, bhi);
                     _mm_stream_si128(to.add(i), _mm_unpacklo_epi64(a, b));
                 }
                 fits &= off_range == 0;
@@ -403,10 +410,8 @@ pub fn upload(
         while off < staged_len {
             // A narrowed copy moves whole 8-byte values.
             if flag.is_some() && slot_bytes - fill < 8 {
-                flush(stream, ring, slot, &batch, threads, stores)?;
-                batch.clear();
+                flush(stream, ring, &mut slot, &mut batch, threads, stores)?;
                 fill = 0;
-                slot ^= 1;
             }
             let mut n = (staged_len - off).min(slot_bytes - fill);
             if flag.is_some() {
@@ -422,10 +427,8 @@ pub fn upload(
             fill += n;
             off += n;
             if fill == slot_bytes {
-                flush(stream, ring, slot, &batch, threads, stores)?;
-                batch.clear();
+                flush(stream, ring, &mut slot, &mut batch, threads, stores)?;
                 fill = 0;
-                slot ^= 1;
             }
         }
     }
@@ -433,8 +436,7 @@ pub fn upload(
         copy_direct(s, d, n)?;
     }
     if !batch.is_empty() {
-        flush(stream, ring, slot, &batch, threads, stores)?;
-        slot ^= 1;
+        flush(stream, ring, &mut slot, &mut batch, threads, stores)?;
     }
     ring.next = slot;
     if direct_from_pool {
@@ -449,16 +451,18 @@ pub fn upload(
     Ok(landed)
 }
 
+/// Stages the copies of `batch` into `slot` (once its previous DMA has finished) and starts
+/// their DMA; then empties `batch` and moves `slot` to the other slot.
 fn flush(
     stream: &Arc<CudaStream>,
     ring: &mut StagingRing,
-    slot: usize,
-    batch: &[Staged<'_>],
+    slot: &mut usize,
+    batch: &mut Vec<Staged<'_>>,
     threads: &rayon::ThreadPool,
     stores: Stores,
 ) -> Result<()> {
-    ring.wait(slot)?;
-    let base = ring.slots[slot].as_mut_ptr();
+    ring.wait(*slot)?;
+    let base = ring.slots[*slot].as_mut_ptr();
     let copies: Vec<StageCopy<'_>> = batch
         .iter()
         .map(|c| StageCopy { src: c.src, dst: unsafe { base.add(c.slot_offset) }, narrow: c.narrow })
@@ -476,7 +480,7 @@ fn flush(
             .result()
             .gpu("host-to-device copy")
     };
-    for c in batch {
+    for c in batch.iter() {
         let len = c.staged_len();
         run = match run {
             Some((o, d, n, b)) if b == c.buffer && o + n == c.slot_offset && d + n as u64 == c.dptr => {
@@ -492,8 +496,10 @@ fn flush(
     if let Some(last) = run {
         dma(last)?;
     }
-    ring.done[slot].record(stream).gpu("recording a staging event")?;
-    ring.pending[slot] = true;
+    ring.done[*slot].record(stream).gpu("recording a staging event")?;
+    ring.pending[*slot] = true;
+    batch.clear();
+    *slot ^= 1;
     Ok(())
 }
 

@@ -137,7 +137,7 @@ impl GpuOptimizerRule {
 /// download a GPU parent does not pay).
 fn pair_beats(parent: &Verdict, parent_on_gpu: bool, both: &Verdict, child: &Verdict) -> bool {
     let now = if parent_on_gpu { parent.gpu_total() } else { parent.cpu_total() } + child.cpu_total();
-    (both.gpu_total() + child.gpu_compute + child.upload) * child.min_speedup.max(1.0) < now
+    (both.gpu_total() + child.gpu_compute + child.upload) * child.margin() < now
 }
 
 /// An operator as the rule placed it, with the cost model's verdict when the model priced it.
