@@ -33,3 +33,20 @@ extern "C" __global__ void widen_i64_to_i128(const long long* __restrict__ src, 
         dst[2 * i + 1] = v >> 63;
     }
 }
+
+// dst holds n 16-byte little-endian integers, each the sign extension of src[i]: Decimal128 values
+// that crossed the link as 4-byte integers.
+extern "C" __global__ void widen_i32_to_i128(const int* __restrict__ src, long long* __restrict__ dst, u64 n) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        long long v = src[i];
+        dst[2 * i] = v;
+        dst[2 * i + 1] = v >> 63;
+    }
+}
+
+// dst[i] is the sign extension of src[i]: Int64 values that crossed the link as 4-byte integers.
+extern "C" __global__ void widen_i32_to_i64(const int* __restrict__ src, long long* __restrict__ dst, u64 n) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        dst[i] = src[i];
+    }
+}

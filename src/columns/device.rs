@@ -11,7 +11,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use super::host::{AssembledColumn, HostColumn, pack, unpack};
 use crate::device::launch::KArg;
-use crate::device::transfer::{Landed, NARROWING, UploadPiece};
+use crate::device::transfer::{Landed, NARROWING, Narrow, Narrowing, UploadPiece};
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{Result, gpu_error};
 
@@ -115,89 +115,118 @@ fn upload_columns_with(
     register: bool,
 ) -> Result<Vec<DeviceColumn>> {
     let devs = hosts.iter().map(|h| DeviceColumn::alloc_like(gpu, stream, h)).collect::<Result<Vec<_>>>()?;
-    let halves: Vec<Option<DeviceBuffer>> = devs.iter().map(|d| half_buffer(gpu, stream, d)).collect();
+    let narrowed: Vec<Option<(DeviceBuffer, Narrowing)>> = devs.iter().map(|d| narrow_buffer(gpu, stream, d)).collect();
     let mut pieces = Vec::new();
-    for ((h, d), half) in hosts.iter().zip(&devs).zip(&halves) {
+    for ((h, d), n) in hosts.iter().zip(&devs).zip(&narrowed) {
         let first = pieces.len();
         host_pieces(h, d, &mut pieces);
-        narrow_values(&mut pieces[first..], d, half.as_ref());
+        narrow_values(&mut pieces[first..], d, n.as_ref());
     }
     upload_pieces(gpu, stream, &pieces, register)?;
     Ok(devs)
 }
 
-/// Decimal128 columns smaller than this upload as they are: widening costs a kernel launch,
-/// more than the bytes saved.
+/// Columns smaller than this upload as they are: widening costs a kernel launch, more than the
+/// bytes saved.
 const NARROW_MIN_BYTES: usize = 64 << 10;
 
-/// For a Decimal128 column of at most 18 digits, whose values all fit in 8 bytes, a device
-/// buffer of half its values' size: the values cross the link narrowed (see
-/// [`UploadPiece::narrow`]) and are widened on the device, halving the staged copy's writes and
-/// the link's bytes. `None` for other columns, small ones, or when the allocation fails (the
-/// column then uploads as it is).
-fn half_buffer(gpu: &Gpu, stream: &Arc<CudaStream>, dev: &DeviceColumn) -> Option<DeviceBuffer> {
+/// For a column whose values may cross the link narrowed, a device buffer for the narrowed
+/// values and the first narrowing to try (see [`UploadPiece::narrow`]):
+/// - Decimal128 of at most 18 digits: 4-byte values with `gpu.narrow_integers`, else 8-byte ones
+///   with `gpu.narrow_decimals`; the buffer has room for 8-byte values, the fallback of a piece
+///   whose values do not fit in 4 bytes (see [`fallback`]);
+/// - Int64: 4-byte values with `gpu.narrow_integers`.
+///
+/// Narrowing halves or quarters the staged copy's writes and the link's bytes. `None` for other
+/// columns, small ones, or when the allocation fails (the column then uploads as it is).
+fn narrow_buffer(gpu: &Gpu, stream: &Arc<CudaStream>, dev: &DeviceColumn) -> Option<(DeviceBuffer, Narrowing)> {
     let values = dev.buffers.first()?;
-    let fits = matches!(dev.data_type, DataType::Decimal128(digits, _) if digits <= 18);
-    (NARROWING && fits && values.len() >= NARROW_MIN_BYTES && gpu.transfer_settings().narrow_decimals)
-        .then(|| gpu.alloc(stream, values.len() / 2, "decimal values narrowed for the upload").ok())
-        .flatten()
+    let settings = gpu.transfer_settings();
+    let how = match dev.data_type {
+        DataType::Decimal128(digits, _) if digits <= 18 && settings.narrow_integers => Narrowing::I128ToI32,
+        DataType::Decimal128(digits, _) if digits <= 18 && settings.narrow_decimals => Narrowing::I128ToI64,
+        DataType::Int64 if settings.narrow_integers => Narrowing::I64ToI32,
+        _ => return None,
+    };
+    if !NARROWING || values.len() < NARROW_MIN_BYTES {
+        return None;
+    }
+    // Room for the widest narrowing the fallbacks may take: half the values' bytes.
+    let buffer = gpu.alloc(stream, values.len() / 2, "values narrowed for the upload").ok()?;
+    Some((buffer, how))
 }
 
-/// Marks the pieces of `dev`'s values buffer (among `pieces`) to be narrowed into `half`.
-fn narrow_values<'a>(pieces: &mut [UploadPiece<'a>], dev: &'a DeviceColumn, half: Option<&'a DeviceBuffer>) {
-    let (Some(half), Some(values)) = (half, dev.buffers.first()) else { return };
+/// The narrowing a piece whose values did not fit `how` is staged again with, or `None`: as it
+/// is. Decimals that do not fit in 4 bytes may still fit in 8.
+fn fallback(gpu: &Gpu, how: Narrowing) -> Option<Narrowing> {
+    (how == Narrowing::I128ToI32 && gpu.transfer_settings().narrow_decimals).then_some(Narrowing::I128ToI64)
+}
+
+/// Marks the pieces of `dev`'s values buffer (among `pieces`) to be narrowed into `narrowed`.
+fn narrow_values<'a>(
+    pieces: &mut [UploadPiece<'a>],
+    dev: &'a DeviceColumn,
+    narrowed: Option<&'a (DeviceBuffer, Narrowing)>,
+) {
+    let (Some((into, how)), Some(values)) = (narrowed, dev.buffers.first()) else { return };
     for p in pieces.iter_mut().filter(|p| std::ptr::eq(p.dst, values)) {
-        p.narrow = Some(half);
+        p.narrow = Some(Narrow { into, how: *how });
     }
 }
 
 /// Uploads `pieces`, then widens on the device the values that crossed the link narrowed, and
-/// uploads again, as they are, the pieces holding a value that did not fit in 8 bytes (a column
-/// whose values exceed its declared precision, or whose null slots hold large values).
+/// uploads again the pieces holding a value that did not fit (a column whose values exceed
+/// 32 bits or its declared precision, or whose null slots hold large values): narrowed at the
+/// next width when there is one (see [`fallback`]), else as they are, until every piece is in.
 fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>], register: bool) -> Result<()> {
-    let landed = gpu.upload_with(stream, pieces, register)?;
-    // Narrowed pieces that lie end to end in one buffer are widened by one launch:
-    // (narrowed buffer, values buffer, byte offset in the values, bytes).
-    type Run<'b> = (&'b DeviceBuffer, &'b DeviceBuffer, usize, usize);
-    let widen = |(half, dst, at, bytes): Run<'_>| -> Result<()> {
-        // widen_i64_to_i128(const i64* src, i64* dst, u64 n): dst holds n 16-byte values.
-        let src = half.raw_ptr(stream) + (at / 2) as u64;
-        let out = dst.raw_ptr(stream) + at as u64;
-        gpu.launch_n(
-            stream,
-            "copy",
-            "widen_i64_to_i128",
-            (bytes / 16) as u64,
-            &[KArg::U64(src), KArg::U64(out), KArg::U64((bytes / 16) as u64)],
-        )
-    };
-    let mut run: Option<Run<'_>> = None;
-    let mut again = Vec::new();
-    for (p, l) in pieces.iter().zip(&landed) {
-        match (l, p.narrow) {
-            (Landed::Narrow, Some(half)) => {
-                run = match run {
-                    Some((h, d, at, n))
-                        if std::ptr::eq(h, half) && std::ptr::eq(d, p.dst) && at + n == p.dst_offset =>
-                    {
-                        Some((h, d, at, n + p.src.len()))
-                    }
-                    Some(prev) => {
-                        widen(prev)?;
-                        Some((half, p.dst, p.dst_offset, p.src.len()))
-                    }
-                    None => Some((half, p.dst, p.dst_offset, p.src.len())),
-                };
+    let mut todo: Vec<UploadPiece<'_>> = pieces.to_vec();
+    // Each round narrows the pieces it sends again less than the last (or not at all), so at
+    // most three rounds run. The widening kernels of a round are issued on `stream` before the
+    // next round's copies, which may overwrite the narrowed buffer they read. Only the first
+    // round counts as an upload of the host buffers: a retry is not a second upload that would
+    // page-lock them (see [`Gpu::upload`]).
+    let mut register = register;
+    while !todo.is_empty() {
+        let landed = gpu.upload_with(stream, &todo, std::mem::take(&mut register))?;
+        // Narrowed pieces that lie end to end in one buffer are widened by one launch:
+        // (narrowed buffer, how, values buffer, byte offset in the values, bytes).
+        type Run<'b> = (&'b DeviceBuffer, Narrowing, &'b DeviceBuffer, usize, usize);
+        let widen = |(into, how, dst, at, bytes): Run<'_>| -> Result<()> {
+            // widen_*(const void* src, void* dst, u64 n): dst holds n values of the full width.
+            let n = (bytes / how.from_bytes()) as u64;
+            let src = into.raw_ptr(stream) + (at / how.shrink()) as u64;
+            let out = dst.raw_ptr(stream) + at as u64;
+            gpu.launch_n(stream, "copy", how.widen_kernel(), n, &[KArg::U64(src), KArg::U64(out), KArg::U64(n)])
+        };
+        let mut run: Option<Run<'_>> = None;
+        let mut again = Vec::new();
+        for (p, l) in todo.iter().zip(&landed) {
+            match (l, p.narrow) {
+                (Landed::Narrow, Some(Narrow { into, how })) => {
+                    run = match run {
+                        Some((i, h, d, at, n))
+                            if std::ptr::eq(i, into) && h == how && std::ptr::eq(d, p.dst) && at + n == p.dst_offset =>
+                        {
+                            Some((i, h, d, at, n + p.src.len()))
+                        }
+                        Some(prev) => {
+                            widen(prev)?;
+                            Some((into, how, p.dst, p.dst_offset, p.src.len()))
+                        }
+                        None => Some((into, how, p.dst, p.dst_offset, p.src.len())),
+                    };
+                }
+                (Landed::Overflow, narrow) => {
+                    let narrow = narrow.and_then(|n| fallback(gpu, n.how).map(|how| Narrow { how, ..n }));
+                    again.push(UploadPiece { narrow, ..*p });
+                }
+                _ => {}
             }
-            (Landed::Overflow, _) => again.push(UploadPiece::new(p.src, p.dst, p.dst_offset)),
-            _ => {}
         }
-    }
-    if let Some(last) = run {
-        widen(last)?;
-    }
-    if !again.is_empty() {
-        gpu.upload_with(stream, &again, register)?;
+        if let Some(last) = run {
+            widen(last)?;
+        }
+        todo = again;
     }
     Ok(())
 }
@@ -329,9 +358,10 @@ impl DeviceBatch {
                         DeviceColumn::alloc(gpu, stream, &a.data_type, a.len, a.null_count, validity, buffers)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let halves: Vec<Option<DeviceBuffer>> = cols.iter().map(|d| half_buffer(gpu, stream, d)).collect();
+                let narrowed: Vec<Option<(DeviceBuffer, Narrowing)>> =
+                    cols.iter().map(|d| narrow_buffer(gpu, stream, d)).collect();
                 let mut pieces = Vec::new();
-                for ((a, d), half) in columns.iter().zip(&cols).zip(&halves) {
+                for ((a, d), n) in columns.iter().zip(&cols).zip(&narrowed) {
                     let first = pieces.len();
                     let host = a.validity.iter().chain(&a.buffers);
                     for (h, dev) in host.zip(d.validity.iter().chain(&d.buffers)) {
@@ -339,7 +369,7 @@ impl DeviceBatch {
                             pieces.push(UploadPiece::new(src, dev, *at));
                         }
                     }
-                    narrow_values(&mut pieces[first..], d, half.as_ref());
+                    narrow_values(&mut pieces[first..], d, n.as_ref());
                 }
                 upload_pieces(gpu, stream, &pieces, false)?;
                 (schema, rows, cols)
@@ -535,50 +565,83 @@ mod tests {
         }
     }
 
-    /// Decimal128 values of up to 18 digits cross the link narrowed to 8 bytes and are widened
-    /// on the device: the pieces land narrowed, or as overflowing when a value needs more than 64
-    /// bits (Arrow does not hold values to their precision), and every column comes back
-    /// whole through both upload paths, over several staging slots, behind a string column that
-    /// leaves the slots unaligned, with a large value in a valid slot or under a NULL.
+    /// Decimal128 values of up to 18 digits and Int64 values cross the link narrowed to 4 or 8
+    /// bytes and are widened on the device: the pieces land narrowed, or as overflowing when a
+    /// value needs more bits (Arrow does not hold values to their precision), and every column
+    /// comes back whole through both upload paths (decimals past 32 bits through the 8-byte
+    /// fallback), over several staging slots, behind a string column that leaves the slots
+    /// unaligned, with a large value in a valid slot or under a NULL.
     #[test]
     fn gpu_decimals_cross_the_link_narrowed() {
-        use datafusion::arrow::array::{Decimal128Array, StringArray};
+        use datafusion::arrow::array::{ArrayRef, Decimal128Array, Int64Array, StringArray};
         use datafusion::arrow::buffer::NullBuffer;
 
-        use crate::device::transfer::{Landed, UploadPiece};
+        use crate::device::transfer::{Landed, Narrow, Narrowing, UploadPiece};
         let _l = gpu_lock();
         let Some(gpu) = gpu_or_skip("gpu_decimals_cross_the_link_narrowed") else { return };
         let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_decimals_cross_the_link_narrowed"));
         let stream = gpu.stream();
         let rows = gpu.transfer_settings().staging_bytes / 16 * 2 + rng.random_range(1..5000);
-        let bound = 10i128.pow(18);
-        let mut values: Vec<i128> = (0..rows).map(|_| rng.random_range(-bound + 1..bound)).collect();
-        let decimal = |values: &[i128], nulls: Option<NullBuffer>| {
+        let values_within = |bound: i128, rng: &mut StdRng| -> Vec<i128> {
+            (0..rows).map(|_| rng.random_range(-bound + 1..bound)).collect()
+        };
+        let decimal = |values: &[i128], nulls: Option<NullBuffer>| -> ArrayRef {
             Arc::new(Decimal128Array::new(values.to_vec().into(), nulls).with_precision_and_scale(18, 2).unwrap())
         };
-        let fitting = decimal(&values, None);
+        let int64 = |values: &[i128], nulls: Option<NullBuffer>| -> ArrayRef {
+            Arc::new(Int64Array::new(values.iter().map(|&v| v as i64).collect::<Vec<_>>().into(), nulls))
+        };
+        let small = values_within(1 << 31, &mut rng);
+        let mut large = values_within(10i128.pow(18), &mut rng);
+        // At least one value past 32 bits, wherever the random ones fell.
+        large[rng.random_range(0..rows)] = 1i128 << 40;
         let big_at = rng.random_range(0..rows);
-        values[big_at] = i128::MAX - rng.random_range(0..1000);
-        let past_64_bits = decimal(&values, None);
+        let mut past_64 = large.clone();
+        past_64[big_at] = i128::MAX - rng.random_range(0..1000);
+        let mut past_32 = small.clone();
+        past_32[big_at] = i64::MIN as i128 + rng.random_range(0..1000);
         let nulls = NullBuffer::from((0..rows).map(|i| i != big_at && rng.random_bool(0.8)).collect::<Vec<bool>>());
-        let big_under_null = decimal(&values, Some(nulls));
 
         // Where the values buffer lands, and what the narrowed buffer holds.
-        for (array, want) in [(&fitting, Landed::Narrow), (&past_64_bits, Landed::Overflow)] {
-            let host = array.values().inner().clone();
+        let cases = [
+            (decimal(&small, None), Narrowing::I128ToI32, Landed::Narrow),
+            (decimal(&large, None), Narrowing::I128ToI32, Landed::Overflow),
+            (decimal(&large, None), Narrowing::I128ToI64, Landed::Narrow),
+            (decimal(&past_64, None), Narrowing::I128ToI64, Landed::Overflow),
+            (int64(&small, None), Narrowing::I64ToI32, Landed::Narrow),
+            (int64(&past_32, None), Narrowing::I64ToI32, Landed::Overflow),
+        ];
+        for (array, how, want) in &cases {
+            let host = array.to_data().buffers()[0].clone();
             let dst = gpu.alloc(&stream, host.len(), "test values").unwrap();
-            let half = gpu.alloc(&stream, host.len() / 2, "test narrowed values").unwrap();
-            let piece = UploadPiece { narrow: Some(&half), ..UploadPiece::new(&host, &dst, 0) };
-            assert_eq!(gpu.upload_transient(&stream, &[piece]).unwrap(), vec![want]);
-            let low = gpu.download(&stream, &[&half]).unwrap();
-            let low: Vec<i64> = low[0].typed_data::<i64>().to_vec();
-            assert_eq!(low, array.values().iter().map(|&v| v as i64).collect::<Vec<_>>());
+            let into = gpu.alloc(&stream, host.len() / how.shrink(), "test narrowed values").unwrap();
+            let piece = UploadPiece { narrow: Some(Narrow { into: &into, how: *how }), ..UploadPiece::new(&host, &dst, 0) };
+            assert_eq!(gpu.upload_transient(&stream, &[piece]).unwrap(), vec![*want], "{how:?}");
+            if *want == Landed::Narrow {
+                let low = gpu.download(&stream, &[&into]).unwrap();
+                let expect: Vec<i128> = match how {
+                    Narrowing::I128ToI64 => low[0].typed_data::<i64>().iter().map(|&v| v as i128).collect(),
+                    _ => low[0].typed_data::<i32>().iter().map(|&v| v as i128).collect(),
+                };
+                let sent: Vec<i128> = match how {
+                    Narrowing::I64ToI32 => host.typed_data::<i64>().iter().map(|&v| v as i128).collect(),
+                    _ => host.typed_data::<i128>().to_vec(),
+                };
+                assert_eq!(expect, sent, "{how:?}");
+            }
         }
 
         // Whole columns, packed and assembled from slices.
-        for (name, array) in
-            [("fitting", fitting), ("past 64 bits", past_64_bits), ("large under a NULL", big_under_null)]
-        {
+        let columns = [
+            ("decimals within 32 bits", decimal(&small, None)),
+            ("decimals within 64 bits", decimal(&large, None)),
+            ("decimals past 64 bits", decimal(&past_64, None)),
+            ("decimals large under a NULL", decimal(&past_64, Some(nulls.clone()))),
+            ("Int64 within 32 bits", int64(&small, None)),
+            ("Int64 past 32 bits", int64(&past_32, None)),
+            ("Int64 large under a NULL", int64(&past_32, Some(nulls))),
+        ];
+        for (name, array) in columns {
             let text = StringArray::from_iter_values((0..rows).map(|i| "x".repeat(i % 7)));
             let schema = Arc::new(Schema::new(vec![
                 Field::new("s", DataType::Utf8, false),

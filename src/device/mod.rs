@@ -55,6 +55,8 @@ pub struct TransferSettings {
     pub threads: usize,
     /// `gpu.narrow_decimals`.
     pub narrow_decimals: bool,
+    /// `gpu.narrow_integers`.
+    pub narrow_integers: bool,
     /// `gpu.streaming_stores`: how the staging slots are filled.
     pub stores: transfer::Stores,
 }
@@ -66,6 +68,7 @@ impl TransferSettings {
             staging_bytes: cfg.staging_buffer_size.bytes().unwrap_or(32 << 20).clamp(1 << 16, 1 << 30) as usize,
             threads: if cfg.transfer_threads == 0 { cores.min(16) } else { cfg.transfer_threads },
             narrow_decimals: cfg.narrow_decimals,
+            narrow_integers: cfg.narrow_integers,
             stores: if cfg.streaming_stores { transfer::Stores::Streaming } else { transfer::Stores::Plain },
         }
     }

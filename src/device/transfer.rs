@@ -40,6 +40,52 @@ pub(crate) unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *
     unsafe { parallel_stage(pool, &staged, stores) };
 }
 
+/// How a piece's integers cross the link: each little-endian integer of [`Narrowing::from_bytes`]
+/// bytes as its low [`Narrowing::to_bytes`] bytes, checked while it is copied into the staging
+/// slot, and sign-extended back on the device by [`Narrowing::widen_kernel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Narrowing {
+    /// Decimal128 values of at most 18 digits as 8-byte integers.
+    I128ToI64,
+    /// Decimal128 values as 4-byte integers (TPC-H's prices and quantities all fit).
+    I128ToI32,
+    /// Int64 values as 4-byte integers (keys below 2^31).
+    I64ToI32,
+}
+
+impl Narrowing {
+    /// Bytes of a value on the host and on the device.
+    pub fn from_bytes(self) -> usize {
+        match self {
+            Narrowing::I128ToI64 | Narrowing::I128ToI32 => 16,
+            Narrowing::I64ToI32 => 8,
+        }
+    }
+
+    /// Bytes of a value in the staging slot and on the link.
+    pub fn to_bytes(self) -> usize {
+        match self {
+            Narrowing::I128ToI64 => 8,
+            Narrowing::I128ToI32 | Narrowing::I64ToI32 => 4,
+        }
+    }
+
+    /// How many times fewer bytes cross the link.
+    pub fn shrink(self) -> usize {
+        self.from_bytes() / self.to_bytes()
+    }
+
+    /// The kernel of `kernels/copy.cu` that sign-extends `n` narrowed values into their width:
+    /// `(const void* src, void* dst, u64 n)`.
+    pub fn widen_kernel(self) -> &'static str {
+        match self {
+            Narrowing::I128ToI64 => "widen_i64_to_i128",
+            Narrowing::I128ToI32 => "widen_i32_to_i128",
+            Narrowing::I64ToI32 => "widen_i32_to_i64",
+        }
+    }
+}
+
 /// Narrows the 16-byte integers of each `(src, dst)` pair into `dst` (see [`narrow_copy`]) on
 /// `pool`'s threads; whether every value fitted in 8 bytes. For measuring the staging step.
 ///
@@ -48,24 +94,27 @@ pub(crate) unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *
 /// any `src`; every `src.len()` must be a multiple of 16.
 pub(crate) unsafe fn parallel_narrow(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) -> bool {
     let fits = AtomicBool::new(true);
-    let staged: Vec<StageCopy> = pieces.iter().map(|&(src, dst)| StageCopy { src, dst, narrow: Some(&fits) }).collect();
+    let staged: Vec<StageCopy> = pieces
+        .iter()
+        .map(|&(src, dst)| StageCopy { src, dst, narrow: Some((&fits, Narrowing::I128ToI64)) })
+        .collect();
     unsafe { parallel_stage(pool, &staged, stores) };
     fits.load(Ordering::Relaxed)
 }
 
-/// One host copy into a staging slot: `src` as it is, or (`narrow`) its 16-byte little-endian
-/// integers as their low 8 bytes, clearing the flag when one of them does not fit in 8 bytes.
+/// One host copy into a staging slot: `src` as it is, or (`narrow`) its integers narrowed,
+/// clearing the flag when one of them does not fit.
 struct StageCopy<'a> {
     src: &'a [u8],
     dst: *mut u8,
-    narrow: Option<&'a AtomicBool>,
+    narrow: Option<(&'a AtomicBool, Narrowing)>,
 }
 
 /// Runs the copies on `pool`'s threads (on the caller's thread when small).
 ///
 /// # Safety
-/// Every `dst` must be valid for writes of the bytes its copy produces (`src.len()`, half of it
-/// when narrowed) and not overlap another `dst` or any `src`.
+/// Every `dst` must be valid for writes of the bytes its copy produces (`src.len()`, divided by
+/// the narrowing's shrink when narrowed) and not overlap another `dst` or any `src`.
 unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>], stores: Stores) {
     let total: usize = copies.iter().map(|c| c.src.len()).sum();
     if total <= COPY_TASK_BYTES || pool.current_num_threads() <= 1 {
@@ -76,10 +125,10 @@ unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>], sto
     }
     // Destinations travel as addresses: raw pointers are not Send. A task's source is a
     // multiple of 16 bytes, so narrowed tasks start on a value.
-    let tasks: Vec<(&[u8], usize, Option<&AtomicBool>)> = copies
+    let tasks: Vec<(&[u8], usize, Option<(&AtomicBool, Narrowing)>)> = copies
         .iter()
         .flat_map(|c| {
-            let shrink = if c.narrow.is_some() { 2 } else { 1 };
+            let shrink = c.narrow.map_or(1, |(_, how)| how.shrink());
             c.src
                 .chunks(COPY_TASK_BYTES)
                 .enumerate()
@@ -94,20 +143,68 @@ unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>], sto
 
 /// # Safety
 /// As [`parallel_stage`], for one copy.
-unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: Option<&AtomicBool>, stores: Stores) {
+unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: Option<(&AtomicBool, Narrowing)>, stores: Stores) {
     match (narrow, stores) {
         (None, Stores::Plain) => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) },
         (None, Stores::Streaming) => unsafe { streaming::copy(src, dst) },
-        (Some(fits), _) => {
-            let ok = match stores {
-                Stores::Plain => unsafe { narrow_copy(src, dst) },
-                Stores::Streaming => unsafe { streaming::narrow_copy(src, dst) },
+        (Some((fits, how)), _) => {
+            let ok = match (how, stores) {
+                (Narrowing::I128ToI64, Stores::Plain) => unsafe { narrow_copy(src, dst) },
+                (Narrowing::I128ToI64, Stores::Streaming) => unsafe { streaming::narrow_copy(src, dst) },
+                // A 4-byte narrowing is a first try that a failure sends again at a greater width:
+                // once a value has not fitted, the copies of the piece stop.
+                _ if !fits.load(Ordering::Relaxed) => false,
+                (Narrowing::I128ToI32, _) => unsafe { narrow_copy_to_i32::<16>(src, dst, fits) },
+                (Narrowing::I64ToI32, _) => unsafe { narrow_copy_to_i32::<8>(src, dst, fits) },
             };
             if !ok {
                 fits.store(false, Ordering::Relaxed);
             }
         }
     }
+}
+
+/// Values a 4-byte narrowing copies between checks of its flag.
+const NARROW_CHECK_VALUES: usize = 2048;
+
+/// Writes the low 4 bytes of each `W`-byte (16 or 8) little-endian integer of `src` to `dst`;
+/// whether every value fits in 4 bytes. Stops early, leaving `dst` partly written, once a value
+/// has not fitted or `fits` has been cleared by another copy of the same piece: the piece is then
+/// staged again at a greater width.
+///
+/// # Safety
+/// `dst` must be valid for `src.len() / W * 4` bytes of writes and not overlap `src`.
+unsafe fn narrow_copy_to_i32<const W: usize>(src: &[u8], dst: *mut u8, fits: &AtomicBool) -> bool {
+    let values = src.len() / W;
+    let to = dst as *mut u32;
+    let mut at = 0;
+    while at < values {
+        let end = (at + NARROW_CHECK_VALUES).min(values);
+        let mut off_range = 0u64;
+        for i in at..end {
+            // SAFETY: `i < values` keeps both the read and the write in bounds; neither needs
+            // alignment.
+            let (lo, hi) = unsafe {
+                let p = src.as_ptr().add(i * W);
+                let lo = (p as *const u64).read_unaligned();
+                (lo, if W == 16 { (p.add(8) as *const u64).read_unaligned() } else { ((lo as i64) >> 63) as u64 })
+            };
+            off_range |= past_64_bits(lo, hi) | past_32_bits(lo);
+            unsafe { to.add(i).write_unaligned(lo as u32) };
+        }
+        if off_range != 0 || !fits.load(Ordering::Relaxed) {
+            return false;
+        }
+        at = end;
+    }
+    true
+}
+
+/// Zero when the 8-byte integer `v` fits in 4 bytes (its high half is the sign extension of its
+/// low half); otherwise the bits where it does not.
+#[inline]
+fn past_32_bits(v: u64) -> u64 {
+    v ^ (v as i32 as i64 as u64)
 }
 
 /// Writes the low 8 bytes of each 16-byte little-endian integer of `src` to `dst`; whether every
@@ -261,16 +358,25 @@ impl StagingRing {
 }
 
 /// One piece of an upload: a host buffer into a device buffer at a byte offset.
+#[derive(Clone, Copy)]
 pub struct UploadPiece<'a> {
     pub src: &'a Buffer,
     pub dst: &'a DeviceBuffer,
     pub dst_offset: usize,
-    /// For 16-byte integers (Decimal128 values) that may cross the link as 8-byte ones: a device
-    /// buffer of half `dst`'s size. If this piece goes through the staging buffers, its values
-    /// are narrowed while they are staged and land in this buffer at `dst_offset / 2`, for
-    /// the caller to widen into `dst` (see [`Landed`]). A piece copied straight from
-    /// page-locked memory lands in `dst` as it is.
-    pub narrow: Option<&'a DeviceBuffer>,
+    /// For integers that may cross the link narrowed (Decimal128 and Int64 values): if this
+    /// piece goes through the staging buffers, its values are narrowed while they are staged and
+    /// land in the narrowing's buffer at `dst_offset / shrink`, for the caller to widen into
+    /// `dst` (see [`Landed`]). A piece copied straight from page-locked memory lands in `dst` as
+    /// it is.
+    pub narrow: Option<Narrow<'a>>,
+}
+
+/// Where and how a piece's values cross the link narrowed (see [`UploadPiece::narrow`]).
+#[derive(Clone, Copy)]
+pub struct Narrow<'a> {
+    /// Holds the narrowed values of the whole device buffer: at least its size / shrink.
+    pub into: &'a DeviceBuffer,
+    pub how: Narrowing,
 }
 
 impl<'a> UploadPiece<'a> {
@@ -285,9 +391,9 @@ impl<'a> UploadPiece<'a> {
 pub enum Landed {
     /// In `dst`, as it is.
     Wide,
-    /// Narrowed, in the piece's `narrow` buffer: every value fitted in 8 bytes.
+    /// Narrowed, in the piece's `narrow` buffer: every value fitted.
     Narrow,
-    /// Narrowed, but some value did not fit in 8 bytes: the piece must be uploaded again as it is.
+    /// Narrowed, but some value did not fit: the piece must be uploaded again, wider.
     Overflow,
 }
 
@@ -301,13 +407,13 @@ struct Staged<'a> {
     slot_offset: usize,
     dptr: sys::CUdeviceptr,
     buffer: sys::CUdeviceptr,
-    narrow: Option<&'a AtomicBool>,
+    narrow: Option<(&'a AtomicBool, Narrowing)>,
 }
 
 impl Staged<'_> {
     /// Bytes this copy takes in the slot and on the link.
     fn staged_len(&self) -> usize {
-        if self.narrow.is_some() { self.src.len() / 2 } else { self.src.len() }
+        self.src.len() / self.narrow.map_or(1, |(_, how)| how.shrink())
     }
 }
 
@@ -316,7 +422,7 @@ impl Staged<'_> {
 /// `threads` filling the staging slots. Returns when the host bytes are no longer needed (they
 /// are all in pinned memory that stays allocated, or already on the device); the device copies
 /// may still be in flight on `stream`. Returns where each piece landed: pieces with a `narrow`
-/// buffer that went through the staging slots crossed the link at half their size.
+/// buffer that went through the staging slots crossed the link narrowed.
 pub fn upload(
     stream: &Arc<CudaStream>,
     ring: &mut StagingRing,
@@ -358,16 +464,16 @@ pub fn upload(
                 piece.dst.len()
             )));
         }
-        if let Some(half) = piece.narrow
-            && (piece.src.len() % 16 != 0
-                || piece.dst_offset % 16 != 0
-                || piece.dst_offset / 2 + piece.src.len() / 2 > half.len())
+        if let Some(Narrow { into, how }) = piece.narrow
+            && (piece.src.len() % how.from_bytes() != 0
+                || piece.dst_offset % how.from_bytes() != 0
+                || (piece.dst_offset + piece.src.len()) / how.shrink() > into.len())
         {
             return Err(gpu_error(format!(
-                "narrowed upload of {} bytes at offset {} does not fit 16-byte values into a buffer of {} bytes",
+                "narrowed upload ({how:?}) of {} bytes at offset {} does not fit its values into a buffer of {} bytes",
                 piece.src.len(),
                 piece.dst_offset,
-                half.len()
+                into.len()
             )));
         }
         let buffer = piece.dst.raw_ptr(stream);
@@ -396,27 +502,26 @@ pub fn upload(
             copy_direct(piece.src.as_ptr() as usize, base, piece.src.len())?;
             continue;
         }
-        // Staged: as it is, or narrowed into the half-size buffer.
+        // Staged: as it is, or narrowed into the narrowing's buffer.
         let (shrink, target, target_buffer, flag) = match piece.narrow.filter(|_| NARROWING) {
-            Some(half) => {
+            Some(Narrow { into, how }) => {
                 landed[index] = Landed::Narrow;
-                let half_base = half.raw_ptr(stream);
-                (2, half_base + (piece.dst_offset / 2) as u64, half_base, Some(&fits[index]))
+                let into_base = into.raw_ptr(stream);
+                (how.shrink(), into_base + (piece.dst_offset / how.shrink()) as u64, into_base, Some((&fits[index], how)))
             }
             None => (1, base, buffer, None),
         };
+        // A narrowed copy moves whole values.
+        let unit = flag.map_or(1, |(_, how)| how.to_bytes());
         let staged_len = piece.src.len() / shrink;
         let mut off = 0usize;
         while off < staged_len {
-            // A narrowed copy moves whole 8-byte values.
-            if flag.is_some() && slot_bytes - fill < 8 {
+            if slot_bytes - fill < unit {
                 flush(stream, ring, &mut slot, &mut batch, threads, stores)?;
                 fill = 0;
             }
             let mut n = (staged_len - off).min(slot_bytes - fill);
-            if flag.is_some() {
-                n -= n % 8;
-            }
+            n -= n % unit;
             batch.push(Staged {
                 src: &piece.src[off * shrink..(off + n) * shrink],
                 slot_offset: fill,
@@ -480,7 +585,8 @@ fn flush(
             .result()
             .gpu("host-to-device copy")
     };
-    for c in batch.iter() {
+    // Copies whose values did not all fit go again at a greater width: their bytes are not sent.
+    for c in batch.iter().filter(|c| c.narrow.is_none_or(|(fits, _)| fits.load(Ordering::Relaxed))) {
         let len = c.staged_len();
         run = match run {
             Some((o, d, n, b)) if b == c.buffer && o + n == c.slot_offset && d + n as u64 == c.dptr => {
@@ -610,7 +716,11 @@ mod tests {
                 let mut out = vec![0u8; bytes.len() / 2 + 32];
                 let start = (out.as_ptr() as usize).wrapping_neg() % 16 + shift;
                 let fits = AtomicBool::new(true);
-                let copy = StageCopy { src: &bytes, dst: out[start..].as_mut_ptr(), narrow: Some(&fits) };
+                let copy = StageCopy {
+                    src: &bytes,
+                    dst: out[start..].as_mut_ptr(),
+                    narrow: Some((&fits, Narrowing::I128ToI64)),
+                };
                 unsafe { parallel_stage(&pool, &[copy], stores) };
                 let low: Vec<i64> = out[start..start + bytes.len() / 2]
                     .chunks_exact(8)
@@ -634,6 +744,62 @@ mod tests {
                 let (fits, low) = stage(&with_bad);
                 assert!(!fits, "{bad} at {at} of {n} does not fit ({what})");
                 assert_eq!(low[at], bad as i64, "{what}");
+            }
+        }
+    }
+
+    /// A 4-byte narrowing writes each value's low 4 bytes, from 16- and 8-byte integers, over
+    /// several copy tasks and a tail, into destinations of any alignment; it clears the flag if and
+    /// only if some value does not fit in 4 bytes, wherever that value is.
+    #[test]
+    fn narrowed_staging_to_4_bytes_keeps_low_words_and_flags_values_past_32_bits() {
+        let mut rng = StdRng::seed_from_u64(fresh_seed("narrowed_staging_to_4_bytes"));
+        for how in [Narrowing::I128ToI32, Narrowing::I64ToI32] {
+            let n = COPY_TASK_BYTES / how.from_bytes() * 2 + 7;
+            let mut values: Vec<i64> = (0..n).map(|_| rng.random_range(i32::MIN as i64..=i32::MAX as i64)).collect();
+            values[..4].copy_from_slice(&[i32::MIN as i64, i32::MAX as i64, -1, 0]);
+            let bytes_of = |values: &[i128]| -> Vec<u8> {
+                match how {
+                    Narrowing::I64ToI32 => values.iter().flat_map(|&v| (v as i64).to_le_bytes()).collect(),
+                    _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                }
+            };
+            for (threads, stores, shift) in [(1, Stores::Plain, 0), (4, Stores::Plain, 3), (4, Stores::Streaming, 2)] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let stage = |values: &[i128]| {
+                    let bytes = bytes_of(values);
+                    let mut out = vec![0u8; bytes.len() / how.shrink() + 32];
+                    let start = (out.as_ptr() as usize).wrapping_neg() % 16 + shift;
+                    let fits = AtomicBool::new(true);
+                    let copy = StageCopy { src: &bytes, dst: out[start..].as_mut_ptr(), narrow: Some((&fits, how)) };
+                    unsafe { parallel_stage(&pool, &[copy], stores) };
+                    let low: Vec<i32> = out[start..start + bytes.len() / how.shrink()]
+                        .chunks_exact(4)
+                        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                        .collect();
+                    (fits.load(Ordering::Relaxed), low)
+                };
+                let what = format!("{how:?}, {threads} threads, {stores:?} stores, destination {shift} bytes past 16");
+                let wide: Vec<i128> = values.iter().map(|&v| v as i128).collect();
+                let (fits, low) = stage(&wide);
+                assert!(fits, "every value fits in 32 bits ({what})");
+                assert_eq!(low, values.iter().map(|&v| v as i32).collect::<Vec<_>>(), "{what}");
+                let mut bads = vec![i32::MAX as i128 + 1, i32::MIN as i128 - 1, i64::MAX as i128, i64::MIN as i128];
+                if how == Narrowing::I128ToI32 {
+                    // Low 8 bytes that fit, high ones that are not their sign extension.
+                    bads.extend([1i128 << 64, (1i128 << 64) + 5, i128::MIN]);
+                }
+                for (k, bad) in bads.into_iter().enumerate() {
+                    let mut with_bad = wide.clone();
+                    let at = match k % 3 {
+                        0 => 0,
+                        1 => n - 1,
+                        _ => rng.random_range(0..n),
+                    };
+                    with_bad[at] = bad;
+                    let (fits, _) = stage(&with_bad);
+                    assert!(!fits, "{bad} at {at} of {n} does not fit ({what})");
+                }
             }
         }
     }
