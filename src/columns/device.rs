@@ -205,7 +205,10 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
                 (Landed::Narrow, Some(Narrow { into, how })) => {
                     run = match run {
                         Some((i, h, d, at, n))
-                            if std::ptr::eq(i, into) && h == how && std::ptr::eq(d, p.dst) && at + n == p.dst_offset =>
+                            if std::ptr::eq(i, into)
+                                && h == how
+                                && std::ptr::eq(d, p.dst)
+                                && at + n == p.dst_offset =>
                         {
                             Some((i, h, d, at, n + p.src.len()))
                         }
@@ -615,7 +618,8 @@ mod tests {
             let host = array.to_data().buffers()[0].clone();
             let dst = gpu.alloc(&stream, host.len(), "test values").unwrap();
             let into = gpu.alloc(&stream, host.len() / how.shrink(), "test narrowed values").unwrap();
-            let piece = UploadPiece { narrow: Some(Narrow { into: &into, how: *how }), ..UploadPiece::new(&host, &dst, 0) };
+            let piece =
+                UploadPiece { narrow: Some(Narrow { into: &into, how: *how }), ..UploadPiece::new(&host, &dst, 0) };
             assert_eq!(gpu.upload_transient(&stream, &[piece]).unwrap(), vec![*want], "{how:?}");
             if *want == Landed::Narrow {
                 let low = gpu.download(&stream, &[&into]).unwrap();

@@ -94,20 +94,21 @@ impl Narrowing {
 /// any `src`; every `src.len()` must be a multiple of 16.
 pub(crate) unsafe fn parallel_narrow(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) -> bool {
     let fits = AtomicBool::new(true);
-    let staged: Vec<StageCopy> = pieces
-        .iter()
-        .map(|&(src, dst)| StageCopy { src, dst, narrow: Some((&fits, Narrowing::I128ToI64)) })
-        .collect();
+    let staged: Vec<StageCopy> =
+        pieces.iter().map(|&(src, dst)| StageCopy { src, dst, narrow: Some((&fits, Narrowing::I128ToI64)) }).collect();
     unsafe { parallel_stage(pool, &staged, stores) };
     fits.load(Ordering::Relaxed)
 }
+
+/// A narrowed copy's flag, cleared when one of its values does not fit, and its narrowing.
+type NarrowFlag<'a> = Option<(&'a AtomicBool, Narrowing)>;
 
 /// One host copy into a staging slot: `src` as it is, or (`narrow`) its integers narrowed,
 /// clearing the flag when one of them does not fit.
 struct StageCopy<'a> {
     src: &'a [u8],
     dst: *mut u8,
-    narrow: Option<(&'a AtomicBool, Narrowing)>,
+    narrow: NarrowFlag<'a>,
 }
 
 /// Runs the copies on `pool`'s threads (on the caller's thread when small).
@@ -125,7 +126,7 @@ unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>], sto
     }
     // Destinations travel as addresses: raw pointers are not Send. A task's source is a
     // multiple of 16 bytes, so narrowed tasks start on a value.
-    let tasks: Vec<(&[u8], usize, Option<(&AtomicBool, Narrowing)>)> = copies
+    let tasks: Vec<(&[u8], usize, NarrowFlag<'_>)> = copies
         .iter()
         .flat_map(|c| {
             let shrink = c.narrow.map_or(1, |(_, how)| how.shrink());
@@ -143,7 +144,7 @@ unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>], sto
 
 /// # Safety
 /// As [`parallel_stage`], for one copy.
-unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: Option<(&AtomicBool, Narrowing)>, stores: Stores) {
+unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: NarrowFlag<'_>, stores: Stores) {
     match (narrow, stores) {
         (None, Stores::Plain) => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) },
         (None, Stores::Streaming) => unsafe { streaming::copy(src, dst) },
@@ -407,7 +408,7 @@ struct Staged<'a> {
     slot_offset: usize,
     dptr: sys::CUdeviceptr,
     buffer: sys::CUdeviceptr,
-    narrow: Option<(&'a AtomicBool, Narrowing)>,
+    narrow: NarrowFlag<'a>,
 }
 
 impl Staged<'_> {
@@ -507,7 +508,12 @@ pub fn upload(
             Some(Narrow { into, how }) => {
                 landed[index] = Landed::Narrow;
                 let into_base = into.raw_ptr(stream);
-                (how.shrink(), into_base + (piece.dst_offset / how.shrink()) as u64, into_base, Some((&fits[index], how)))
+                (
+                    how.shrink(),
+                    into_base + (piece.dst_offset / how.shrink()) as u64,
+                    into_base,
+                    Some((&fits[index], how)),
+                )
             }
             None => (1, base, buffer, None),
         };
