@@ -231,6 +231,8 @@ gpu_options! {
         pub host_filter_priced: bool, default = true
         /// Merge a GPU Partial aggregate's states into the GPU Final aggregate above it on the device, removing the RepartitionExec or CoalescePartitionsExec between them (one GPU does all the work, so states never cross PCIe; the output keeps the exchange's hash partitioning); false keeps DataFusion's exchange on the host.
         pub aggregate_exchange: bool, default = true
+        /// With gpu.aggregate_exchange, also remove the exchange when the GPU Partial reads a CPU operator whose row count DataFusion does not know exactly (a CPU join, an unfused filter). Such partitions often end below gpu.min_rows and run on the CPU, and DataFusion's exchange then streams each one's states to the Final as it finishes, where the device exchange waits for the last; false (the default) keeps that exchange on the host.
+        pub aggregate_exchange_host_input: bool, default = false
         /// Keep the hash RepartitionExecs below a Partitioned GPU join. false (the default) lets such a join read the repartitions' inputs in CollectLeft mode: one build from every partition of its build input, each input partition of its probe side probed as it comes (the CPU no longer hashes and redistributes both inputs, and GPU inputs stay on the device); where a node above needs the join keys' partitioning, the join's output is hash-repartitioned instead (below another GPU join the repartitions stay).
         pub join_repartition: bool, default = false
     }

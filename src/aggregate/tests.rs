@@ -865,6 +865,65 @@ async fn gpu_aggregate_exchange_merges_mixed_partials_where_most_states_are() {
     println!("mixed GPU/CPU partial stages merged where most states were, matching the CPU (seed {seed})");
 }
 
+/// A GPU Partial over a CPU operator of unknown size (an unfused filter here) keeps DataFusion's
+/// exchange below its Final, and EXPLAIN says why, unless `gpu.aggregate_exchange_host_input`
+/// removes it; over a scan of known size the exchange goes either way. Every plan matches the
+/// CPU with the partitions on the GPU (`gpu.min_rows = 0`) and on the CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_keeps_the_exchange_over_cpu_input_of_unknown_size() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_keeps_the_exchange_over_cpu_input_of_unknown_size") else { return };
+    let seed = fresh_seed("gpu_aggregate_keeps_the_exchange_over_cpu_input_of_unknown_size");
+    let mut rng = StdRng::seed_from_u64(seed);
+    // About 11 000 rows in each of 4 partitions.
+    let rows = rng.random_range(40_000..50_000);
+    let batch = table(&mut rng, Dist::Groups(1000), rows);
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, &batch, 4);
+    let filtered = "SELECT k_i64, sum(v_i64) s, count(*) c, max(v_dec) m FROM t WHERE v_i32 < 24 \
+                    GROUP BY k_i64 ORDER BY k_i64 NULLS FIRST";
+    let scanned = query(&["k_i64"]);
+    let mut failures = Vec::new();
+    for host_input in [false, true] {
+        for min_rows in [0, 20_000] {
+            let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, 1 << 22, true);
+            register(&ctx, &batch, 4);
+            for set in [
+                format!("SET gpu.min_rows = {min_rows}"),
+                format!("SET gpu.aggregate_exchange_host_input = {host_input}"),
+                "SET gpu.fuse_filters = false".to_string(),
+                "SET datafusion.optimizer.default_filter_selectivity = 100".to_string(),
+            ] {
+                ctx.sql(&set).await.unwrap().collect().await.unwrap();
+            }
+            for (sql, unknown) in [(filtered, true), (scanned.as_str(), false)] {
+                let label = format!("host_input {host_input}, gpu.min_rows {min_rows}: {sql}");
+                let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
+                let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+                let text = displayable(plan.as_ref()).indent(true).to_string();
+                // A Partial merged on the device is shown inside its Final.
+                assert!(count_nodes(&plan, "GpuAggregateExec") >= 1, "{label}: no GPU aggregate\n{text}");
+                let kept = unknown && !host_input;
+                assert_eq!(text.contains("merges on the device the states of"), !kept, "{label}\n{text}");
+                assert_eq!(
+                    text.contains("exchange kept on the host: the partial reads a FilterExec on the CPU"),
+                    kept,
+                    "{label}\n{text}"
+                );
+                assert!(!kept || text.contains("RepartitionExec: partitioning=Hash"), "{label}\n{text}");
+                match collect(Arc::clone(&plan), ctx.task_ctx()).await {
+                    Err(e) => failures.push(format!("{label}: {e}")),
+                    Ok(got) => failures.extend(compare(&want, &got, &label)),
+                }
+                let on_cpu = gpu_aggregate_metric(&plan, "cpu_partitions");
+                assert_eq!(on_cpu > 0, min_rows > 0, "{label}: {on_cpu} partitions on the CPU\n{text}");
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+    println!("GPU aggregates over CPU inputs of unknown size matched the CPU, exchange kept or not (seed {seed})");
+}
+
 /// A partition whose whole input has fewer than `gpu.min_rows` rows (the plan expected more) is
 /// aggregated by DataFusion on the CPU, with the filters fused into the GPU exec, in every
 /// stage: Single/Partial/Final run on their own, and a partial merged into its Final on the

@@ -72,6 +72,9 @@ pub struct GpuAggregateExec {
     fuse_note: Option<String>,
     /// The GPU Partial aggregate below this Final one, when their exchange runs on the device.
     exchange: Option<Arc<Exchange>>,
+    /// Why a GPU Partial's exchange below this Final stays on the host, for EXPLAIN, when that
+    /// is a choice (see [`GpuAggregateExec::with_exchange`]).
+    exchange_kept: Option<String>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -92,6 +95,14 @@ struct Exchange {
     hash: Option<(Vec<Arc<dyn PhysicalExpr>>, usize)>,
     /// The output of every partition, made once.
     output: OnceCell<Vec<Vec<RecordBatch>>>,
+}
+
+/// Why [`GpuAggregateExec::with_exchange`] removes no exchange.
+enum ExchangeKept {
+    /// The plan has none that can go (why is not shown).
+    Plan,
+    /// One could go, but this one is better kept (shown in EXPLAIN).
+    Choice(String),
 }
 
 impl Exchange {
@@ -139,6 +150,7 @@ impl GpuAggregateExec {
             fused: None,
             fuse_note: None,
             exchange: None,
+            exchange_kept: None,
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
@@ -218,18 +230,66 @@ impl GpuAggregateExec {
     /// device, the exchange between them (a hash `RepartitionExec` or a
     /// `CoalescePartitionsExec`) removed, when the plan allows (`gpu.aggregate_exchange`);
     /// otherwise unchanged.
-    pub fn with_exchange(mut self) -> Self {
-        match self.exchange_below() {
+    ///
+    /// Unless `host_input` (`gpu.aggregate_exchange_host_input`), the exchange stays when the
+    /// Partial reads a CPU operator whose row count DataFusion does not know exactly (a CPU
+    /// join, an unfused filter): its plan-time size is a bound, its partitions often end below
+    /// `gpu.min_rows` and run on the CPU, and then DataFusion's exchange streams each one's
+    /// states to the Final as it finishes, where the device exchange waits for the last of them
+    /// (TPC-H q16's two distinct-count stages, whose every partition ran on the CPU, took 25 ms
+    /// longer than DataFusion's).
+    pub fn with_exchange(mut self, host_input: bool) -> Self {
+        match self.exchange_below(host_input) {
             Ok(ex) => {
                 self.exchange = Some(Arc::new(ex));
                 self
             }
-            Err(_) => self,
+            Err(ExchangeKept::Choice(why)) => {
+                self.exchange_kept = Some(why);
+                self
+            }
+            Err(ExchangeKept::Plan) => self,
         }
     }
 
     /// The exchange [`Self::with_exchange`] removes, or why there is none.
-    fn exchange_below(&self) -> std::result::Result<Exchange, String> {
+    fn exchange_below(&self, host_input: bool) -> std::result::Result<Exchange, ExchangeKept> {
+        self.device_exchange().map_err(|_| ExchangeKept::Plan).and_then(|ex| {
+            if host_input {
+                return Ok(ex);
+            }
+            match ex.partial.unsized_host_input() {
+                Some(why) => Err(ExchangeKept::Choice(why)),
+                None => Ok(ex),
+            }
+        })
+    }
+
+    /// When this (Partial) aggregate reads a CPU operator of unknown size, which one.
+    fn unsized_host_input(&self) -> Option<String> {
+        if self.device_input().ok().flatten().is_some() {
+            return None;
+        }
+        let node = match &self.fused {
+            Some(f) => &f.input,
+            None => aggregate(&self.agg).ok()?.input(),
+        };
+        if crate::rule::eligibility::exact_rows(node).is_some() {
+            return None;
+        }
+        // A CPU fallback names the operator it keeps.
+        let name = match node.name() {
+            crate::exec::fallback::CPU_FALLBACK_NAME => node.children().first().map_or(node.name(), |c| c.name()),
+            other => other,
+        };
+        Some(format!(
+            "exchange kept on the host: the partial reads a {name} on the CPU, of unknown size, whose partitions may \
+             run on the CPU (gpu.aggregate_exchange_host_input)"
+        ))
+    }
+
+    /// The exchange [`Self::with_exchange`] may remove, or why the plan allows none.
+    fn device_exchange(&self) -> std::result::Result<Exchange, String> {
         let a = aggregate(&self.agg).map_err(|e| e.to_string())?;
         if !matches!(a.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned) {
             return Err(format!("a {:?} aggregate has no partial stage", a.mode()));
@@ -301,6 +361,7 @@ impl GpuAggregateExec {
             fused: self.fused.clone(),
             fuse_note: self.fuse_note.clone(),
             exchange: self.exchange.as_ref().map(|e| Arc::new(e.with_partial(Arc::clone(&e.partial)))),
+            exchange_kept: self.exchange_kept.clone(),
             metrics,
         }
     }
@@ -517,6 +578,9 @@ impl DisplayAs for GpuAggregateExec {
                         e.verdict.describe()
                     )?,
                     None => write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.method.name(), self.setting)?,
+                }
+                if let Some(why) = &self.exchange_kept {
+                    write!(f, ", {why}")?;
                 }
                 if let Some(ex) = &self.exchange {
                     let partial = displayable(ex.partial.as_ref()).one_line().to_string();

@@ -126,6 +126,15 @@ pub fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
     statistics(plan)?.num_rows.get_value().copied()
 }
 
+/// Output rows of `plan` when DataFusion knows them exactly (a scan of an in-memory table), not
+/// an estimate.
+pub fn exact_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    match statistics(plan)?.num_rows {
+        datafusion::common::stats::Precision::Exact(n) => Some(n),
+        _ => None,
+    }
+}
+
 /// Output rows of `plan` for the cost model: DataFusion's estimate, else a bound from the
 /// plan's shape. Statistics give no estimate for a join whose inputs have no column statistics
 /// (in-memory tables have none, and a join or aggregate below passes none up), yet such a join

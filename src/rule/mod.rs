@@ -265,7 +265,11 @@ impl Placer<'_> {
                     };
                     // A Final above a GPU Partial merges its states on the device (the
                     // Partial was replaced first: the rule works bottom-up).
-                    let g = if reasons.is_empty() && self.cfg.aggregate_exchange { g.with_exchange() } else { g };
+                    let g = if reasons.is_empty() && self.cfg.aggregate_exchange {
+                        g.with_exchange(self.cfg.aggregate_exchange_host_input)
+                    } else {
+                        g
+                    };
                     Arc::new(g) as _
                 })
             };
