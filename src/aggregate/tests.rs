@@ -724,7 +724,8 @@ fn algorithm_settings_parse() {
 /// Filters and projections below the aggregate, and its own argument expressions, evaluated on
 /// the GPU (`gpu.fuse_expressions`): decimal arithmetic at arrow's scales, comparisons of every
 /// type (floats in arrow's total order), IN lists, CASE, Kleene AND/OR over NULLs, filters that
-/// keep nothing.
+/// keep nothing, LIKE with `%` wildcards (strings with multi-byte characters), and the year,
+/// month and day of dates (mostly outside chrono's years in `v_date`, which gives NULL).
 const FUSED_QUERIES: &[&str] = &[
     "SELECT k_bool, k_i8, sum(k_dec) s1, sum(k_dec * (1 - k_dec)) s2, sum(k_dec * (1 - k_dec) * (1 + k_dec)) s3, \
      sum(v_dec * (1 - k_dec)) s4, avg(k_dec) a, count(*) c FROM t WHERE v_date <= DATE '2000-01-01' \
@@ -742,6 +743,12 @@ const FUSED_QUERIES: &[&str] = &[
      GROUP BY k_date ORDER BY k_date NULLS FIRST",
     "SELECT k_i64, count(*) c, sum(v_dec) s FROM t WHERE v_i64 > v_i64 GROUP BY k_i64",
     "SELECT count(*) c, sum(v_dec) s, min(k_i64) m FROM t WHERE v_i64 > v_i64 OR v_i32 IS NULL AND v_i32 > 0",
+    "SELECT k_i8, count(*) c, sum(v_i64) s, sum(CASE WHEN k_str NOT LIKE '%7%' THEN v_i32 ELSE 0 END) n FROM t \
+     WHERE v_str LIKE '%ab%' OR v_str LIKE 'q%' OR v_str LIKE '%é%z' OR k_str LIKE 'key-1%2' OR v_str LIKE '%c%d%e%' \
+     GROUP BY k_i8 ORDER BY k_i8 NULLS FIRST",
+    "SELECT y, m, count(*) c, sum(d) d, count(vy) n FROM (SELECT date_part('year', k_date) y, \
+     extract(month FROM k_date) m, extract(day FROM v_date) d, extract(year FROM v_date) vy FROM t \
+     WHERE v_str NOT LIKE '%a%' OR v_str LIKE '' OR k_str LIKE '%-3') GROUP BY y, m ORDER BY y, m",
 ];
 
 fn fused(plan: &Arc<dyn ExecutionPlan>) -> bool {

@@ -12,17 +12,26 @@
 //! scales and its error on 128-bit overflow (reported through the kernel's error flag);
 //! Float64 `+ - *` (IEEE, as on the CPU); widening integer casts, integer to decimal and decimal
 //! to wider decimal casts that cannot overflow, integer and decimal to Float64 casts (arrow's
-//! conversion: a decimal divided by its power of ten). Anything else is refused with the reason.
+//! conversion: a decimal divided by its power of ten); `[NOT] LIKE` with a literal pattern whose
+//! only wildcard is `%` (arrow's matching, byte for byte: a pattern of literal runs between `%`s
+//! matches where the runs appear in order, the first at the start and the last at the end unless
+//! a `%` stands there; patterns with `_` or `\` escapes, and ILIKE, stay on the CPU);
+//! `date_part` (EXTRACT) of the year, month or day of a Date32 (chrono's proleptic Gregorian
+//! calendar, NULL outside chrono's range, as arrow gives). Anything else is refused with the
+//! reason.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use datafusion::arrow::array::temporal_conversions::date32_to_datetime;
+use datafusion::arrow::compute::kernels::cast_utils::IntervalUnit;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_expr::expressions::{
-    BinaryExpr, CaseExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal, NotExpr,
+    BinaryExpr, CaseExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr, Literal, NotExpr,
 };
 use datafusion::physical_plan::PhysicalExpr;
 
@@ -162,6 +171,44 @@ __device__ __forceinline__ int str_cmp(const u8* a, u64 al, const u8* b, u64 bl)
         if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
     }
     return al < bl ? -1 : (al > bl ? 1 : 0);
+}
+
+// Whether the n bytes at a and b are equal.
+__device__ __forceinline__ bool bytes_eq(const u8* a, const u8* b, u64 n) {
+    for (u64 i = 0; i < n; i++) {
+        if (a[i] != b[i]) return false;
+    }
+    return true;
+}
+
+// The first position of the needle (nl > 0 bytes) in the hl bytes of the haystack, or hl when it
+// does not occur.
+__device__ __forceinline__ u64 bytes_find(const u8* h, u64 hl, const u8* n, u64 nl) {
+    if (nl > hl) return hl;
+    for (u64 i = 0; i + nl <= hl; i++) {
+        if (h[i] == n[0] && bytes_eq(h + i, n, nl)) return i;
+    }
+    return hl;
+}
+
+// Year, month (1-12) and day (1-31) of a count of days since 1970-01-01 in the proleptic
+// Gregorian calendar (H. Hinnant's civil_from_days).
+__device__ __forceinline__ void civil_from_days(long long z, long long* y, unsigned* m, unsigned* d) {
+    z += 719468;
+    const long long era = (z >= 0 ? z : z - 146096) / 146097;
+    const unsigned doe = (unsigned)(z - era * 146097);
+    const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    const unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (long long)yoe + era * 400 + (*m <= 2 ? 1 : 0);
+}
+
+__device__ __forceinline__ int date32_part(int days, int part) {
+    long long y; unsigned m, d;
+    civil_from_days((long long)days, &y, &m, &d);
+    return part == 0 ? (int)y : (part == 1 ? (int)m : (int)d);
 }
 
 typedef unsigned __int128 u128;
@@ -376,6 +423,14 @@ impl<'a> Gen<'a> {
         }
         if let Some(l) = e.downcast_ref::<InListExpr>() {
             return self.in_list(l);
+        }
+        if let Some(l) = e.downcast_ref::<LikeExpr>() {
+            return self.like(l);
+        }
+        if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>()
+            && f.name() == "date_part"
+        {
+            return self.date_part(f);
         }
         Err(format!("expression `{e}` is not supported on the GPU"))
     }
@@ -657,5 +712,217 @@ impl<'a> Gen<'a> {
         let ok = if null_item { format!("({} && {found})", a.ok) } else { a.ok.clone() };
         let v = if l.negated() { format!("!{found}") } else { found };
         Ok(self.plain(Ty::Bool, DataType::Boolean, v, ok, a.err))
+    }
+    /// `[NOT] LIKE` with a literal pattern of literal runs between `%` wildcards, matched byte
+    /// for byte: the first run at the start, the last at the end (where no `%` stands before or
+    /// after them), the runs between found leftmost in order. Leftmost matching is exact for
+    /// such patterns, and bytes match as characters do in valid UTF-8.
+    fn like(&mut self, l: &LikeExpr) -> R<Val> {
+        if l.case_insensitive() {
+            return Err("ILIKE".into());
+        }
+        let a = self.expr(l.expr())?;
+        if !a.ty.is_str() {
+            return Err(format!("LIKE of a {} value", a.dt));
+        }
+        let Some(p) = l.pattern().downcast_ref::<Literal>() else {
+            return Err(format!("LIKE with the pattern `{}`, which is not a literal", l.pattern()));
+        };
+        let pattern = match p.value() {
+            ScalarValue::Utf8(x) | ScalarValue::LargeUtf8(x) | ScalarValue::Utf8View(x) => x.clone(),
+            other => return Err(format!("LIKE with a {} pattern", other.data_type())),
+        };
+        let Some(pattern) = pattern else {
+            // A NULL pattern gives NULL.
+            return Ok(self.plain(Ty::Bool, DataType::Boolean, "false".into(), "false".into(), a.err));
+        };
+        if pattern.contains(['_', '\\']) {
+            return Err(format!("LIKE '{pattern}' (of the wildcards only % runs on the GPU)"));
+        }
+        let runs: Vec<&str> = pattern.split('%').collect();
+        let t = self.fresh();
+        let lit = |g: &mut Self, text: &str| -> R<Val> { g.literal(&ScalarValue::Utf8(Some(text.to_string()))) };
+        let m = format!("like{t}");
+        if let [only] = runs.as_slice() {
+            let x = lit(self, only)?;
+            let _ = writeln!(
+                self.body,
+                "        const bool {m} = {} == {} && bytes_eq({}, {}, {});",
+                a.len, x.len, a.v, x.v, x.len
+            );
+        } else {
+            let (first, last) = (lit(self, runs[0])?, lit(self, runs[runs.len() - 1])?);
+            // The string holds the first run at its start and the last at its end, not
+            // overlapping; the middle runs are looked for in order between them.
+            let _ = writeln!(
+                self.body,
+                "        bool {m} = {len} >= {fl} + {ll} && bytes_eq({s}, {f}, {fl}) && bytes_eq({s} + {len} - {ll}, {l}, {ll});",
+                len = a.len,
+                s = a.v,
+                f = first.v,
+                fl = first.len,
+                l = last.v,
+                ll = last.len
+            );
+            let middle: Vec<&str> = runs[1..runs.len() - 1].iter().copied().filter(|r| !r.is_empty()).collect();
+            if !middle.is_empty() {
+                let _ = writeln!(self.body, "        u64 at{t} = {};", first.len);
+            }
+            for run in middle {
+                let x = lit(self, run)?;
+                let _ = writeln!(
+                    self.body,
+                    "        if ({m}) {{ const u64 end = {len} - {ll}; const u64 i = bytes_find({s} + at{t}, end - at{t}, {x}, {xl}); \
+                     if (i == end - at{t}) {m} = false; else at{t} += i + {xl}; }}",
+                    len = a.len,
+                    ll = last.len,
+                    s = a.v,
+                    x = x.v,
+                    xl = x.len
+                );
+            }
+        }
+        let v = if l.negated() { format!("!{m}") } else { m };
+        Ok(self.plain(Ty::Bool, DataType::Boolean, v, a.ok, a.err))
+    }
+
+    /// `date_part(part, d)` (EXTRACT) of a Date32: the year, month or day, an Int32 as arrow
+    /// gives, NULL where arrow's conversion of the day count to a date fails (outside chrono's
+    /// years).
+    fn date_part(&mut self, f: &ScalarFunctionExpr) -> R<Val> {
+        let [part, value] = f.args() else {
+            return Err(format!("date_part with {} arguments", f.args().len()));
+        };
+        let part = match part.downcast_ref::<Literal>().map(|l| l.value()) {
+            Some(ScalarValue::Utf8(Some(p)) | ScalarValue::Utf8View(Some(p)) | ScalarValue::LargeUtf8(Some(p))) => {
+                p.clone()
+            }
+            _ => return Err(format!("date_part of the part `{part}`")),
+        };
+        // As DataFusion reads the part: quotes around it dropped, then arrow's interval units.
+        let trimmed = part.strip_prefix(['\'', '"']).and_then(|s| s.strip_suffix(['\'', '"'])).unwrap_or(&part);
+        let code = match trimmed.parse::<IntervalUnit>() {
+            Ok(IntervalUnit::Year) => 0,
+            Ok(IntervalUnit::Month) => 1,
+            Ok(IntervalUnit::Day) => 2,
+            _ => return Err(format!("date_part('{part}', ...)")),
+        };
+        if f.return_type() != &DataType::Int32 {
+            return Err(format!("date_part('{part}', ...) of type {}", f.return_type()));
+        }
+        let a = self.expr(value)?;
+        if a.dt != DataType::Date32 {
+            return Err(format!("date_part('{part}', ...) of a {} value", a.dt));
+        }
+        let (lo, hi) = date32_range();
+        let ok = format!("({} && {} >= {lo} && {} <= {hi})", a.ok, a.v, a.v);
+        Ok(self.plain(Ty::I32, DataType::Int32, format!("date32_part({}, {code})", a.v), ok, a.err))
+    }
+}
+
+/// The first and last Date32 day counts that arrow converts to a date (chrono's range); the
+/// conversion fails outside them.
+pub fn date32_range() -> (i32, i32) {
+    static RANGE: std::sync::OnceLock<(i32, i32)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| {
+        let valid = |d: i64| date32_to_datetime(d as i32).is_some();
+        // The valid counts are one run around 0: bisect for each end, keeping `valid` at one
+        // bound and not at the other (or the bound at the end of the i32 range).
+        let (mut out, mut inside) = (i32::MIN as i64, 0i64);
+        if valid(out) {
+            inside = out;
+        }
+        while (inside - out).abs() > 1 {
+            let mid = (inside + out) / 2;
+            if valid(mid) { inside = mid } else { out = mid }
+        }
+        let first = inside;
+        let (mut inside, mut out) = (0i64, i32::MAX as i64);
+        if valid(out) {
+            inside = out;
+        }
+        while (out - inside).abs() > 1 {
+            let mid = (inside + out) / 2;
+            if valid(mid) { inside = mid } else { out = mid }
+        }
+        (first as i32, inside as i32)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::Field;
+    use datafusion::config::ConfigOptions;
+    use datafusion::physical_expr::expressions::{col, like, lit};
+
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("s", DataType::Utf8, true),
+            Field::new("v", DataType::Utf8View, true),
+            Field::new("d", DataType::Date32, true),
+            Field::new("i", DataType::Int32, true),
+        ])
+    }
+
+    /// The statements `e` generates, or why it stays on the CPU.
+    fn generate(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> R<String> {
+        let mut read = |c: &Column| Ok(ColumnRead { slot: c.index(), row: "row".into() });
+        let mut g = Gen::new(schema, &mut read);
+        let v = g.expr(e)?;
+        Ok(format!("{}{}\nvalue {} valid {}", g.globals, g.body, v.v, v.ok))
+    }
+
+    fn like_of(column: &str, pattern: &str, negated: bool, case_insensitive: bool) -> Arc<dyn PhysicalExpr> {
+        let s = schema();
+        let c = col(column, &s).unwrap();
+        let p = if column == "v" { lit(ScalarValue::Utf8View(Some(pattern.into()))) } else { lit(pattern) };
+        like(negated, case_insensitive, c, p, &s).unwrap()
+    }
+
+    #[test]
+    fn like_with_percent_wildcards_runs_on_the_gpu_and_other_patterns_say_why() {
+        let s = schema();
+        // Anchored runs compare in place; each middle run is searched for, in order.
+        let code = generate(&like_of("v", "%special%requests%", true, false), &s).unwrap();
+        assert_eq!(code.matches("bytes_find(").count(), 2, "{code}");
+        assert!(code.contains("= !like"), "{code}");
+        let code = generate(&like_of("s", "PROMO%", false, false), &s).unwrap();
+        assert_eq!(code.matches("bytes_find(").count(), 0, "{code}");
+        assert!(code.contains("bytes_eq("), "{code}");
+        // The runs' bytes are the pattern's UTF-8 bytes.
+        let code = generate(&like_of("s", "%é%", false, false), &s).unwrap();
+        assert!(code.contains("{195,169}"), "{code}");
+        for (pattern, ci, why) in
+            [("a_c", false, "only % runs"), ("100\\%", false, "only % runs"), ("a%", true, "ILIKE")]
+        {
+            let err = generate(&like_of("s", pattern, false, ci), &s).unwrap_err();
+            assert!(err.contains(why), "{pattern}: {err}");
+        }
+    }
+
+    #[test]
+    fn date_part_of_a_date32_runs_on_the_gpu_within_arrows_range() {
+        let s = schema();
+        let udf = datafusion::functions::datetime::date_part();
+        let config = Arc::new(ConfigOptions::default());
+        let part = |p: &str, column: &str| -> Arc<dyn PhysicalExpr> {
+            let args = vec![lit(p), col(column, &s).unwrap()];
+            Arc::new(ScalarFunctionExpr::try_new(Arc::clone(&udf), args, &s, Arc::clone(&config)).unwrap())
+        };
+        let (lo, hi) = date32_range();
+        for (p, code) in [("YEAR", 0), ("month", 1), ("'day'", 2)] {
+            let text = generate(&part(p, "d"), &s).unwrap();
+            assert!(text.contains(&format!("date32_part(v2, {code})")), "{p}: {text}");
+            assert!(text.contains(&format!(">= {lo}")) && text.contains(&format!("<= {hi}")), "{p}: {text}");
+        }
+        assert!(generate(&part("week", "d"), &s).unwrap_err().contains("week"));
+        // The range is where arrow's conversion to a date succeeds, and it ends there.
+        for d in [lo, hi, 0, -719_528, 2_932_896] {
+            assert!(date32_to_datetime(d).is_some(), "{d}");
+        }
+        assert!(lo == i32::MIN || date32_to_datetime(lo - 1).is_none());
+        assert!(hi == i32::MAX || date32_to_datetime(hi + 1).is_none());
     }
 }

@@ -1013,7 +1013,7 @@ async fn gpu_aggregates_read_gpu_join_output_on_the_device() {
 /// the probe and the build side, with the host pre-filter filtering every partition
 /// (`gpu.host_filter_below = 1`), none (`0`) or as priced: SQL answers equal DataFusion's on the
 /// CPU, including filters that keep nothing, filters on nullable and string columns, computed
-/// join keys and outer, semi and anti joins; and with `gpu.fuse_expressions = false` the chains
+/// join keys, LIKE, and outer, semi and anti joins; and with `gpu.fuse_expressions = false` the chains
 /// stay on the CPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_join_inputs_filtered_and_projected_on_the_device() {
@@ -1039,6 +1039,7 @@ async fn gpu_join_inputs_filtered_and_projected_on_the_device() {
         "SELECT k, count(*) FROM b WHERE v > -500 AND k IN (SELECT k FROM c WHERE v > 0) GROUP BY k ORDER BY 1 LIMIT 30",
         "SELECT count(*) FROM b WHERE v < 900 AND NOT EXISTS (SELECT 1 FROM a WHERE a.k = b.k AND a.v > 250)",
         "SELECT a.k, c.s, a.v + c.v FROM a JOIN c ON a.k = c.k JOIN b ON b.k = c.k WHERE b.v > 990 AND c.s <> 'c1' ORDER BY 1, 2, 3",
+        "SELECT a.s, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k WHERE b.s LIKE '%3%' AND a.s NOT LIKE 'a1%' GROUP BY a.s ORDER BY 1",
     ];
     let settings = [
         ("gpu.host_filter_priced = false", "gpu.host_filter_below = 1"),
