@@ -233,6 +233,8 @@ gpu_options! {
         pub aggregate_exchange: bool, default = true
         /// With gpu.aggregate_exchange, also remove the exchange when the GPU Partial reads a CPU operator whose row count DataFusion does not know exactly (a CPU join, an unfused filter). Such partitions often end below gpu.min_rows and run on the CPU, and DataFusion's exchange then streams each one's states to the Final as it finishes, where the device exchange waits for the last; false (the default) keeps that exchange on the host.
         pub aggregate_exchange_host_input: bool, default = false
+        /// A SinglePartitioned aggregate whose input is a hash RepartitionExec of a GPU operator's output (a GPU join read around its own repartitions, whose output the rule hashes again for the aggregate) is planned as DataFusion would over unpartitioned input, Partial and FinalPartitioned aggregates, when both then run on the GPU with the exchange between them on the device: the GPU output stays on the device instead of crossing PCIe twice for the CPU's hashing; false keeps the repartition.
+        pub aggregate_split_device_input: bool, default = true
         /// Keep the hash RepartitionExecs below a Partitioned GPU join. false (the default) lets such a join read the repartitions' inputs in CollectLeft mode: one build from every partition of its build input, each input partition of its probe side probed as it comes (the CPU no longer hashes and redistributes both inputs, and GPU inputs stay on the device); where a node above needs the join keys' partitioning, the join's output is hash-repartitioned instead (below another GPU join the repartitions stay).
         pub join_repartition: bool, default = false
     }

@@ -954,6 +954,66 @@ async fn gpu_joins_without_repartitions_match_cpu() {
     assert!(failures.is_empty(), "seed {seed}: {} queries differ:\n{}", failures.len(), failures.join("\n\n"));
 }
 
+/// A SinglePartitioned aggregate over a GPU join read around its repartitions (TPC-H q13's shape:
+/// the rule hashes the join's output again for it) runs as a GPU Partial over the join's device
+/// output and a GPU Final with the exchange on the device (`gpu.aggregate_split_device_input`),
+/// or over the restored repartition with the option off: SQL answers equal DataFusion's on the
+/// CPU either way, for inner and outer joins, nested aggregates and DISTINCT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_single_partitioned_aggregates_over_gpu_joins_split_on_the_device() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_single_partitioned_aggregates_over_gpu_joins_split_on_the_device") else {
+        return;
+    };
+    let seed = fresh_seed("gpu_single_partitioned_aggregates_over_gpu_joins_split_on_the_device");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tables = [("a", sql_table(&mut rng, 20_000, 30_000, "a")), ("b", sql_table(&mut rng, 150_000, 30_000, "b"))];
+    // Partitioned joins at any size, over four partitions.
+    let config = || {
+        let mut c = SessionConfig::new().with_target_partitions(4);
+        let o = c.options_mut();
+        o.optimizer.hash_join_single_partition_threshold = 0;
+        o.optimizer.hash_join_single_partition_threshold_rows = 0;
+        c
+    };
+    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    let (cpu, gpu) = cpu_and_gpu_sessions(config, gpu_cfg, &tables);
+    let queries = [
+        "SELECT a.k, count(b.v) c, sum(b.v) s FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.k ORDER BY 1 NULLS FIRST",
+        "SELECT c, count(*) n FROM (SELECT a.k, count(b.v) c FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.k) GROUP BY c ORDER BY 1",
+        "SELECT b.k, min(a.v) m, max(b.v) x, count(*) n FROM a JOIN b ON a.k = b.k GROUP BY b.k ORDER BY 1",
+        "SELECT b.k, count(DISTINCT a.s) d FROM a JOIN b ON a.k = b.k GROUP BY b.k ORDER BY 1",
+    ];
+    let mut failures = Vec::new();
+    let mut split_per_query = Vec::new();
+    for split in [true, false] {
+        let set = format!("SET gpu.aggregate_split_device_input = {split}");
+        gpu.sql(&set).await.expect("set").collect().await.expect("set");
+        for q in queries {
+            let (shown, failure) = compare_sql(&cpu, &gpu, q, &format!("split {split}")).await;
+            failures.extend(failure);
+            // The split aggregate's Final reads its Partial's states on the device; the join's
+            // output is not hashed on the host.
+            let restored = shown
+                .lines()
+                .zip(shown.lines().skip(1))
+                .any(|(a, b)| a.contains("RepartitionExec: partitioning=Hash") && b.contains("GpuHashJoinExec"));
+            if split {
+                split_per_query.push(!restored);
+            } else if !restored {
+                failures.push(format!("{q}: with the split off the join's output is not repartitioned:\n{shown}"));
+            }
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "aggregates over GPU joins split on the device (per query {split_per_query:?}); seed {seed}"
+    );
+    assert!(failures.is_empty(), "seed {seed}: {} queries differ:\n{}", failures.len(), failures.join("\n\n"));
+    // DISTINCT keeps its own plan; the other three split.
+    assert!(split_per_query[..3].iter().all(|&s| s), "seed {seed}: not split: {split_per_query:?}");
+}
+
 /// A GPU aggregate directly over a GPU join reads the join's output batches on the device (no
 /// download and upload between them), with its projections fused or not, grouped and global,
 /// through its exchange, and over empty, outer (null-extended) and semi join outputs: SQL answers

@@ -127,6 +127,13 @@ impl GpuOptimizerRule {
                 plan
             }
         };
+        let plan = match cfg.aggregate_split_device_input && cfg.aggregate_exchange {
+            true => {
+                let place = |n: Arc<dyn ExecutionPlan>| placer.place_with_children(n).map(|t| t.data);
+                repartition::split_aggregates_over_device_input(plan, config, &place)?
+            }
+            false => plan,
+        };
         join_inputs::fuse_join_inputs(plan, &cfg)
     }
 }

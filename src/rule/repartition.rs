@@ -13,7 +13,10 @@
 //! of the same values, so every row lands in the partition it had. Which nodes rely on it is
 //! settled by DataFusion's own plan sanity check over the rewritten plan, not by rules of ours.
 //! Not below another GPU join, though: that one reads the output on the device, and restoring
-//! the partitioning would move all of it through the host.
+//! the partitioning would move all of it through the host. Below a `SinglePartitioned` GPU
+//! aggregate the restored repartition is replaced too, where it can be: the aggregate is split as
+//! DataFusion plans one over unpartitioned input, into Partial and FinalPartitioned stages whose
+//! exchange runs on the device (see [`split_aggregates_over_device_input`]).
 
 use std::sync::Arc;
 
@@ -21,10 +24,11 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, InputOrderMode, Partitioning};
 
-use crate::exec::GpuHashJoinExec;
+use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 
 /// Whether every node of `plan` has the distribution and ordering its parent needs.
 fn sane(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bool {
@@ -121,6 +125,89 @@ pub fn remove_join_repartitions(
         }
     }
     Ok(plan)
+}
+
+/// `plan` with each `SinglePartitioned` GPU aggregate that reads a hash repartition of a GPU
+/// operator's output (a GPU join read around its own repartitions, its partitioning restored for
+/// the aggregate) split into a Partial aggregate over the GPU operator, a hash repartition on the
+/// group columns and a FinalPartitioned aggregate: the plan DataFusion makes for unpartitioned
+/// input. `place` places each new aggregate as the rule does; the split is kept only when both
+/// land on the GPU with the exchange between them on the device (so the GPU operator's output no
+/// longer crosses PCIe twice to be hashed on the CPU), the output schema is the same and the plan
+/// stays sane.
+pub fn split_aggregates_over_device_input(
+    plan: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+    place: &dyn Fn(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut candidates = Vec::new();
+    plan.apply(|node| {
+        if let Some(g) = node.downcast_ref::<GpuAggregateExec>()
+            && g.fused_input().is_none()
+            && g.partial_stage().is_none()
+            && let Some(a) = g.original().downcast_ref::<AggregateExec>()
+            && *a.mode() == AggregateMode::SinglePartitioned
+            && let Some(r) = a.input().downcast_ref::<RepartitionExec>()
+            && matches!(r.partitioning(), Partitioning::Hash(..))
+            && as_gpu_exec(r.input()).is_some()
+        {
+            candidates.push(Arc::clone(node));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if candidates.is_empty() || !sane(&plan, config) {
+        return Ok(plan);
+    }
+    let mut plan = plan;
+    for old in candidates {
+        let Some(split) = split_one(&old, place)? else { continue };
+        if split.schema() != old.schema() {
+            continue;
+        }
+        let new = replace(&plan, &old, split)?;
+        if sane(&new, config) {
+            plan = new;
+        }
+    }
+    Ok(plan)
+}
+
+/// The Partial, exchange and Final of [`split_aggregates_over_device_input`] in place of the GPU
+/// aggregate `old`, placed; `None` when the aggregate cannot be split or the stages would not
+/// both run on the GPU with the exchange on the device.
+fn split_one(
+    old: &Arc<dyn ExecutionPlan>,
+    place: &dyn Fn(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(a) = old.downcast_ref::<GpuAggregateExec>().and_then(|g| g.original().downcast_ref::<AggregateExec>())
+    else {
+        return Ok(None);
+    };
+    let Some(r) = a.input().downcast_ref::<RepartitionExec>() else { return Ok(None) };
+    // Grouping sets, a limit and ordered input change what the stages must do: left alone.
+    if !a.group_expr().is_single() || a.limit_options().is_some() || *a.input_order_mode() != InputOrderMode::Linear {
+        return Ok(None);
+    }
+    let partitions = r.partitioning().partition_count();
+    let (aggr, filters, schema) = (a.aggr_expr().to_vec(), a.filter_expr().to_vec(), a.input_schema());
+    let partial = AggregateExec::try_new(
+        AggregateMode::Partial,
+        a.group_expr().clone(),
+        aggr.clone(),
+        filters.clone(),
+        Arc::clone(r.input()),
+        Arc::clone(&schema),
+    )?;
+    let final_groups = partial.group_expr().as_final();
+    let keys = final_groups.expr().iter().map(|(e, _)| Arc::clone(e)).collect();
+    let partial = place(Arc::new(partial))?;
+    if partial.downcast_ref::<GpuAggregateExec>().is_none() {
+        return Ok(None);
+    }
+    let exchange = Arc::new(RepartitionExec::try_new(partial, Partitioning::Hash(keys, partitions))?);
+    let last = AggregateExec::try_new(AggregateMode::FinalPartitioned, final_groups, aggr, filters, exchange, schema)?;
+    let last = place(Arc::new(last))?;
+    Ok(last.downcast_ref::<GpuAggregateExec>().is_some_and(|g| g.partial_stage().is_some()).then_some(last))
 }
 
 #[cfg(test)]
