@@ -277,14 +277,18 @@ impl GpuAggregateExec {
         if crate::rule::eligibility::exact_rows(node).is_some() {
             return None;
         }
-        // A CPU fallback names the operator it keeps.
-        let name = match node.name() {
-            crate::exec::fallback::CPU_FALLBACK_NAME => node.children().first().map_or(node.name(), |c| c.name()),
-            other => other,
+        // A CPU fallback names the operator it keeps; a GPU aggregate hands its output over on
+        // the host.
+        let input = match node.name() {
+            crate::exec::fallback::CPU_FALLBACK_NAME => {
+                format!("a {} on the CPU", node.children().first().map_or(node.name(), |c| c.name()))
+            }
+            name if node.downcast_ref::<GpuAggregateExec>().is_some() => format!("the host output of a {name}"),
+            name => format!("a {name} on the CPU"),
         };
         Some(format!(
-            "exchange kept on the host: the partial reads a {name} on the CPU, of unknown size, whose partitions may \
-             run on the CPU (gpu.aggregate_exchange_host_input)"
+            "exchange kept on the host: the partial reads {input}, of unknown size, whose partitions may run on the \
+             CPU (gpu.aggregate_exchange_host_input)"
         ))
     }
 
