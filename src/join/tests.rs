@@ -869,6 +869,20 @@ fn cpu_and_gpu_sessions(
     (cpu, gpu)
 }
 
+/// A CPU and a GPU session over `tables` that plan Partitioned joins at any size, over four
+/// partitions, with every eligible operator on the GPU.
+fn partitioned_sessions(tables: &[(&str, Arc<datafusion::datasource::MemTable>)]) -> (SessionContext, SessionContext) {
+    let config = || {
+        let mut c = SessionConfig::new().with_target_partitions(4);
+        let o = c.options_mut();
+        o.optimizer.hash_join_single_partition_threshold = 0;
+        o.optimizer.hash_join_single_partition_threshold_rows = 0;
+        c
+    };
+    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    cpu_and_gpu_sessions(config, gpu_cfg, tables)
+}
+
 /// Runs `q` in both sessions: the GPU session's physical plan (indented), and what differs when
 /// its answer is not the CPU's or its run fails (`label` names the setting in the message).
 async fn compare_sql(cpu: &SessionContext, gpu: &SessionContext, q: &str, label: &str) -> (String, Option<String>) {
@@ -901,16 +915,7 @@ async fn gpu_joins_without_repartitions_match_cpu() {
         ("b", sql_table(&mut rng, 60_000, 8_000, "b")),
         ("c", sql_table(&mut rng, 30_000, 3_000, "c")),
     ];
-    // Partitioned joins at any size, over four partitions.
-    let config = || {
-        let mut c = SessionConfig::new().with_target_partitions(4);
-        let o = c.options_mut();
-        o.optimizer.hash_join_single_partition_threshold = 0;
-        o.optimizer.hash_join_single_partition_threshold_rows = 0;
-        c
-    };
-    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
-    let (cpu, gpu) = cpu_and_gpu_sessions(config, gpu_cfg, &tables);
+    let (cpu, gpu) = partitioned_sessions(&tables);
     let queries = [
         "SELECT a.k, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k GROUP BY a.k ORDER BY 1",
         "SELECT a.k, a.s, count(*), min(c.v) FROM a JOIN b ON a.k = b.k JOIN c ON b.k = c.k GROUP BY a.k, a.s ORDER BY 1, 2",
@@ -968,16 +973,7 @@ async fn gpu_single_partitioned_aggregates_over_gpu_joins_split_on_the_device() 
     let seed = fresh_seed("gpu_single_partitioned_aggregates_over_gpu_joins_split_on_the_device");
     let mut rng = StdRng::seed_from_u64(seed);
     let tables = [("a", sql_table(&mut rng, 20_000, 30_000, "a")), ("b", sql_table(&mut rng, 150_000, 30_000, "b"))];
-    // Partitioned joins at any size, over four partitions.
-    let config = || {
-        let mut c = SessionConfig::new().with_target_partitions(4);
-        let o = c.options_mut();
-        o.optimizer.hash_join_single_partition_threshold = 0;
-        o.optimizer.hash_join_single_partition_threshold_rows = 0;
-        c
-    };
-    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
-    let (cpu, gpu) = cpu_and_gpu_sessions(config, gpu_cfg, &tables);
+    let (cpu, gpu) = partitioned_sessions(&tables);
     let queries = [
         "SELECT a.k, count(b.v) c, sum(b.v) s FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.k ORDER BY 1 NULLS FIRST",
         "SELECT c, count(*) n FROM (SELECT a.k, count(b.v) c FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.k) GROUP BY c ORDER BY 1",
