@@ -826,26 +826,20 @@ pub fn date32_range() -> (i32, i32) {
     static RANGE: std::sync::OnceLock<(i32, i32)> = std::sync::OnceLock::new();
     *RANGE.get_or_init(|| {
         let valid = |d: i64| date32_to_datetime(d as i32).is_some();
-        // The valid counts are one run around 0: bisect for each end, keeping `valid` at one
-        // bound and not at the other (or the bound at the end of the i32 range).
-        let (mut out, mut inside) = (i32::MIN as i64, 0i64);
-        if valid(out) {
-            inside = out;
-        }
-        while (inside - out).abs() > 1 {
-            let mid = (inside + out) / 2;
-            if valid(mid) { inside = mid } else { out = mid }
-        }
-        let first = inside;
-        let (mut inside, mut out) = (0i64, i32::MAX as i64);
-        if valid(out) {
-            inside = out;
-        }
-        while (out - inside).abs() > 1 {
-            let mid = (inside + out) / 2;
-            if valid(mid) { inside = mid } else { out = mid }
-        }
-        (first as i32, inside as i32)
+        // The valid counts are one run around 0: bisect from 0 towards each end of the i32
+        // range for the last valid count (the end itself when it is valid).
+        let last_valid = |end: i64| {
+            let (mut inside, mut out) = (0i64, end);
+            if valid(out) {
+                return out;
+            }
+            while (out - inside).abs() > 1 {
+                let mid = (inside + out) / 2;
+                if valid(mid) { inside = mid } else { out = mid }
+            }
+            inside
+        };
+        (last_valid(i32::MIN as i64) as i32, last_valid(i32::MAX as i64) as i32)
     })
 }
 
