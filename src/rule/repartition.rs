@@ -28,6 +28,7 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, InputOrderMode, Partitioning};
 
+use crate::exec::join::removable_repartition;
 use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 
 /// Whether every node of `plan` has the distribution and ordering its parent needs.
@@ -142,15 +143,7 @@ pub fn split_aggregates_over_device_input(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let mut candidates = Vec::new();
     plan.apply(|node| {
-        if let Some(g) = node.downcast_ref::<GpuAggregateExec>()
-            && g.fused_input().is_none()
-            && g.partial_stage().is_none()
-            && let Some(a) = g.original().downcast_ref::<AggregateExec>()
-            && *a.mode() == AggregateMode::SinglePartitioned
-            && let Some(r) = a.input().downcast_ref::<RepartitionExec>()
-            && matches!(r.partitioning(), Partitioning::Hash(..))
-            && as_gpu_exec(r.input()).is_some()
-        {
+        if split_candidate(node).is_some() {
             candidates.push(Arc::clone(node));
         }
         Ok(TreeNodeRecursion::Continue)
@@ -172,6 +165,22 @@ pub fn split_aggregates_over_device_input(
     Ok(plan)
 }
 
+/// When `node` is a GPU aggregate [`split_aggregates_over_device_input`] splits (SinglePartitioned,
+/// its input not fused, over a hash repartition of a GPU exec's output): its `AggregateExec`
+/// and that repartition.
+fn split_candidate(node: &Arc<dyn ExecutionPlan>) -> Option<(&AggregateExec, &RepartitionExec)> {
+    let g = node.downcast_ref::<GpuAggregateExec>()?;
+    if g.fused_input().is_some() || g.partial_stage().is_some() {
+        return None;
+    }
+    let a = g.original().downcast_ref::<AggregateExec>()?;
+    if *a.mode() != AggregateMode::SinglePartitioned {
+        return None;
+    }
+    let r = removable_repartition(a.input())?;
+    as_gpu_exec(r.input()).is_some().then_some((a, r))
+}
+
 /// The Partial, exchange and Final of [`split_aggregates_over_device_input`] in place of the GPU
 /// aggregate `old`, placed; `None` when the aggregate cannot be split or the stages would not
 /// both run on the GPU with the exchange on the device.
@@ -179,11 +188,7 @@ fn split_one(
     old: &Arc<dyn ExecutionPlan>,
     place: &dyn Fn(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let Some(a) = old.downcast_ref::<GpuAggregateExec>().and_then(|g| g.original().downcast_ref::<AggregateExec>())
-    else {
-        return Ok(None);
-    };
-    let Some(r) = a.input().downcast_ref::<RepartitionExec>() else { return Ok(None) };
+    let Some((a, r)) = split_candidate(old) else { return Ok(None) };
     // Grouping sets, a limit and ordered input change what the stages must do: left alone.
     if !a.group_expr().is_single() || a.limit_options().is_some() || *a.input_order_mode() != InputOrderMode::Linear {
         return Ok(None);
