@@ -219,6 +219,8 @@ gpu_options! {
         pub placement: PlacementSetting, default = PlacementSetting::Cost
         /// With gpu.placement = cost, an operator goes to the GPU only when the model expects it to run at least this many times faster there than on the CPU, transfers included: 1.0 takes any expected gain; more keeps near ties, where the model's error decides, on the CPU.
         pub min_speedup: f64, default = 1.0
+        /// With gpu.placement = cost, a join the model keeps on the CPU under a GPU parent is priced on the GPU together with the CPU-kept joins it reads (through the hash repartition or coalesce a GPU join drops), each moved when the joins cost less together on the device, where each reads the one below without a transfer; false prices one join below the parent at a time.
+        pub join_chain_pricing: bool, default = true
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
         pub profile_dir: String, default = String::new()
         /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.

@@ -277,6 +277,12 @@ impl GpuHashJoinExec {
         self
     }
 
+    /// Whether this join was placed on the GPU with its GPU parent ([`Self::for_gpu_parent`]),
+    /// which reads its output on the device.
+    pub fn placed_for_gpu_parent(&self) -> bool {
+        self.for_gpu_parent
+    }
+
     /// Why the plan expects this join to run out of core, if it does.
     pub fn out_of_core(&self) -> Option<&str> {
         self.out_of_core.as_deref()

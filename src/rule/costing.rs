@@ -201,7 +201,9 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
 /// ([`GpuHashJoinExec::without_repartitions`]), priced again: it makes one build of every build
 /// row, not one per partition. The CPU join it replaces still needs the repartitions, so their
 /// cost stays on the CPU's side. `None` when the CPU is then expected to be faster (the
-/// Partitioned GPU join stays as it was); `g` as it is when it was never priced.
+/// Partitioned GPU join stays as it was); `g` as it is when it was never priced. A join placed
+/// with its GPU parent is priced without the download of its output, which that parent reads
+/// on the device.
 pub fn reprice_without_repartitions(
     g: GpuHashJoinExec,
     cfg: &GpuConfig,
@@ -214,7 +216,11 @@ pub fn reprice_without_repartitions(
     match join_estimate(&g, &node, cfg, profile, None, gpu) {
         Some(mut e) => {
             e.verdict.cpu_exchange = e.verdict.cpu_exchange.max(exchange);
-            e.verdict.gpu_wins().then(|| g.with_estimate(e))
+            let wins = match g.placed_for_gpu_parent() {
+                true => Verdict { download: 0.0, ..e.verdict.clone() }.gpu_wins(),
+                false => e.verdict.gpu_wins(),
+            };
+            wins.then(|| g.with_estimate(e))
         }
         None => Some(g),
     }

@@ -14,7 +14,7 @@ use datafusion::error::Result;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
-use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan};
 
 pub use eligibility::FallbackReason;
@@ -23,6 +23,7 @@ use crate::config::GpuConfig;
 use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
+use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 
 /// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the
@@ -177,7 +178,7 @@ impl Placer<'_> {
         let mut node = node;
         for i in 0..node.children().len() {
             let Some(here) = placed.verdict.clone() else { break };
-            let Some((gpu_child, child)) = self.gpu_join(node.children()[i], profile) else { continue };
+            let Some((gpu_child, child)) = self.gpu_join_below(&node, i, profile)? else { continue };
             let mut children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
             children[i] = gpu_child;
             let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
@@ -193,8 +194,39 @@ impl Placer<'_> {
         Ok(Transformed::yes(placed.plan))
     }
 
+    /// Child `i` of `node` as [`Placer::gpu_join`] moves it to the GPU, with its verdict: the
+    /// child itself, or, with `gpu.join_chain_pricing`, a CPU-kept join under the exchange a GPU
+    /// join drops when `node` is a join (the hash repartition of a Partitioned join's input, the
+    /// coalesce of a CollectLeft build), kept around the moved join as the plan has it.
+    fn gpu_join_below(
+        &self,
+        node: &Arc<dyn ExecutionPlan>,
+        i: usize,
+        profile: &Profile,
+    ) -> Result<Option<(Arc<dyn ExecutionPlan>, Verdict)>> {
+        let side = node.children()[i];
+        if let Some(moved) = self.gpu_join(side, profile) {
+            return Ok(Some(moved));
+        }
+        let Some(join) = node.downcast_ref::<HashJoinExec>().filter(|_| self.cfg.join_chain_pricing) else {
+            return Ok(None);
+        };
+        let below = match join.partition_mode() {
+            PartitionMode::Partitioned => removable_repartition(side).map(|r| r.input()),
+            _ if i == 0 => gathered_input(side),
+            _ => None,
+        };
+        let Some((gpu_below, verdict)) = below.and_then(|b| self.gpu_join(b, profile)) else { return Ok(None) };
+        let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        Ok(Some((Arc::clone(side).replace_children(vec![gpu_below], recompute)?, verdict)))
+    }
+
     /// A join that the model alone kept on the CPU (`placed` is its annotation with no other
-    /// reason), on the GPU instead, with the model's verdict on `profile`.
+    /// reason), on the GPU instead, with the model's verdict on `profile`. With
+    /// `gpu.join_chain_pricing`, each CPU-kept join it reads (see [`Placer::gpu_join_below`])
+    /// moves with it when the two cost less on the GPU, this join reading that one's output on
+    /// the device, than this one on the GPU over that one on the CPU; the verdict then counts
+    /// the moved joins' GPU time and uploads on the GPU side and their CPU time on the CPU side.
     fn gpu_join(
         &self,
         placed: &Arc<dyn ExecutionPlan>,
@@ -206,15 +238,43 @@ impl Placer<'_> {
         if !matches!(fallback.reasons(), [FallbackReason::Cost(_)]) {
             return None;
         }
-        let node = Arc::clone(fallback.children()[0]);
+        let mut node = Arc::clone(fallback.children()[0]);
         let join = node.downcast_ref::<HashJoinExec>()?;
         // Out-of-core joins keep their own pricing.
         if self.memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit)).is_some() {
             return None;
         }
-        let g = GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg).ok()?;
-        let e = costing::join_estimate(&g, &node, self.cfg, profile, None, self.gpu)?;
-        let verdict = e.verdict.clone();
+        let price = |n: &Arc<dyn ExecutionPlan>| {
+            let g = GpuHashJoinExec::try_new(Arc::clone(n), self.cfg).ok()?;
+            let e = costing::join_estimate(&g, n, self.cfg, profile, None, self.gpu)?;
+            Some((g, e))
+        };
+        let (mut g, mut e) = price(&node)?;
+        // The CPU side as placed (the joins below on the CPU), and the GPU time and uploads of
+        // the joins moved below.
+        let mut verdict = e.verdict.clone();
+        let (mut below_gpu, mut below_upload) = (0.0, 0.0);
+        if self.cfg.join_chain_pricing {
+            for i in 0..node.children().len() {
+                let Ok(Some((side, v))) = self.gpu_join_below(&node, i, profile) else { continue };
+                let mut children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
+                children[i] = side;
+                let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                let Ok(moved) = Arc::clone(&node).replace_children(children, recompute) else { continue };
+                let Some((g2, e2)) = price(&moved) else { continue };
+                let apart = e.verdict.gpu_compute + e.verdict.upload + v.cpu_total();
+                let together = e2.verdict.gpu_compute + e2.verdict.upload + v.gpu_compute + v.upload;
+                if together * v.margin() < apart {
+                    verdict.cpu += v.cpu_total();
+                    below_gpu += v.gpu_compute;
+                    below_upload += v.upload;
+                    (node, g, e) = (moved, g2, e2);
+                }
+            }
+        }
+        verdict.gpu_compute = e.verdict.gpu_compute + below_gpu;
+        verdict.upload = e.verdict.upload + below_upload;
+        verdict.download = e.verdict.download;
         Some((Arc::new(g.with_estimate(e).for_gpu_parent()), verdict))
     }
 
