@@ -200,10 +200,14 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
 /// `g`, a Partitioned GPU join rebuilt to read the inputs of its hash repartitions
 /// ([`GpuHashJoinExec::without_repartitions`]), priced again: it makes one build of every build
 /// row, not one per partition. The CPU join it replaces still needs the repartitions, so their
-/// cost stays on the CPU's side. `None` when the CPU is then expected to be faster (the
-/// Partitioned GPU join stays as it was); `g` as it is when it was never priced. A join placed
-/// with its GPU parent is priced without the download of its output, which that parent reads
-/// on the device.
+/// cost stays on the CPU's side. `g` as it is when it was never priced.
+///
+/// `None` keeps the Partitioned GPU join as placed. The join is on the GPU either way (the
+/// placement is settled), so the rebuilt join is measured against that one: its per-partition
+/// builds plus the CPU's hashing of its inputs (and the transfers of any input a GPU exec
+/// produces, down to be hashed and up again, not counted here). With
+/// `gpu.reprice_against_cpu` the rebuilt join must beat the CPU join instead (a join placed with
+/// its GPU parent without its download).
 pub fn reprice_without_repartitions(
     g: GpuHashJoinExec,
     cfg: &GpuConfig,
@@ -212,15 +216,17 @@ pub fn reprice_without_repartitions(
 ) -> Option<GpuHashJoinExec> {
     let Some(old) = g.estimate() else { return Some(g) };
     let exchange = old.verdict.cpu_exchange;
+    let partitioned_gpu = old.verdict.gpu_total() + exchange;
     let node = Arc::clone(g.original());
     match join_estimate(&g, &node, cfg, profile, None, gpu) {
         Some(mut e) => {
             e.verdict.cpu_exchange = e.verdict.cpu_exchange.max(exchange);
-            let wins = match g.placed_for_gpu_parent() {
-                true => Verdict { download: 0.0, ..e.verdict.clone() }.gpu_wins(),
-                false => e.verdict.gpu_wins(),
+            let keep = match (cfg.reprice_against_cpu, g.placed_for_gpu_parent()) {
+                (false, _) => e.verdict.gpu_total() <= partitioned_gpu,
+                (true, true) => Verdict { download: 0.0, ..e.verdict.clone() }.gpu_wins(),
+                (true, false) => e.verdict.gpu_wins(),
             };
-            wins.then(|| g.with_estimate(e))
+            keep.then(|| g.with_estimate(e))
         }
         None => Some(g),
     }
@@ -470,15 +476,25 @@ mod tests {
         let collect_left = join(source(build_rows), source(probe_rows), JoinType::Inner, None);
         assert_eq!(estimate(&collect_left, &cfg).cpu_exchange, 0.0);
 
-        // Without its repartitions, the join is priced again against the same CPU join, which
-        // still pays them.
+        // Without its repartitions, the join is priced again. It stays on the GPU either way: it
+        // is kept unless the Partitioned GPU join (its builds, and the CPU's repartitions) is
+        // expected to be faster; with gpu.reprice_against_cpu, only when it beats the CPU join,
+        // which still pays the repartitions.
         let exec = GpuHashJoinExec::try_new(Arc::clone(&partitioned), &cfg).unwrap();
         let e = join_estimate(&exec, &partitioned, &cfg, &profile, None, None).unwrap();
-        let rebuilt = exec.with_estimate(e).without_repartitions().unwrap().expect("both sides repartitioned");
+        let partitioned_gpu = e.verdict.gpu_total() + e.verdict.cpu_exchange;
+        let priced = exec.with_estimate(e);
+        let rebuilt = priced.without_repartitions().unwrap().expect("both sides repartitioned");
         let fresh = join_estimate(&rebuilt, rebuilt.original(), &cfg, &profile, None, None).unwrap().verdict;
         assert_eq!(fresh.cpu_exchange, 0.0, "the rebuilt join has no repartitions of its own");
+        // One build of 2 000 rows against four of 500, and no repartitions: the rebuilt join.
+        assert!(fresh.gpu_total() <= partitioned_gpu, "{} vs {partitioned_gpu}", fresh.describe());
+        let kept = reprice_without_repartitions(rebuilt, &cfg, &profile, None).expect("the rebuilt join is kept");
+        assert!((kept.estimate().unwrap().verdict.cpu_exchange - want).abs() < 1e-12);
+        let against_cpu = GpuConfig { reprice_against_cpu: true, ..GpuConfig::default() };
+        let rebuilt = priced.without_repartitions().unwrap().expect("both sides repartitioned");
         let gpu_wins = fresh.gpu_total() < fresh.cpu_total() + want;
-        match reprice_without_repartitions(rebuilt, &cfg, &profile, None) {
+        match reprice_without_repartitions(rebuilt, &against_cpu, &profile, None) {
             Some(kept) => {
                 assert!(gpu_wins);
                 assert!((kept.estimate().unwrap().verdict.cpu_exchange - want).abs() < 1e-12);
