@@ -213,6 +213,8 @@ gpu_options! {
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.
         pub batch_rows: usize, default = 1 << 22
+        /// Device batches a GPU join reads ahead from a GPU probe input (a filter and projection the device evaluates over a scan, another GPU join) while its build is collected and built, so the probe side's scan and filtering overlap the build instead of starting after it; 0 starts reading the probe only once the build is ready. Not for joins planned out of core.
+        pub probe_read_ahead: usize, default = 1
         /// GPU group-by algorithm: auto (the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators), sort (a radix sort of the keys gives group ids) or partition (radix partitions of the keys, each numbered and aggregated in shared memory).
         pub aggregate_algorithm: AggregateAlgorithmSetting, default = AggregateAlgorithmSetting::Auto
         /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers included, beats the CPU's; EXPLAIN shows both) or always (every eligible operator over gpu.min_rows on the GPU).

@@ -1408,17 +1408,38 @@ async fn send(tx: &mut mpsc::Sender<Result<DeviceBatch>>, metrics: &Metrics, out
 }
 
 /// A stream fed by a spawned task, which is aborted if the stream is dropped.
-struct TaskStream {
-    rx: mpsc::Receiver<Result<DeviceBatch>>,
+struct TaskStream<T = DeviceBatch> {
+    rx: mpsc::Receiver<Result<T>>,
     _task: SpawnedTask<()>,
 }
 
-impl Stream for TaskStream {
-    type Item = Result<DeviceBatch>;
+impl<T> Stream for TaskStream<T> {
+    type Item = Result<T>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.rx.poll_next_unpin(cx)
     }
+}
+
+/// `input` read by a task of its own from now on, up to `ahead` (at least 1) items ahead of its
+/// reader, and to its end or first error: a join's probe input then runs while the join builds,
+/// not after (`gpu.probe_read_ahead`).
+fn read_ahead<T: Send + 'static>(
+    mut input: Pin<Box<dyn Stream<Item = Result<T>> + Send>>,
+    ahead: usize,
+) -> Pin<Box<dyn Stream<Item = Result<T>> + Send>> {
+    // A futures channel holds its buffer plus one item for each sender.
+    let (mut tx, rx) = mpsc::channel::<Result<T>>(ahead.saturating_sub(1));
+    let task = SpawnedTask::spawn(async move {
+        while let Some(item) = input.next().await {
+            let failed = item.is_err();
+            // A closed channel: the join stopped reading (an error, a limit above it).
+            if tx.send(item).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    Box::pin(TaskStream { rx, _task: task })
 }
 
 impl GpuExec for GpuHashJoinExec {
@@ -1463,6 +1484,12 @@ impl GpuExec for GpuHashJoinExec {
         let probe = match as_gpu_exec(&right) {
             Some(gpu_child) => Probe::Device(gpu_child.execute_device(partition, Arc::clone(&context))?),
             None => Probe::Host(right.execute(partition, Arc::clone(&context))?),
+        };
+        let probe = match probe {
+            Probe::Device(stream) if cfg.probe_read_ahead > 0 && !planned_out_of_core => {
+                Probe::Device(read_ahead(stream, cfg.probe_read_ahead))
+            }
+            other => other,
         };
         let (mut tx, rx) = mpsc::channel::<Result<DeviceBatch>>(2);
         let task = SpawnedTask::spawn(async move {
@@ -1592,6 +1619,49 @@ mod tests {
 
     use super::*;
     use crate::join::keys::KeyEncoding;
+
+    /// The probe's read-ahead pulls `ahead` items of its input before anything reads them, then
+    /// waits; it hands every item over in order, and stops reading at the first error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn read_ahead_runs_ahead_of_its_reader_and_stops_at_an_error() {
+        type Items = Pin<Box<dyn Stream<Item = Result<i32>> + Send>>;
+        let counted = |items: Vec<Result<i32>>, pulled: &Arc<AtomicUsize>| -> Items {
+            let pulled = Arc::clone(pulled);
+            Box::pin(futures::stream::iter(items).inspect(move |_| {
+                pulled.fetch_add(1, Ordering::SeqCst);
+            }))
+        };
+        // Waits (up to 5 s) for `pulled` to reach `n`, then a little longer to see it stay.
+        async fn settles_at(pulled: &AtomicUsize, n: usize) -> usize {
+            let start = std::time::Instant::now();
+            while pulled.load(Ordering::SeqCst) < n && start.elapsed().as_secs() < 5 {
+                tokio::task::yield_now().await;
+            }
+            let seen = std::time::Instant::now();
+            while seen.elapsed().as_millis() < 50 {
+                tokio::task::yield_now().await;
+            }
+            pulled.load(Ordering::SeqCst)
+        }
+        for ahead in [1, 3] {
+            let pulled = Arc::new(AtomicUsize::new(0));
+            let mut s = read_ahead(counted((0..10).map(Ok).collect(), &pulled), ahead);
+            assert_eq!(settles_at(&pulled, ahead).await, ahead, "ahead {ahead}");
+            let mut got = Vec::new();
+            while let Some(v) = s.next().await {
+                got.push(v.unwrap());
+            }
+            assert_eq!(got, (0..10).collect::<Vec<_>>());
+            assert_eq!(pulled.load(Ordering::SeqCst), 10);
+        }
+        let pulled = Arc::new(AtomicUsize::new(0));
+        let failing = vec![Ok(1), Err(DataFusionError::Execution("boom".into())), Ok(3), Ok(4)];
+        let mut s = read_ahead(counted(failing, &pulled), 4);
+        assert_eq!(settles_at(&pulled, 2).await, 2, "nothing is read after the error");
+        assert_eq!(s.next().await.unwrap().unwrap(), 1);
+        assert!(s.next().await.unwrap().is_err());
+        assert!(s.next().await.is_none());
+    }
 
     fn source(names: [&str; 3]) -> Arc<dyn ExecutionPlan> {
         let schema = Arc::new(Schema::new(vec![
