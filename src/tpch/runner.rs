@@ -141,6 +141,9 @@ pub struct SuiteReport {
     pub device: Option<String>,
     pub no_gpu: Option<String>,
     pub host_cores: usize,
+    /// The host's processor, as /proc/cpuinfo names it (`None` where it does not): CPU timings
+    /// from different hosts are not comparable.
+    pub host_cpu: Option<String>,
     pub partitions: usize,
     pub iterations: usize,
     pub gpu_min_rows: usize,
@@ -327,6 +330,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         device,
         no_gpu,
         host_cores: cores,
+        host_cpu: host_cpu(),
         partitions,
         iterations: o.iterations,
         gpu_min_rows,
@@ -527,8 +531,11 @@ impl std::fmt::Display for SuiteReport {
         }
         writeln!(
             f,
-            "CPU: DataFusion, {} partitions on {} cores; medians of {} timed runs after one checked run\n",
-            self.partitions, self.host_cores, self.iterations
+            "CPU: DataFusion, {} partitions on {} cores{}; medians of {} timed runs after one checked run\n",
+            self.partitions,
+            self.host_cores,
+            self.host_cpu.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(),
+            self.iterations
         )?;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         writeln!(
@@ -572,6 +579,16 @@ impl std::fmt::Display for SuiteReport {
         }
         Ok(())
     }
+}
+
+/// The host processor's model name from /proc/cpuinfo, where there is one.
+fn host_cpu() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, name)| name.trim().to_string())
+        .filter(|name| !name.is_empty())
 }
 
 #[cfg(test)]
