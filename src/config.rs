@@ -223,6 +223,8 @@ gpu_options! {
         pub min_speedup: f64, default = 1.0
         /// With gpu.placement = cost, a join the model keeps on the CPU under a GPU parent is priced on the GPU together with the CPU-kept joins it reads (through the hash repartition or coalesce a GPU join drops), each moved when the joins cost less together on the device, where each reads the one below without a transfer; false prices one join below the parent at a time.
         pub join_chain_pricing: bool, default = true
+        /// The cost model prices the upload of a join input that is a filter the device takes over (gpu.fuse_filters) at the filter's default selectivity (datafusion.optimizer.default_filter_selectivity) when DataFusion estimates it at 100% of its input for want of column min/max statistics (in-memory tables have none); the host filters a selective filter's rows before they are staged. false prices every input row's upload.
+        pub default_selectivity_for_unbounded_filters: bool, default = true
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
         pub profile_dir: String, default = String::new()
         /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.

@@ -100,12 +100,15 @@ pub fn join_estimate(
     // What a host side costs to upload, as bytes staged through pinned buffers: a scan of
     // pinned tables goes up by DMA alone, its raw rows at the link's rate.
     let staged_rate = profile.coefficients("transfer").first().copied().unwrap_or(0.0);
-    let host_side = |side: &Arc<dyn ExecutionPlan>, build: bool, staged: f64| match gpu {
-        Some(g) if staged_rate > 0.0 && profile.h2d > 0.0 => match pinned_scan_bytes(side, build, cfg, g) {
-            Some(raw) => staged.min(raw / profile.h2d / staged_rate),
-            None => staged,
-        },
-        _ => staged,
+    let host_side = |side: &Arc<dyn ExecutionPlan>, build: bool, staged: f64| {
+        let staged = staged * host_filtered_fraction(side, build, cfg);
+        match gpu {
+            Some(g) if staged_rate > 0.0 && profile.h2d > 0.0 => match pinned_scan_bytes(side, build, cfg, g) {
+                Some(raw) => staged.min(raw / profile.h2d / staged_rate),
+                None => staged,
+            },
+            _ => staged,
+        }
     };
     match device_side(left, partitioned, true, cfg) {
         Some(side) => cpu_down_bytes += left_rows * row_bytes(&side.schema()),
@@ -155,6 +158,48 @@ pub fn join_estimate(
         min_speedup: cfg.min_speedup,
     };
     Some(JoinEstimate { shape, choice, verdict, bounded })
+}
+
+/// The fraction of a host join input's estimated rows that crosses the link when the input is a
+/// filter the device takes over (`gpu.fuse_expressions` and `gpu.fuse_filters`, projections
+/// above it; below a build side's `CoalescePartitionsExec`), whose rows DataFusion estimates
+/// with no selectivity at all: the filter's default selectivity
+/// (`datafusion.optimizer.default_filter_selectivity`) when
+/// `gpu.default_selectivity_for_unbounded_filters` is on, else 1.
+///
+/// DataFusion's interval analysis gives a comparison with a literal a selectivity only from its
+/// columns' min/max, which in-memory tables do not have; without them it estimates 100% of the
+/// input (a predicate it cannot analyze gets the default selectivity instead). The CPU join's
+/// estimate reads the same rows, but the upload is the GPU's alone, and the host filters a
+/// selective filter's rows before they are staged (see `gpu.host_filter_below`): pricing every
+/// input row's upload kept joins over selective filters on the CPU (SSB q1.x: 1.7-2.1x with
+/// them on the GPU, 0.66-0.93x as the model placed them; `benches/results/`, 2026-11-26).
+pub fn host_filtered_fraction(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuConfig) -> f64 {
+    if !(cfg.default_selectivity_for_unbounded_filters && cfg.fuse_expressions && cfg.fuse_filters) {
+        return 1.0;
+    }
+    let mut node = side_below_gather(side, build);
+    while let Some(p) = node.downcast_ref::<ProjectionExec>() {
+        node = p.input();
+    }
+    let Some(filter) = node.downcast_ref::<FilterExec>() else { return 1.0 };
+    // Only where the device takes the filter: otherwise DataFusion's FilterExec runs on the host
+    // and its output, whatever its size, is what goes up.
+    if !matches!(GpuFilterProjectExec::try_new(side_below_gather(side, build), cfg.fuse_filters), Ok(Some(_))) {
+        return 1.0;
+    }
+    match (estimated_rows(node), estimated_rows(filter.input())) {
+        (Some(out), Some(input)) if input > 0 && out >= input => f64::from(filter.default_selectivity()) / 100.0,
+        _ => 1.0,
+    }
+}
+
+/// `side`, or what a build side's `CoalescePartitionsExec` gathers.
+fn side_below_gather(side: &Arc<dyn ExecutionPlan>, build: bool) -> &Arc<dyn ExecutionPlan> {
+    match build {
+        true => gathered_input(side).unwrap_or(side),
+        false => side,
+    }
 }
 
 /// The bytes a join input `side` uploads straight from `gpu`'s pinned memory: a scan of pinned
@@ -350,6 +395,50 @@ mod tests {
         projection: Option<Vec<usize>>,
     ) -> Arc<dyn ExecutionPlan> {
         hash_join_on_first(l, r, join_type, projection, PartitionMode::CollectLeft)
+    }
+
+    /// A filter the device takes over an in-memory scan, which DataFusion estimates at all of
+    /// its input (its columns have no min/max), uploads the filter's default selectivity of the
+    /// rows: as a probe, as a build below its coalesce, under a projection; not with the option
+    /// or filter fusion off, nor for a scan alone; and the join's upload estimate follows.
+    #[test]
+    fn unbounded_filters_upload_their_default_selectivity() {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{Column, binary, lit};
+        use datafusion::physical_plan::PhysicalExpr;
+        use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        use datafusion::physical_plan::projection::ProjectionExpr;
+        let filtered = |rows: i64| -> Arc<dyn ExecutionPlan> {
+            let input = source(rows);
+            let schema = input.schema();
+            let v = Arc::new(Column::new("v", 1)) as Arc<dyn PhysicalExpr>;
+            let predicate = binary(v, Operator::Lt, lit(10i64), &schema).unwrap();
+            Arc::new(FilterExec::try_new(predicate, input).unwrap())
+        };
+        let cfg = GpuConfig::default();
+        let probe = filtered(400_000);
+        assert_eq!(estimated_rows(&probe), Some(400_000), "DataFusion keeps every row without min/max");
+        assert!((host_filtered_fraction(&probe, false, &cfg) - 0.2).abs() < 1e-12);
+        let projected: Arc<dyn ExecutionPlan> = {
+            let k = Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>;
+            Arc::new(ProjectionExec::try_new(vec![ProjectionExpr::new(k, "k")], Arc::clone(&probe)).unwrap())
+        };
+        assert!((host_filtered_fraction(&projected, false, &cfg) - 0.2).abs() < 1e-12);
+        let gathered: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(filtered(2_000)));
+        assert!((host_filtered_fraction(&gathered, true, &cfg) - 0.2).abs() < 1e-12);
+        assert_eq!(host_filtered_fraction(&source(400_000), false, &cfg), 1.0);
+        let off = GpuConfig { default_selectivity_for_unbounded_filters: false, ..GpuConfig::default() };
+        assert_eq!(host_filtered_fraction(&probe, false, &off), 1.0);
+        let unfused = GpuConfig { fuse_filters: false, ..GpuConfig::default() };
+        assert_eq!(host_filtered_fraction(&probe, false, &unfused), 1.0);
+
+        let profile = Profile::h100();
+        let upload = |cfg: &GpuConfig| {
+            let node = join(source(2_000), filtered(400_000), JoinType::Inner, None);
+            let exec = GpuHashJoinExec::try_new(Arc::clone(&node), cfg).unwrap();
+            join_estimate(&exec, &node, cfg, &profile, None, None).unwrap().verdict.upload
+        };
+        assert!(upload(&cfg) < upload(&off), "{} vs {}", upload(&cfg), upload(&off));
     }
 
     /// A join above another join has no statistics to estimate from; the cost model still
