@@ -662,7 +662,9 @@ mod tests {
             let pred = binary(Arc::new(Column::new("v", 1)), Operator::Gt, lit(rows / 20), &input.schema()).unwrap();
             Arc::new(FilterExec::try_new(pred, input).unwrap())
         };
-        let cfg = GpuConfig::default();
+        // DataFusion estimates the filter at every row (no min/max): the model knows it keeps
+        // most of them only without assuming the filter's default selectivity for its upload.
+        let cfg = GpuConfig { default_selectivity_for_unbounded_filters: false, ..GpuConfig::default() };
         let profile = Profile::h100();
         for probe in [Arc::clone(&pinned_scan), filtered(Arc::clone(&pinned_scan))] {
             assert!(pinned_scan_bytes(&probe, false, &cfg, &gpu).is_some());
@@ -677,6 +679,14 @@ mod tests {
                 staged.verdict.describe()
             );
         }
+        // Assuming it (the default), staging a fifth of the rows is priced below the raw rows'
+        // DMA, and the cheaper of the two is taken.
+        let assumed = GpuConfig::default();
+        let node = join(source(1000), filtered(Arc::clone(&pinned_scan)), JoinType::Inner, None);
+        let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &assumed).unwrap();
+        let staged = join_estimate(&exec, &node, &assumed, &profile, None, None).unwrap();
+        let direct = join_estimate(&exec, &node, &assumed, &profile, None, Some(&gpu)).unwrap();
+        assert!(direct.verdict.upload <= staged.verdict.upload);
         let pageable = filtered(memory_kv(rows, 4));
         assert!(pinned_scan_bytes(&pageable, false, &cfg, &gpu).is_none());
         let off = GpuConfig { fuse_expressions: false, ..GpuConfig::default() };
