@@ -129,6 +129,12 @@ enum BenchCommand {
     Tpch(SuiteBenchOptions),
     /// The 13 SSB queries, as `bench tpch` runs TPC-H.
     Ssb(SuiteBenchOptions),
+    /// Draws the PNG chart of `bench tpch|ssb` JSON records again, each next to its record.
+    Chart {
+        /// The JSON records.
+        #[arg(required = true)]
+        records: Vec<std::path::PathBuf>,
+    },
     /// Scan, radix sort/partition and gather on device-resident data, against the bandwidth floor.
     Primitives {
         /// log2 of the number of rows.
@@ -367,6 +373,13 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
         }
         Some(Command::Bench { which: BenchCommand::Tpch(opts) }) => suite_bench(Suite::Tpch, &opts).await,
         Some(Command::Bench { which: BenchCommand::Ssb(opts) }) => suite_bench(Suite::Ssb, &opts).await,
+        Some(Command::Bench { which: BenchCommand::Chart { records } }) => {
+            for r in &records {
+                let png = runner::redraw_chart(r).map_err(|e| e.to_string())?;
+                println!("wrote {}", png.display());
+            }
+            Ok(())
+        }
         Some(Command::Bench { which: BenchCommand::Primitives { log2_rows, runs, seed } }) => {
             let gpu = gpu_for(0, GpuConfig::default())?;
             let report = primitives::run(&gpu, log2_rows, runs, seed).map_err(|e| e.to_string())?;

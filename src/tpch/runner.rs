@@ -486,19 +486,51 @@ fn save(report: &SuiteReport, out: &Path) -> Result<Vec<PathBuf>> {
     let png = out.join(format!("{stem}.png"));
     let bars: Vec<Bars> =
         report.queries.iter().map(|q| Bars { name: &q.query, cpu_ms: q.cpu_ms, gpu_ms: q.gpu_ms }).collect();
-    let title = format!(
-        "{} SF {}: DataFusion on {} cores vs with the GPU rule ({}), median of {}",
-        report.suite.title(),
-        report.sf,
-        report.host_cores,
-        report.device.as_deref().unwrap_or("no GPU"),
-        report.iterations
-    );
+    let title =
+        chart_title(report.suite.title(), report.sf, report.host_cores, report.device.as_deref(), report.iterations);
     if bars.iter().any(|b| b.cpu_ms.is_some() || b.gpu_ms.is_some()) {
         chart::draw(&png, &title, &bars).map_err(DataFusionError::Execution)?;
         files.push(png);
     }
     Ok(files)
+}
+
+fn chart_title(suite: &str, sf: f64, cores: usize, device: Option<&str>, iterations: usize) -> String {
+    format!(
+        "{suite} SF {sf}: DataFusion on {cores} cores vs with the GPU rule ({}), median of {iterations}",
+        device.unwrap_or("no GPU")
+    )
+}
+
+/// Draws the PNG chart of a JSON record written by `bench tpch|ssb` again, next to it (same
+/// name, `.png`): for records whose chart was not kept.
+pub fn redraw_chart(json: &Path) -> Result<PathBuf> {
+    let fail = |why: String| DataFusionError::Execution(format!("{}: {why}", json.display()));
+    let text = std::fs::read_to_string(json).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let suite = match v["suite"].as_str() {
+        Some("tpch") => Suite::Tpch,
+        Some("ssb") => Suite::Ssb,
+        other => return Err(fail(format!("not a bench tpch|ssb record (suite {other:?})"))),
+    };
+    let field = |name: &str| v[name].as_f64().ok_or_else(|| fail(format!("no number `{name}`")));
+    let queries = v["queries"].as_array().ok_or_else(|| fail("no `queries` list".into()))?;
+    let names: Vec<String> = queries.iter().map(|q| q["query"].as_str().unwrap_or("?").to_string()).collect();
+    let bars: Vec<Bars> = queries
+        .iter()
+        .zip(&names)
+        .map(|(q, name)| Bars { name, cpu_ms: q["cpu_ms"].as_f64(), gpu_ms: q["gpu_ms"].as_f64() })
+        .collect();
+    let title = chart_title(
+        suite.title(),
+        field("sf")?,
+        field("host_cores")? as usize,
+        v["device"].as_str(),
+        field("iterations")? as usize,
+    );
+    let png = json.with_extension("png");
+    chart::draw(&png, &title, &bars).map_err(DataFusionError::Execution)?;
+    Ok(png)
 }
 
 impl std::fmt::Display for SuiteReport {
@@ -632,6 +664,15 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&report.files[0]).unwrap()).unwrap();
         assert_eq!(json["queries"].as_array().unwrap().len(), 2);
         assert_eq!(json["label"], "min rows/1M");
+        assert_eq!(json["host_cpu"].is_string(), host_cpu().is_some());
+        // `bench chart` draws a record's chart again from its JSON alone.
+        let png = &report.files[1];
+        std::fs::remove_file(png).unwrap();
+        assert_eq!(&redraw_chart(&report.files[0]).unwrap(), png);
+        assert!(std::fs::metadata(png).unwrap().len() > 1000);
+        let other = dir.join("other.json");
+        std::fs::write(&other, "{\"queries\": []}").unwrap();
+        assert!(redraw_chart(&other).unwrap_err().to_string().contains("not a bench tpch|ssb record"));
         std::fs::remove_dir_all(dir).ok();
     }
 
