@@ -270,6 +270,17 @@ impl GpuHashJoinExec {
         }))
     }
 
+    /// This join read around its repartitions with `why` it stays on the GPU added to EXPLAIN's
+    /// note on them (a join whose own estimate loses to the CPU, kept because the Partitioned GPU
+    /// join it replaces costs more).
+    pub fn with_removal_note(mut self, why: &str) -> Self {
+        if let Some(removed) = &mut self.removed {
+            removed.push_str("; ");
+            removed.push_str(why);
+        }
+        self
+    }
+
     /// This exec, placed on the GPU with its GPU parent although the model prices the CPU
     /// faster for the join alone (EXPLAIN says so).
     pub fn for_gpu_parent(mut self) -> Self {

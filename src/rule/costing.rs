@@ -14,7 +14,7 @@ use crate::config::GpuConfig;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::cost::join::{self as join_cost, JoinEstimate, JoinShape};
 use crate::cost::{
-    Profile, Verdict, download_seconds, paper, row_bytes, staged_row_bytes, upload_seconds, value_bytes,
+    Profile, Verdict, download_seconds, fmt_seconds, paper, row_bytes, staged_row_bytes, upload_seconds, value_bytes,
 };
 use crate::device::Gpu;
 use crate::exec::join::{gathered_input, removable_repartition};
@@ -271,7 +271,17 @@ pub fn reprice_without_repartitions(
                 (true, true) => Verdict { download: 0.0, ..e.verdict.clone() }.gpu_wins(),
                 (true, false) => e.verdict.gpu_wins(),
             };
-            keep.then(|| g.with_estimate(e))
+            // Its own estimate may lose to the CPU: EXPLAIN says what it was measured against.
+            let note = (!cfg.reprice_against_cpu && !e.verdict.gpu_wins()).then(|| {
+                format!("kept on the GPU against the Partitioned GPU join it replaces, estimated at {} with the CPU's repartitions", fmt_seconds(partitioned_gpu))
+            });
+            keep.then(|| {
+                let g = g.with_estimate(e);
+                match note {
+                    Some(why) => g.with_removal_note(&why),
+                    None => g,
+                }
+            })
         }
         None => Some(g),
     }
@@ -579,7 +589,27 @@ mod tests {
         // One build of 2 000 rows against four of 500, and no repartitions: the rebuilt join.
         assert!(fresh.gpu_total() <= partitioned_gpu, "{} vs {partitioned_gpu}", fresh.describe());
         let kept = reprice_without_repartitions(rebuilt, &cfg, &profile, None).expect("the rebuilt join is kept");
-        assert!((kept.estimate().unwrap().verdict.cpu_exchange - want).abs() < 1e-12);
+        let verdict = kept.estimate().unwrap().verdict.clone();
+        assert!((verdict.cpu_exchange - want).abs() < 1e-12);
+        // EXPLAIN says what a kept join that loses to the CPU was measured against.
+        let shown = datafusion::physical_plan::displayable(&kept).one_line().to_string();
+        assert_eq!(shown.contains("kept on the GPU against the Partitioned GPU join"), !verdict.gpu_wins(), "{shown}");
+        // A small join: the CPU wins it, yet its CollectLeft form beats the Partitioned GPU
+        // join it replaces, so it stays on the GPU with that note.
+        let small = hash_join_on_first(
+            hashed(memory_kv(16, 4)),
+            hashed(memory_kv(64, 4)),
+            JoinType::Inner,
+            None,
+            PartitionMode::Partitioned,
+        );
+        let exec = GpuHashJoinExec::try_new(Arc::clone(&small), &cfg).unwrap();
+        let e = join_estimate(&exec, &small, &cfg, &profile, None, None).unwrap();
+        let rebuilt = exec.with_estimate(e).without_repartitions().unwrap().expect("both sides repartitioned");
+        let kept = reprice_without_repartitions(rebuilt, &cfg, &profile, None).expect("kept on the GPU");
+        assert!(!kept.estimate().unwrap().verdict.gpu_wins());
+        let shown = datafusion::physical_plan::displayable(&kept).one_line().to_string();
+        assert!(shown.contains("kept on the GPU against the Partitioned GPU join"), "{shown}");
         let against_cpu = GpuConfig { reprice_against_cpu: true, ..GpuConfig::default() };
         let rebuilt = priced.without_repartitions().unwrap().expect("both sides repartitioned");
         let gpu_wins = fresh.gpu_total() < fresh.cpu_total() + want;
