@@ -221,6 +221,8 @@ pub struct Estimate<S, A> {
     /// The sizes are bounds from the plan's shape, not statistics' estimates: good enough to
     /// place the operator, too loose to choose its algorithm (the setting's default runs).
     pub bounded: bool,
+    /// Assumptions behind the estimate that EXPLAIN shows with it.
+    pub notes: Vec<String>,
 }
 
 #[cfg(test)]

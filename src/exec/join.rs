@@ -519,6 +519,9 @@ impl DisplayAs for GpuHashJoinExec {
                 }
                 if let Some(e) = &self.estimate {
                     write!(f, ", {}", e.verdict.describe())?;
+                    for note in &e.notes {
+                        write!(f, " ({note})")?;
+                    }
                 }
                 if self.for_gpu_parent {
                     write!(f, ", on the GPU with its parent (which reads its output on the device: no download)")?;

@@ -100,8 +100,17 @@ pub fn join_estimate(
     // What a host side costs to upload, as bytes staged through pinned buffers: a scan of
     // pinned tables goes up by DMA alone, its raw rows at the link's rate.
     let staged_rate = profile.coefficients("transfer").first().copied().unwrap_or(0.0);
-    let host_side = |side: &Arc<dyn ExecutionPlan>, build: bool, staged: f64| {
-        let staged = staged * host_filtered_fraction(side, build, cfg);
+    let mut notes = Vec::new();
+    let mut host_side = |side: &Arc<dyn ExecutionPlan>, build: bool, staged: f64| {
+        let fraction = host_filtered_fraction(side, build, cfg);
+        if fraction < 1.0 {
+            notes.push(format!(
+                "{} upload priced at {:.0}% of its filter's input: DataFusion estimates the filter at 100% without column min/max (gpu.default_selectivity_for_unbounded_filters)",
+                if build { "build" } else { "probe" },
+                fraction * 100.0
+            ));
+        }
+        let staged = staged * fraction;
         match gpu {
             Some(g) if staged_rate > 0.0 && profile.h2d > 0.0 => match pinned_scan_bytes(side, build, cfg, g) {
                 Some(raw) => staged.min(raw / profile.h2d / staged_rate),
@@ -157,7 +166,7 @@ pub fn join_estimate(
         cpu_exchange,
         min_speedup: cfg.min_speedup,
     };
-    Some(JoinEstimate { shape, choice, verdict, bounded })
+    Some(JoinEstimate { shape, choice, verdict, bounded, notes })
 }
 
 /// The fraction of a host join input's estimated rows that crosses the link when the input is a
@@ -383,7 +392,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         cpu_exchange: 0.0,
         min_speedup: cfg.min_speedup,
     };
-    Some(AggregateEstimate { shape, choice, verdict, bounded: false })
+    Some(AggregateEstimate { shape, choice, verdict, bounded: false, notes: Vec::new() })
 }
 
 #[cfg(test)]
@@ -443,12 +452,19 @@ mod tests {
         assert_eq!(host_filtered_fraction(&probe, false, &unfused), 1.0);
 
         let profile = Profile::h100();
-        let upload = |cfg: &GpuConfig| {
+        let estimate = |cfg: &GpuConfig| {
             let node = join(source(2_000), filtered(400_000), JoinType::Inner, None);
             let exec = GpuHashJoinExec::try_new(Arc::clone(&node), cfg).unwrap();
-            join_estimate(&exec, &node, cfg, &profile, None, None).unwrap().verdict.upload
+            let e = join_estimate(&exec, &node, cfg, &profile, None, None).unwrap();
+            (e.clone(), exec.with_estimate(e))
         };
-        assert!(upload(&cfg) < upload(&off), "{} vs {}", upload(&cfg), upload(&off));
+        let ((on, placed), (plain, _)) = (estimate(&cfg), estimate(&off));
+        assert!(on.verdict.upload < plain.verdict.upload, "{} vs {}", on.verdict.describe(), plain.verdict.describe());
+        // EXPLAIN names the assumption.
+        assert_eq!(on.notes.len(), 1, "{:?}", on.notes);
+        assert!(plain.notes.is_empty());
+        let shown = datafusion::physical_plan::displayable(&placed).one_line().to_string();
+        assert!(shown.contains("probe upload priced at 20% of its filter's input"), "{shown}");
     }
 
     /// A join above another join has no statistics to estimate from; the cost model still
