@@ -243,7 +243,7 @@ gpu_options! {
         pub aggregate_split_device_input: bool, default = true
         /// Keep the hash RepartitionExecs below a Partitioned GPU join. false (the default) lets such a join read the repartitions' inputs in CollectLeft mode: one build from every partition of its build input, each input partition of its probe side probed as it comes (the CPU no longer hashes and redistributes both inputs, and GPU inputs stay on the device); where a node above needs the join keys' partitioning, the join's output is hash-repartitioned instead (below another GPU join the repartitions stay).
         pub join_repartition: bool, default = false
-        /// How a Partitioned GPU join read around its repartitions is judged once repriced for its one build: false (the default) keeps the rebuilt join unless the Partitioned GPU join as placed (its per-partition builds, with the CPU still hashing its inputs) is expected to be faster; true keeps the rebuilt join only when it is expected to beat the CPU join (the rule before 2026-11-27), else the Partitioned GPU join stays.
+        /// How a Partitioned GPU join read around its repartitions is judged once repriced for its one build: false (the default) keeps the rebuilt join unless the Partitioned GPU join as placed (its per-partition builds, with the CPU still hashing its inputs) is expected to be faster; true keeps the rebuilt join only when it is expected to beat the CPU join (the earlier rule, kept for A/Bs), else the Partitioned GPU join stays.
         pub reprice_against_cpu: bool, default = false
     }
 }

@@ -187,19 +187,22 @@ pub fn host_filtered_fraction(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &
     if !(cfg.default_selectivity_for_unbounded_filters && cfg.fuse_expressions && cfg.fuse_filters) {
         return 1.0;
     }
-    let mut node = side_below_gather(side, build);
+    let top = side_below_gather(side, build);
+    let mut node = top;
     while let Some(p) = node.downcast_ref::<ProjectionExec>() {
         node = p.input();
     }
     let Some(filter) = node.downcast_ref::<FilterExec>() else { return 1.0 };
+    // DataFusion's estimate first: code is generated only for a filter it left unbounded.
+    let unbounded = matches!(
+        (estimated_rows(node), estimated_rows(filter.input())),
+        (Some(out), Some(input)) if input > 0 && out >= input
+    );
     // Only where the device takes the filter: otherwise DataFusion's FilterExec runs on the host
     // and its output, whatever its size, is what goes up.
-    if !matches!(GpuFilterProjectExec::try_new(side_below_gather(side, build), cfg.fuse_filters), Ok(Some(_))) {
-        return 1.0;
-    }
-    match (estimated_rows(node), estimated_rows(filter.input())) {
-        (Some(out), Some(input)) if input > 0 && out >= input => f64::from(filter.default_selectivity()) / 100.0,
-        _ => 1.0,
+    match unbounded && matches!(GpuFilterProjectExec::try_new(top, cfg.fuse_filters), Ok(Some(_))) {
+        true => f64::from(filter.default_selectivity()) / 100.0,
+        false => 1.0,
     }
 }
 
@@ -217,10 +220,7 @@ fn side_below_gather(side: &Arc<dyn ExecutionPlan>, build: bool) -> &Arc<dyn Exe
 /// build side's `CoalescePartitionsExec` (see [`crate::rule::join_inputs`]). `None` for any other
 /// input, or one whose size the plan does not bound.
 pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
-    let side = match build {
-        true => gathered_input(side).unwrap_or(side),
-        false => side,
-    };
+    let side = side_below_gather(side, build);
     // The scan below the side's filters and projections, checked before any code generation:
     // over pageable tables (the default) nothing is compiled here.
     let mut scan = side;
