@@ -359,7 +359,13 @@ fn computed_over_gpu(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Ar
 pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Profile) -> Option<AggregateEstimate> {
     let agg = exec.original();
     let input = agg.children().first().map(|c| Arc::clone(*c))?;
-    let rows = estimated_rows(&input)? as f64;
+    let estimated = estimated_rows(&input);
+    let bounded = estimated.is_none();
+    let rows = match estimated {
+        Some(rows) => rows,
+        None if cfg.aggregate_join_pricing => bounded_rows(&input)?,
+        None => return None,
+    } as f64;
     let layout = exec.layout();
     let upload = &layout.upload_schema;
     let groups = if layout.groups == 0 {
@@ -382,17 +388,24 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         chunks: partitions.max((rows / cfg.batch_rows.max(1) as f64).ceil()),
     };
     let choice = agg_cost::choose(&shape, profile);
+    // An input that a GPU exec produces is read on the device: no upload for the GPU aggregate,
+    // and a download for the CPU one.
+    let device_input = if cfg.aggregate_join_pricing { device_side(&input, false, false, cfg) } else { None };
+    let (up, cpu_down) = match &device_input {
+        Some(side) => (0.0, download_seconds(rows * row_bytes(&side.schema()), profile)),
+        None => (upload_seconds(rows * staged_row_bytes(upload, cfg.narrow_decimals), shape.chunks, profile), 0.0),
+    };
     let verdict = Verdict {
         gpu_compute: choice.seconds(),
-        upload: upload_seconds(rows * staged_row_bytes(upload, cfg.narrow_decimals), shape.chunks, profile),
+        upload: up,
         // Each input partition returns the states of its groups.
         download: download_seconds((groups * partitions).min(rows) * row_bytes(&layout.state_schema), profile),
         cpu: agg_cost::cpu_seconds(&shape, profile),
-        cpu_download: 0.0,
+        cpu_download: cpu_down,
         cpu_exchange: 0.0,
         min_speedup: cfg.min_speedup,
     };
-    Some(AggregateEstimate { shape, choice, verdict, bounded: false, notes: Vec::new() })
+    Some(AggregateEstimate { shape, choice, verdict, bounded, notes: Vec::new() })
 }
 
 #[cfg(test)]
@@ -737,6 +750,59 @@ mod tests {
         assert!(pinned_scan_bytes(&pageable, false, &cfg, &gpu).is_none());
         let off = GpuConfig { fuse_expressions: false, ..GpuConfig::default() };
         assert!(pinned_scan_bytes(&filtered(Arc::clone(&pinned_scan)), false, &off, &gpu).is_none());
+    }
+
+    /// An aggregate over a join, whose output DataFusion cannot estimate, is priced from the
+    /// join's bound (with `gpu.aggregate_join_pricing`; without it, not at all), and marked
+    /// bounded; reading a GPU join, it uploads nothing and the CPU aggregate pays the download.
+    #[tokio::test]
+    async fn aggregates_over_joins_are_priced_from_a_bound() {
+        use datafusion::datasource::MemTable;
+        use datafusion::physical_plan::aggregates::AggregateExec;
+        use datafusion::prelude::{SessionConfig, SessionContext};
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let table = |rows: i64| {
+            let scan = memory_kv(rows, 1);
+            let data = scan.downcast_ref::<datafusion::datasource::source::DataSourceExec>().unwrap();
+            let memory = data.data_source().downcast_ref::<datafusion::datasource::memory::MemorySourceConfig>();
+            Arc::new(MemTable::try_new(scan.schema(), memory.unwrap().partitions().to_vec()).unwrap())
+        };
+        ctx.register_table("a", table(2_000)).unwrap();
+        ctx.register_table("b", table(300_000)).unwrap();
+        let sql = "SELECT b.v, sum(a.v) FROM a JOIN b ON a.k = b.k GROUP BY b.v";
+        let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+        // The lowest aggregate: the one reading the join.
+        let mut node = plan;
+        let mut agg = None;
+        loop {
+            if node.downcast_ref::<AggregateExec>().is_some() {
+                agg = Some(Arc::clone(&node));
+            }
+            let Some(child) = node.children().first().map(|c| Arc::clone(*c)) else { break };
+            node = child;
+        }
+        let agg = agg.expect("an aggregate");
+        let input = Arc::clone(agg.children()[0]);
+        let join = input.downcast_ref::<HashJoinExec>().expect("the aggregate reads the join");
+        let cfg = GpuConfig::default();
+        let profile = Profile::h100();
+        let estimate = |agg: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig| {
+            aggregate_estimate(&GpuAggregateExec::try_new(Arc::clone(agg), cfg).unwrap(), cfg, &profile)
+        };
+        let e = estimate(&agg, &cfg).expect("priced");
+        assert!(e.verdict.upload > 0.0 && e.verdict.cpu_download == 0.0, "{}", e.verdict.describe());
+        // Over the join on the GPU, which passes no statistics up: priced from the join's bound
+        // (its larger input), with no upload, and the CPU aggregate pays the download.
+        let gpu_join: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&input), &cfg).unwrap());
+        assert_eq!(estimated_rows(&gpu_join), None);
+        assert_eq!(gpu_join.children()[0].schema(), join.left().schema());
+        let over_gpu = Arc::clone(&agg).with_new_children(vec![gpu_join]).unwrap();
+        let d = estimate(&over_gpu, &cfg).expect("priced from the bound");
+        assert!(d.bounded && d.shape.rows == 300_000.0, "{:?}", d.shape);
+        assert_eq!(d.verdict.upload, 0.0, "{}", d.verdict.describe());
+        assert!(d.verdict.cpu_download > 0.0, "{}", d.verdict.describe());
+        let off = GpuConfig { aggregate_join_pricing: false, ..GpuConfig::default() };
+        assert!(estimate(&over_gpu, &off).is_none());
     }
 
     /// A small join is priced from the plan's statistics, with its transfers, and the CPU wins;
