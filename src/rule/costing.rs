@@ -796,7 +796,10 @@ mod tests {
         let gpu_join: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&input), &cfg).unwrap());
         assert_eq!(estimated_rows(&gpu_join), None);
         assert_eq!(gpu_join.children()[0].schema(), join.left().schema());
-        let over_gpu = Arc::clone(&agg).with_new_children(vec![gpu_join]).unwrap();
+        let recompute = datafusion::physical_plan::execution_plan::ReplaceChildrenOptions::new(
+            datafusion::physical_plan::ChildrenPropertiesMode::Recompute,
+        );
+        let over_gpu = Arc::clone(&agg).replace_children(vec![gpu_join], recompute).unwrap();
         let d = estimate(&over_gpu, &cfg).expect("priced from the bound");
         assert!(d.bounded && d.shape.rows == 300_000.0, "{:?}", d.shape);
         assert_eq!(d.verdict.upload, 0.0, "{}", d.verdict.describe());

@@ -20,11 +20,11 @@ use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan};
 pub use eligibility::FallbackReason;
 
 use crate::config::GpuConfig;
-use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, profile};
+use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, fmt_seconds, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
 use crate::exec::join::{gathered_input, removable_repartition};
-use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
+use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
 
 /// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the
 /// same answer, and annotates the rest. Controlled by the `gpu.` session options.
@@ -148,6 +148,13 @@ fn pair_beats(parent: &Verdict, parent_on_gpu: bool, both: &Verdict, child: &Ver
     (both.gpu_total() + child.gpu_compute + child.upload) * child.margin() < now
 }
 
+/// Whether the rule placed `plan` on the GPU: a GPU join or aggregate, not the CPU operator
+/// annotated with why it stays. (Not `as_gpu_exec`: a GPU aggregate returns host batches.)
+fn on_the_gpu(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let any = plan.as_ref() as &dyn std::any::Any;
+    any.downcast_ref::<GpuHashJoinExec>().is_some() || any.downcast_ref::<GpuAggregateExec>().is_some()
+}
+
 /// An operator as the rule placed it, with the cost model's verdict when the model priced it.
 struct Placed {
     plan: Arc<dyn ExecutionPlan>,
@@ -185,8 +192,18 @@ impl Placer<'_> {
             let moved = Arc::clone(&node).replace_children(children, recompute)?;
             let Some(both) = self.place(Arc::clone(&moved))? else { continue };
             let Some(v) = &both.verdict else { continue };
-            let on_gpu = as_gpu_exec(&placed.plan).is_some();
-            if as_gpu_exec(&both.plan).is_some() && pair_beats(&here, on_gpu, v, &child) {
+            let on_gpu = on_the_gpu(&placed.plan);
+            let beats = on_the_gpu(&both.plan) && pair_beats(&here, on_gpu, v, &child);
+            log::debug!(
+                "{} over a CPU-kept join (child {i}): as placed {} + join on the CPU {}; both on the GPU {} + join {}: {}",
+                node.name(),
+                fmt_seconds(if on_gpu { here.gpu_total() } else { here.cpu_total() }),
+                fmt_seconds(child.cpu_total()),
+                fmt_seconds(v.gpu_total()),
+                fmt_seconds(child.gpu_compute + child.upload),
+                if beats { "moved" } else { "kept" }
+            );
+            if beats {
                 node = moved;
                 placed = both;
             }
@@ -264,6 +281,11 @@ impl Placer<'_> {
                 let Some((g2, e2)) = price(&moved) else { continue };
                 let apart = e.verdict.gpu_compute + e.verdict.upload + v.cpu_total();
                 let together = e2.verdict.gpu_compute + e2.verdict.upload + v.gpu_compute + v.upload;
+                log::debug!(
+                    "join chain: HashJoinExec over a CPU-kept join (child {i}): apart {}, together {}",
+                    fmt_seconds(apart),
+                    fmt_seconds(together)
+                );
                 if together * v.margin() < apart {
                     verdict.cpu += v.cpu_total();
                     below_gpu += v.gpu_compute;
@@ -430,7 +452,52 @@ mod tests {
         assert!(!pair_beats(&v(2.0, 3.0, 1.0, 0.1), false, &both, &v(1.0, 1.0, 4.0, 3.0)));
     }
 
+    const BUILD_ROWS: i64 = 100_000;
+    const PROBE_ROWS: i64 = 8_000_000;
+
     const JOIN_AGG: &str = "SELECT a.s, count(*), sum(b.f) FROM a JOIN b ON a.k = b.k GROUP BY a.s";
+
+    /// The rule over `sql` on tables `a` (`build` rows) and `b` (`probe` rows) of two Int64
+    /// columns in 16 partitions, placed with the H100's built-in profile as if a device were
+    /// there (no device is opened, no kernel runs), and the plan's text.
+    async fn placed_with_h100_profile(sql: &str, build: i64, probe: i64, cfg: &GpuConfig) -> String {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(16));
+        let table = |rows: i64| {
+            let scan = crate::testing::memory_kv(rows, 16);
+            let data = scan.downcast_ref::<datafusion::datasource::source::DataSourceExec>().unwrap();
+            let memory = data.data_source().downcast_ref::<datafusion::datasource::memory::MemorySourceConfig>();
+            Arc::new(MemTable::try_new(scan.schema(), memory.unwrap().partitions().to_vec()).unwrap())
+        };
+        ctx.register_table("a", table(build)).unwrap();
+        ctx.register_table("b", table(probe)).unwrap();
+        let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+        let profile = Profile::h100();
+        let placer = Placer { cfg, device: None, memory_limit: None, profile: Some(&profile), gpu: None };
+        let plan = plan.transform_up(|n| placer.place_with_children(n)).map(|t| t.data).unwrap();
+        displayable(plan.as_ref()).indent(true).to_string()
+    }
+
+    /// A join the model keeps on the CPU by its own estimate moves to the GPU under a GPU
+    /// aggregate when the two cost less on the device than the join on the CPU plus the upload
+    /// of its output, whose size DataFusion cannot estimate and the plan's shape bounds; a small
+    /// join stays. Without `gpu.aggregate_join_pricing` the aggregate is unpriced and the join
+    /// is priced alone.
+    #[tokio::test]
+    async fn aggregates_price_the_cpu_kept_joins_below_them() {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let sql = "SELECT b.v, min(a.v), max(b.k) FROM a JOIN b ON a.k = b.k GROUP BY b.v";
+        let cfg = GpuConfig::default();
+        let join_on_gpu = |plan: &str| plan.contains("GpuHashJoinExec");
+        let (build, probe) = (BUILD_ROWS, PROBE_ROWS);
+        let big = placed_with_h100_profile(sql, build, probe, &cfg).await;
+        assert!(big.contains("GpuAggregateExec: mode=Partial"), "{big}");
+        assert!(join_on_gpu(&big), "{big}");
+        let off = GpuConfig { aggregate_join_pricing: false, ..GpuConfig::default() };
+        let alone = placed_with_h100_profile(sql, build, probe, &off).await;
+        assert!(!join_on_gpu(&alone), "{alone}");
+        let small = placed_with_h100_profile(sql, build / 100, probe / 100, &cfg).await;
+        assert!(!join_on_gpu(&small), "{small}");
+    }
 
     #[tokio::test]
     async fn explain_shows_why_joins_and_aggregates_stay_on_cpu() {
