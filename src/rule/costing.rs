@@ -8,7 +8,7 @@ use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-use super::eligibility::{bounded_rows, estimated_rows};
+use super::eligibility::{bounded_rows, estimated_rows, likely_rows};
 use crate::columns::pinned::scans_pinned_memory;
 use crate::config::GpuConfig;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
@@ -355,17 +355,19 @@ fn computed_over_gpu(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Ar
     as_gpu_exec(input).is_some().then(|| Arc::clone(input))
 }
 
-/// The estimate of a GPU aggregate, or `None` when the statistics give no input size.
+/// The estimate of a GPU aggregate: from the statistics' input size, else (with
+/// `gpu.aggregate_join_pricing`) from its likely size ([`likely_rows`]), marked `bounded`; `None`
+/// without either.
 pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Profile) -> Option<AggregateEstimate> {
     let agg = exec.original();
     let input = agg.children().first().map(|c| Arc::clone(*c))?;
     let estimated = estimated_rows(&input);
     let bounded = estimated.is_none();
     let rows = match estimated {
-        Some(rows) => rows,
-        None if cfg.aggregate_join_pricing => bounded_rows(&input)?,
+        Some(rows) => rows as f64,
+        None if cfg.aggregate_join_pricing => likely_rows(&input)?,
         None => return None,
-    } as f64;
+    };
     let layout = exec.layout();
     let upload = &layout.upload_schema;
     let groups = if layout.groups == 0 {
@@ -509,6 +511,39 @@ mod tests {
             assert_eq!(estimated_rows(placed), None, "{}", placed.name());
             assert_eq!(bounded_rows(placed), Some(5000), "{}", placed.name());
         }
+    }
+
+    /// Where DataFusion has no estimate, a join's likely output is its probe side times the
+    /// share of its build side's table that the build keeps (a filter DataFusion estimates at
+    /// all of its input keeping its default selectivity): tighter than the bound, which is the
+    /// larger input.
+    #[test]
+    fn joins_with_filtered_builds_keep_the_filters_share() {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{Column, binary, lit};
+        use datafusion::physical_plan::PhysicalExpr;
+        use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        let cfg = GpuConfig::default();
+        // A join of unfiltered tables on the GPU (no statistics pass up): all of its probe.
+        let lower: Arc<dyn ExecutionPlan> = Arc::new(
+            GpuHashJoinExec::try_new(join(source(100), source(8000), JoinType::Inner, Some(vec![2, 3])), &cfg).unwrap(),
+        );
+        assert_eq!(estimated_rows(&lower), None);
+        assert_eq!(likely_rows(&lower), Some(8000.0));
+        // A dimension of 25 rows filtered (DataFusion: all 25 without min/max): 20% of them.
+        let dim = source(25);
+        let v = Arc::new(Column::new("v", 1)) as Arc<dyn PhysicalExpr>;
+        let predicate = binary(v, Operator::Lt, lit(10i64), &dim.schema()).unwrap();
+        let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, dim).unwrap());
+        assert_eq!(estimated_rows(&filtered), Some(25));
+        assert_eq!(likely_rows(&filtered), Some(5.0));
+        let upper = join(Arc::new(CoalescePartitionsExec::new(filtered)), Arc::clone(&lower), JoinType::Inner, None);
+        assert_eq!(estimated_rows(&upper), None);
+        assert_eq!(bounded_rows(&upper), Some(8000));
+        assert_eq!(likely_rows(&upper), Some(1600.0));
+        // A semi join returns its side, as bounded.
+        let semi = join(source(25), Arc::clone(&lower), JoinType::RightSemi, None);
+        assert_eq!(likely_rows(&semi), Some(8000.0));
     }
 
     /// A join reading a GPU join's output on the device (directly, through the coalescing of a

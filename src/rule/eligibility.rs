@@ -171,6 +171,74 @@ fn bounded_rows_at(plan: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<usize>
     }
 }
 
+/// Likely output rows of `plan` for the cost model where DataFusion has no estimate: tighter
+/// than [`bounded_rows`], not a bound. An inner equi-join's output is its probe side's rows
+/// times the fraction of its build side's base table that the build keeps (the build's key is
+/// that table's key, as in a foreign-key join: System R's |L||R|/V(L.k) with V(L.k) = |base
+/// L|), so a join with a filtered dimension keeps that filter's share of the probe; a filter
+/// DataFusion estimates at all of its input (no column min/max) keeps its default selectivity;
+/// the rest as [`bounded_rows`] has them.
+pub fn likely_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<f64> {
+    likely_rows_at(plan, 0)
+}
+
+fn likely_rows_at(plan: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<f64> {
+    if depth > 64 {
+        return None;
+    }
+    let node: &Arc<dyn ExecutionPlan> = match plan.downcast_ref::<GpuHashJoinExec>() {
+        Some(g) => g.original(),
+        None => plan,
+    };
+    if let Some(filter) = node.downcast_ref::<FilterExec>() {
+        let input = likely_rows_at(filter.input(), depth + 1)?;
+        return Some(match estimated_rows(node) {
+            Some(rows) if (rows as f64) < input => rows as f64,
+            _ => input * f64::from(filter.default_selectivity()) / 100.0,
+        });
+    }
+    // Through what keeps every row, to a filter below (whose estimate they pass up).
+    #[allow(deprecated)] // CoalesceBatchesExec: as in `passes_bound`
+    let keeps_rows = node.downcast_ref::<ProjectionExec>().is_some()
+        || node.downcast_ref::<RepartitionExec>().is_some()
+        || node.downcast_ref::<datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec>().is_some()
+        || node.downcast_ref::<CoalescePartitionsExec>().is_some_and(|c| c.fetch().is_none());
+    if let (true, [child]) = (keeps_rows, node.children().as_slice()) {
+        return likely_rows_at(child, depth + 1);
+    }
+    if let Some(rows) = estimated_rows(plan) {
+        return Some(rows as f64);
+    }
+    if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+        let (l, r) = (|| likely_rows_at(join.left(), depth + 1), || likely_rows_at(join.right(), depth + 1));
+        return match join.join_type() {
+            JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => l(),
+            JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => r(),
+            JoinType::Inner => {
+                let base = base_rows(join.left(), depth + 1)?.max(1.0);
+                Some(r()? * (l()? / base).min(1.0))
+            }
+            _ => Some(l()?.max(r()?)),
+        };
+    }
+    match node.children().as_slice() {
+        [child] if passes_bound(node) => likely_rows_at(child, depth + 1),
+        _ => None,
+    }
+}
+
+/// The rows of the table (or join) below `side`'s filters, projections and exchanges.
+fn base_rows(side: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<f64> {
+    let mut node = side;
+    loop {
+        match node.children().as_slice() {
+            [child] if node.downcast_ref::<HashJoinExec>().is_none() && passes_bound(node) => node = child,
+            _ => break,
+        }
+    }
+    likely_rows_at(node, depth + 1)
+}
+
 /// Whether `node` outputs at most as many rows as its one input: an aggregate (at most a group
 /// per row), a filter, a projection, an exchange or a sort.
 #[allow(deprecated)] // CoalesceBatchesExec: DataFusion 55 no longer plans it; a plan built by hand may

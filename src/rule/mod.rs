@@ -346,11 +346,12 @@ impl Placer<'_> {
                         _ => None,
                     };
                     verdict = estimate.as_ref().map(|e| e.verdict.clone());
-                    // An input size bounded from the plan's shape (a join's output: DataFusion
-                    // has no estimate) prices the CPU-kept joins below the aggregate
-                    // (`place_with_children`), but neither places the aggregate, which runs
-                    // on the GPU as an unpriced one does, nor chooses its algorithm: one group
-                    // per input row of a bound is too loose for either.
+                    // An input size taken from the plan's shape (a join's output: DataFusion
+                    // has no estimate; see `likely_rows`) prices the CPU-kept joins below the
+                    // aggregate (`place_with_children`), but neither places the aggregate,
+                    // which runs on the GPU as an unpriced one does, nor chooses its
+                    // algorithm: a guess of the rows, and one group per row, is too loose for
+                    // either.
                     let estimate = estimate.filter(|e| !e.bounded);
                     let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
                     let g = if reasons.is_empty() && self.cfg.fuse_expressions {
