@@ -153,10 +153,7 @@ fn bounded_rows_at(plan: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<usize>
     if depth > 64 {
         return None;
     }
-    let node: &Arc<dyn ExecutionPlan> = match plan.downcast_ref::<GpuHashJoinExec>() {
-        Some(g) => g.original(),
-        None => plan,
-    };
+    let node = as_planned(plan);
     if let Some(join) = node.downcast_ref::<HashJoinExec>() {
         let (l, r) = (|| bounded_rows_at(join.left(), depth + 1), || bounded_rows_at(join.right(), depth + 1));
         return match join.join_type() {
@@ -186,10 +183,7 @@ fn likely_rows_at(plan: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<f64> {
     if depth > 64 {
         return None;
     }
-    let node: &Arc<dyn ExecutionPlan> = match plan.downcast_ref::<GpuHashJoinExec>() {
-        Some(g) => g.original(),
-        None => plan,
-    };
+    let node = as_planned(plan);
     if let Some(filter) = node.downcast_ref::<FilterExec>() {
         let input = likely_rows_at(filter.input(), depth + 1)?;
         return Some(match estimated_rows(node) {
@@ -237,6 +231,14 @@ fn base_rows(side: &Arc<dyn ExecutionPlan>, depth: usize) -> Option<f64> {
         }
     }
     likely_rows_at(node, depth + 1)
+}
+
+/// `plan` as DataFusion planned it: a GPU join's `HashJoinExec`, anything else itself.
+fn as_planned(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
+    match plan.downcast_ref::<GpuHashJoinExec>() {
+        Some(g) => g.original(),
+        None => plan,
+    }
 }
 
 /// Whether `node` outputs at most as many rows as its one input: an aggregate (at most a group
