@@ -155,6 +155,17 @@ fn on_the_gpu(plan: &Arc<dyn ExecutionPlan>) -> bool {
     any.downcast_ref::<GpuHashJoinExec>().is_some() || any.downcast_ref::<GpuAggregateExec>().is_some()
 }
 
+/// `node` with its child `i` replaced by `child`, its properties recomputed.
+fn with_child(
+    node: &Arc<dyn ExecutionPlan>,
+    i: usize,
+    child: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
+    children[i] = child;
+    Arc::clone(node).replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+}
+
 /// An operator as the rule placed it, with the cost model's verdict when the model priced it.
 struct Placed {
     plan: Arc<dyn ExecutionPlan>,
@@ -186,10 +197,7 @@ impl Placer<'_> {
         for i in 0..node.children().len() {
             let Some(here) = placed.verdict.clone() else { break };
             let Some((gpu_child, child)) = self.gpu_join_below(&node, i, profile)? else { continue };
-            let mut children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
-            children[i] = gpu_child;
-            let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-            let moved = Arc::clone(&node).replace_children(children, recompute)?;
+            let moved = with_child(&node, i, gpu_child)?;
             let Some(both) = self.place(Arc::clone(&moved))? else { continue };
             let Some(v) = &both.verdict else { continue };
             let on_gpu = on_the_gpu(&placed.plan);
@@ -234,8 +242,7 @@ impl Placer<'_> {
             _ => None,
         };
         let Some((gpu_below, verdict)) = below.and_then(|b| self.gpu_join(b, profile)) else { return Ok(None) };
-        let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-        Ok(Some((Arc::clone(side).replace_children(vec![gpu_below], recompute)?, verdict)))
+        Ok(Some((with_child(side, 0, gpu_below)?, verdict)))
     }
 
     /// A join that the model alone kept on the CPU (`placed` is its annotation with no other
@@ -274,10 +281,7 @@ impl Placer<'_> {
         if self.cfg.join_chain_pricing {
             for i in 0..node.children().len() {
                 let Ok(Some((side, v))) = self.gpu_join_below(&node, i, profile) else { continue };
-                let mut children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
-                children[i] = side;
-                let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-                let Ok(moved) = Arc::clone(&node).replace_children(children, recompute) else { continue };
+                let Ok(moved) = with_child(&node, i, side) else { continue };
                 let Some((g2, e2)) = price(&moved) else { continue };
                 let apart = e.verdict.gpu_compute + e.verdict.upload + v.cpu_total();
                 let together = e2.verdict.gpu_compute + e2.verdict.upload + v.gpu_compute + v.upload;
