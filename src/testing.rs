@@ -10,7 +10,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::buffer::{MutableBuffer, NullBuffer};
-use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int32Type, Schema, TimeUnit, UInt16Type};
+use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int32Type, Schema, SchemaRef, TimeUnit, UInt16Type};
 use datafusion::common::{JoinType, NullEquality};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_expr::expressions::Column;
@@ -209,18 +209,29 @@ impl Zipf {
 /// A memory source of `rows` rows of non-null Int64 columns (k, v), both `0..rows`, split into
 /// `parts` partitions of consecutive rows (the last takes what does not divide).
 pub fn memory_kv(rows: i64, parts: i64) -> Arc<dyn ExecutionPlan> {
+    let (schema, partitions) = kv_partitions(rows, parts);
+    MemorySourceConfig::try_new_exec(&partitions, schema, None).expect("memory source")
+}
+
+/// The rows of [`memory_kv`] as a table to register with a `SessionContext`.
+pub fn memory_kv_table(rows: i64, parts: i64) -> Arc<datafusion::datasource::MemTable> {
+    let (schema, partitions) = kv_partitions(rows, parts);
+    Arc::new(datafusion::datasource::MemTable::try_new(schema, partitions).expect("memory table"))
+}
+
+fn kv_partitions(rows: i64, parts: i64) -> (SchemaRef, Vec<Vec<RecordBatch>>) {
     let schema =
         Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Int64, false)]));
     let parts = parts.max(1);
     let per = rows / parts;
-    let partitions: Vec<Vec<RecordBatch>> = (0..parts)
+    let partitions = (0..parts)
         .map(|p| {
             let end = if p + 1 == parts { rows } else { (p + 1) * per };
             let k = Int64Array::from_iter_values(p * per..end);
             vec![RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k.clone()), Arc::new(k)]).expect("k, v")]
         })
         .collect();
-    MemorySourceConfig::try_new_exec(&partitions, schema, None).expect("memory source")
+    (schema, partitions)
 }
 
 /// `l` and `r` hash-joined on their first columns in `mode`, projected to `projection`.

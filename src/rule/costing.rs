@@ -431,24 +431,27 @@ mod tests {
         hash_join_on_first(l, r, join_type, projection, PartitionMode::CollectLeft)
     }
 
+    /// `input` filtered on `v < 10`, which DataFusion estimates at all of its rows (an in-memory
+    /// table has no min/max).
+    fn v_below_ten(input: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{Column, binary, lit};
+        let v = Arc::new(Column::new("v", 1)) as Arc<dyn datafusion::physical_plan::PhysicalExpr>;
+        let predicate = binary(v, Operator::Lt, lit(10i64), &input.schema()).unwrap();
+        Arc::new(FilterExec::try_new(predicate, input).unwrap())
+    }
+
     /// A filter the device takes over an in-memory scan, which DataFusion estimates at all of
     /// its input (its columns have no min/max), uploads the filter's default selectivity of the
     /// rows: as a probe, as a build below its coalesce, under a projection; not with the option
     /// or filter fusion off, nor for a scan alone; and the join's upload estimate follows.
     #[test]
     fn unbounded_filters_upload_their_default_selectivity() {
-        use datafusion::logical_expr::Operator;
-        use datafusion::physical_expr::expressions::{Column, binary, lit};
+        use datafusion::physical_expr::expressions::Column;
         use datafusion::physical_plan::PhysicalExpr;
         use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
         use datafusion::physical_plan::projection::ProjectionExpr;
-        let filtered = |rows: i64| -> Arc<dyn ExecutionPlan> {
-            let input = source(rows);
-            let schema = input.schema();
-            let v = Arc::new(Column::new("v", 1)) as Arc<dyn PhysicalExpr>;
-            let predicate = binary(v, Operator::Lt, lit(10i64), &schema).unwrap();
-            Arc::new(FilterExec::try_new(predicate, input).unwrap())
-        };
+        let filtered = |rows: i64| v_below_ten(source(rows));
         let cfg = GpuConfig::default();
         let probe = filtered(400_000);
         assert_eq!(estimated_rows(&probe), Some(400_000), "DataFusion keeps every row without min/max");
@@ -519,9 +522,6 @@ mod tests {
     /// larger input.
     #[test]
     fn joins_with_filtered_builds_keep_the_filters_share() {
-        use datafusion::logical_expr::Operator;
-        use datafusion::physical_expr::expressions::{Column, binary, lit};
-        use datafusion::physical_plan::PhysicalExpr;
         use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
         let cfg = GpuConfig::default();
         // A join of unfiltered tables on the GPU (no statistics pass up): all of its probe.
@@ -531,10 +531,7 @@ mod tests {
         assert_eq!(estimated_rows(&lower), None);
         assert_eq!(likely_rows(&lower), Some(8000.0));
         // A dimension of 25 rows filtered (DataFusion: all 25 without min/max): 20% of them.
-        let dim = source(25);
-        let v = Arc::new(Column::new("v", 1)) as Arc<dyn PhysicalExpr>;
-        let predicate = binary(v, Operator::Lt, lit(10i64), &dim.schema()).unwrap();
-        let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, dim).unwrap());
+        let filtered = v_below_ten(source(25));
         assert_eq!(estimated_rows(&filtered), Some(25));
         assert_eq!(likely_rows(&filtered), Some(5.0));
         let upper = join(Arc::new(CoalescePartitionsExec::new(filtered)), Arc::clone(&lower), JoinType::Inner, None);
@@ -787,23 +784,16 @@ mod tests {
         assert!(pinned_scan_bytes(&filtered(Arc::clone(&pinned_scan)), false, &off, &gpu).is_none());
     }
 
-    /// An aggregate over a join, whose output DataFusion cannot estimate, is priced from the
-    /// join's bound (with `gpu.aggregate_join_pricing`; without it, not at all), and marked
+    /// An aggregate over a join whose output DataFusion cannot estimate is priced from the
+    /// join's likely size (with `gpu.aggregate_join_pricing`; without it, not at all), and marked
     /// bounded; reading a GPU join, it uploads nothing and the CPU aggregate pays the download.
     #[tokio::test]
-    async fn aggregates_over_joins_are_priced_from_a_bound() {
-        use datafusion::datasource::MemTable;
+    async fn aggregates_over_joins_are_priced_from_their_likely_size() {
         use datafusion::physical_plan::aggregates::AggregateExec;
         use datafusion::prelude::{SessionConfig, SessionContext};
         let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-        let table = |rows: i64| {
-            let scan = memory_kv(rows, 1);
-            let data = scan.downcast_ref::<datafusion::datasource::source::DataSourceExec>().unwrap();
-            let memory = data.data_source().downcast_ref::<datafusion::datasource::memory::MemorySourceConfig>();
-            Arc::new(MemTable::try_new(scan.schema(), memory.unwrap().partitions().to_vec()).unwrap())
-        };
-        ctx.register_table("a", table(2_000)).unwrap();
-        ctx.register_table("b", table(300_000)).unwrap();
+        ctx.register_table("a", crate::testing::memory_kv_table(2_000, 1)).unwrap();
+        ctx.register_table("b", crate::testing::memory_kv_table(300_000, 1)).unwrap();
         let sql = "SELECT b.v, sum(a.v) FROM a JOIN b ON a.k = b.k GROUP BY b.v";
         let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
         // The lowest aggregate: the one reading the join.
@@ -826,8 +816,9 @@ mod tests {
         };
         let e = estimate(&agg, &cfg).expect("priced");
         assert!(e.verdict.upload > 0.0 && e.verdict.cpu_download == 0.0, "{}", e.verdict.describe());
-        // Over the join on the GPU, which passes no statistics up: priced from the join's bound
-        // (its larger input), with no upload, and the CPU aggregate pays the download.
+        // Over the join on the GPU, which passes no statistics up: priced from the join's likely
+        // size (all of its probe: the build keeps its whole table), with no upload, and the CPU
+        // aggregate pays the download.
         let gpu_join: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&input), &cfg).unwrap());
         assert_eq!(estimated_rows(&gpu_join), None);
         assert_eq!(gpu_join.children()[0].schema(), join.left().schema());
@@ -835,7 +826,7 @@ mod tests {
             datafusion::physical_plan::ChildrenPropertiesMode::Recompute,
         );
         let over_gpu = Arc::clone(&agg).replace_children(vec![gpu_join], recompute).unwrap();
-        let d = estimate(&over_gpu, &cfg).expect("priced from the bound");
+        let d = estimate(&over_gpu, &cfg).expect("priced from the likely size");
         assert!(d.bounded && d.shape.rows == 300_000.0, "{:?}", d.shape);
         assert_eq!(d.verdict.upload, 0.0, "{}", d.verdict.describe());
         assert!(d.verdict.cpu_download > 0.0, "{}", d.verdict.describe());

@@ -457,9 +457,6 @@ mod tests {
         assert!(!pair_beats(&v(2.0, 3.0, 1.0, 0.1), false, &both, &v(1.0, 1.0, 4.0, 3.0)));
     }
 
-    const BUILD_ROWS: i64 = 100_000;
-    const PROBE_ROWS: i64 = 8_000_000;
-
     const JOIN_AGG: &str = "SELECT a.s, count(*), sum(b.f) FROM a JOIN b ON a.k = b.k GROUP BY a.s";
 
     /// The rule over `sql` on tables `a` (`build` rows) and `b` (`probe` rows) of two Int64
@@ -467,14 +464,8 @@ mod tests {
     /// there (no device is opened, no kernel runs), and the plan's text.
     async fn placed_with_h100_profile(sql: &str, build: i64, probe: i64, cfg: &GpuConfig) -> String {
         let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(16));
-        let table = |rows: i64| {
-            let scan = crate::testing::memory_kv(rows, 16);
-            let data = scan.downcast_ref::<datafusion::datasource::source::DataSourceExec>().unwrap();
-            let memory = data.data_source().downcast_ref::<datafusion::datasource::memory::MemorySourceConfig>();
-            Arc::new(MemTable::try_new(scan.schema(), memory.unwrap().partitions().to_vec()).unwrap())
-        };
-        ctx.register_table("a", table(build)).unwrap();
-        ctx.register_table("b", table(probe)).unwrap();
+        ctx.register_table("a", crate::testing::memory_kv_table(build, 16)).unwrap();
+        ctx.register_table("b", crate::testing::memory_kv_table(probe, 16)).unwrap();
         let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
         let profile = Profile::h100();
         let placer = Placer { cfg, device: None, memory_limit: None, profile: Some(&profile), gpu: None };
@@ -484,16 +475,15 @@ mod tests {
 
     /// A join the model keeps on the CPU by its own estimate moves to the GPU under a GPU
     /// aggregate when the two cost less on the device than the join on the CPU plus the upload
-    /// of its output, whose size DataFusion cannot estimate and the plan's shape bounds; a small
+    /// of its output, whose size DataFusion cannot estimate and the plan's shape gives; a small
     /// join stays. Without `gpu.aggregate_join_pricing` the aggregate is unpriced and the join
     /// is priced alone.
     #[tokio::test]
     async fn aggregates_price_the_cpu_kept_joins_below_them() {
-        let _ = env_logger::builder().is_test(true).try_init();
         let sql = "SELECT b.v, min(a.v), max(b.k) FROM a JOIN b ON a.k = b.k GROUP BY b.v";
         let cfg = GpuConfig::default();
         let join_on_gpu = |plan: &str| plan.contains("GpuHashJoinExec");
-        let (build, probe) = (BUILD_ROWS, PROBE_ROWS);
+        let (build, probe) = (100_000, 8_000_000);
         let big = placed_with_h100_profile(sql, build, probe, &cfg).await;
         assert!(big.contains("GpuAggregateExec: mode=Partial"), "{big}");
         assert!(join_on_gpu(&big), "{big}");
