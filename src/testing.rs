@@ -154,17 +154,37 @@ pub fn fresh_seed(test: &str) -> u64 {
     seed
 }
 
-/// Serialises GPU tests: they share one device budget and its limit.
+/// Serialises GPU tests: they share one device budget and its limit. Each starts from the
+/// default settings: the device's limit, streams and transfer settings are process-wide, so a
+/// test that SETs them (the fuzzer rotates `gpu.memory_limit` down to 8M) would otherwise leave
+/// them to the next.
 pub fn gpu_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if probe::device_count().is_ok()
+        && let Ok(gpu) = Gpu::get(0)
+    {
+        gpu.apply_config(&crate::config::GpuConfig::default());
+    }
+    guard
+}
+
+/// Environment variable that makes every GPU test fail, rather than skip, when no GPU can be used
+/// (a device run whose driver or NVRTC did not load must not pass).
+pub const REQUIRE_GPU_ENV: &str = "DFG_REQUIRE_GPU";
+
+/// Whether [`REQUIRE_GPU_ENV`] is set to something other than empty or `0`.
+pub fn gpu_required() -> bool {
+    std::env::var_os(REQUIRE_GPU_ENV).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// The GPU for a test, or `None` after printing why the test is skipped. A machine that has a
-/// device but fails to open it fails the test instead.
+/// device but fails to open it fails the test instead, and so does any machine where
+/// `DFG_REQUIRE_GPU=1` is set.
 pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     match probe::device_count() {
         Err(e) => {
+            assert!(!gpu_required(), "{test}: {REQUIRE_GPU_ENV} is set, but {e}");
             // Written to the real stderr, past the test harness's capture, so that CI shows it.
             let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {e}");
             None
@@ -173,8 +193,19 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     }
 }
 
-/// Asserts that `b` equals `a`, with type and null count, and a readable message.
+/// `a` with a dictionary's NULL values moved to its keys (the device's layout for them: a row
+/// whose key points at a NULL value is a NULL row), other arrays as they are.
+pub fn with_logical_nulls(a: &dyn Array) -> ArrayRef {
+    let data = a.to_data();
+    if !matches!(a.data_type(), DataType::Dictionary(..)) || a.logical_null_count() == a.null_count() {
+        return make_array(data);
+    }
+    make_array(data.into_builder().nulls(a.logical_nulls()).build().expect("the same dictionary, keys nulled"))
+}
+
+/// Asserts that `b` equals `a`, with type and (logical) null count, and a readable message.
 pub fn assert_same_array(a: &dyn Array, b: &dyn Array, ctx: &str) {
+    let (a, b) = (with_logical_nulls(a), with_logical_nulls(b));
     assert_eq!(a.data_type(), b.data_type(), "{ctx}: data type");
     assert_eq!(a.len(), b.len(), "{ctx}: length");
     assert_eq!(a.null_count(), b.null_count(), "{ctx}: null count");

@@ -101,7 +101,14 @@ pub fn pack(array: &dyn Array) -> Result<HostColumn> {
     }
     let data = array.to_data();
     let (offset, len) = (data.offset(), data.len());
-    let (null_count, validity) = validity(&data);
+    let (null_count, validity) = match &dt {
+        // A row whose key points at a NULL value is NULL: the device column's validity says so,
+        // so that no kernel reads such a row's value as valid (COUNT, IN, group keys, joins).
+        DataType::Dictionary(..) if data.child_data().first().is_some_and(|v| v.null_count() > 0) => {
+            logical_validity(array)
+        }
+        _ => validity(&data),
+    };
     let (buffers, children) = match &dt {
         DataType::Boolean => (vec![bits_from_zero(&data.buffers()[0], offset, len)], vec![]),
         DataType::Utf8 | DataType::Binary => (pack_bytes::<i32>(&data, offset, len), vec![]),
@@ -123,6 +130,15 @@ pub fn pack(array: &dyn Array) -> Result<HostColumn> {
         }
     };
     Ok(HostColumn { data_type: dt, len, null_count, validity, buffers, children })
+}
+
+/// The logical null count of `array` (a dictionary's NULL values included) and its validity
+/// bitmap from bit 0, none without nulls.
+fn logical_validity(array: &dyn Array) -> (usize, Option<Buffer>) {
+    match array.logical_nulls() {
+        Some(n) if n.null_count() > 0 => (n.null_count(), Some(n.inner().sliced())),
+        _ => (0, None),
+    }
 }
 
 /// The null count of `data` and its validity bitmap from bit 0, none without nulls.
@@ -635,6 +651,27 @@ mod tests {
         }
         let back = unpack(packed).unwrap();
         assert_same_array(sliced.as_ref(), back.as_ref(), &format!("{dt} len {take} offset {offset} seed {seed}"));
+    }
+
+    /// A dictionary row whose key points at a NULL value is NULL in the packed column (its
+    /// validity), so that no kernel reads the value as valid; unpacking gives the same values.
+    #[test]
+    fn dictionary_null_values_pack_as_null_rows() {
+        use datafusion::arrow::array::{DictionaryArray, Int8Array, StringArray};
+        use datafusion::arrow::datatypes::Int8Type;
+        let values: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), None, Some("b")]));
+        let keys = Int8Array::from(vec![Some(0), Some(1), None, Some(2), Some(1), Some(0)]);
+        let dict = DictionaryArray::<Int8Type>::try_new(keys, values).unwrap();
+        for (offset, len) in [(0, 6), (1, 4), (3, 3)] {
+            let a = dict.slice(offset, len);
+            let packed = pack(&a).unwrap();
+            let want: Vec<bool> = (0..len).map(|i| a.logical_nulls().is_none_or(|n| n.is_valid(i))).collect();
+            assert_eq!(packed.null_count, want.iter().filter(|v| !**v).count(), "offset {offset}");
+            let validity = packed.validity.clone().expect("a validity bitmap");
+            let got: Vec<bool> = (0..len).map(|i| validity.as_slice()[i / 8] & (1 << (i % 8)) != 0).collect();
+            assert_eq!(got, want, "offset {offset}");
+            assert_same_array(&a, unpack(packed).unwrap().as_ref(), &format!("offset {offset}"));
+        }
     }
 
     /// Large string and binary columns unpack on several threads into the same arrays as

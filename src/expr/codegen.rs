@@ -5,8 +5,9 @@
 //! and probe rows, a projection its own row).
 //!
 //! What it handles: columns and literals of integer, date, time, timestamp, duration,
-//! Decimal128, Float64, Boolean and string types (floats compare in arrow's total order, where
-//! NaN equals NaN and is the largest value and -0 < +0); `= <> < <= > >=`, `IS [NOT] DISTINCT FROM`, `AND`, `OR`,
+//! Decimal128, Float64, Boolean and string types (floats compare as DataFusion compares them: arrow's
+//! total order, where NaN equals NaN and is the largest value, after -0 is made +0; `CASE x WHEN`
+//! keeps -0 < +0); `= <> < <= > >=`, `IS [NOT] DISTINCT FROM`, `AND`, `OR`,
 //! `NOT`, `IS [NOT] NULL`, `[NOT] IN (literals)`, `CASE`; wrapping integer `+ - *` (DataFusion's
 //! default; an expression built to fail on overflow is refused); Decimal128 `+ - *` with arrow's
 //! scales and its error on 128-bit overflow (reported through the kernel's error flag);
@@ -227,9 +228,16 @@ __device__ __forceinline__ __int128 i128_sub(__int128 a, __int128 b, bool* ovf) 
 }
 
 // Arrow's total order of doubles as a signed integer key (Rust's f64::total_cmp).
+// DataFusion's comparisons (= <> < <= > >=, IS [NOT] DISTINCT FROM, IN) order doubles in that
+// total order after turning -0 into +0 (SQL: -0 = +0); CASE x WHEN compares them unchanged.
+__device__ __forceinline__ long long f64_sql_key(double x);
 __device__ __forceinline__ long long f64_key(double x) {
     long long b = __double_as_longlong(x);
     return b ^ (long long)(((unsigned long long)(b >> 63)) >> 1);
+}
+
+__device__ __forceinline__ long long f64_sql_key(double x) {
+    return f64_key(x == 0.0 ? 0.0 : x);
 }
 
 __device__ __forceinline__ __int128 i128_mul(__int128 a, __int128 b, bool* ovf) {
@@ -485,11 +493,21 @@ impl<'a> Gen<'a> {
     }
 
     /// `a == b` as C, for two values of one type.
+    /// `a == b` as DataFusion's comparisons see it (doubles with -0 equal to +0).
     fn equal(a: &Val, b: &Val) -> String {
+        Self::equal_as(a, b, "f64_sql_key")
+    }
+
+    /// `a == b` as `CASE a WHEN b` sees it: doubles in the total order, -0 and +0 apart.
+    fn equal_exactly(a: &Val, b: &Val) -> String {
+        Self::equal_as(a, b, "f64_key")
+    }
+
+    fn equal_as(a: &Val, b: &Val, f64_key: &str) -> String {
         if a.ty.is_str() {
             format!("(str_cmp({}, {}, {}, {}) == 0)", a.v, a.len, b.v, b.len)
         } else if a.ty == Ty::F64 {
-            format!("(f64_key({}) == f64_key({}))", a.v, b.v)
+            format!("({f64_key}({}) == {f64_key}({}))", a.v, b.v)
         } else {
             format!("({} == {})", a.v, b.v)
         }
@@ -519,7 +537,7 @@ impl<'a> Gen<'a> {
             } else if l.ty == Ty::Bool {
                 format!("((int){} {sym} (int){})", l.v, r.v)
             } else if l.ty == Ty::F64 {
-                format!("(f64_key({}) {sym} f64_key({}))", l.v, r.v)
+                format!("(f64_sql_key({}) {sym} f64_sql_key({}))", l.v, r.v)
             } else {
                 format!("({} {sym} {})", l.v, r.v)
             })
@@ -547,11 +565,21 @@ impl<'a> Gen<'a> {
                 // Kleene logic: a definite FALSE (AND) or TRUE (OR) on either side decides.
                 let (lv, rv) = (format!("({} && {})", l.ok, l.v), format!("({} && {})", r.ok, r.v));
                 let (lf, rf) = (format!("({} && !{})", l.ok, l.v), format!("({} && !{})", r.ok, r.v));
-                if op == Operator::And {
+                // DataFusion evaluates the right side at most on the rows the left does not
+                // decide (and on every row of some batches), so the right side's errors count
+                // only there: a GPU error is then always one DataFusion would raise too.
+                let decided = if op == Operator::And { &lf } else { &lv };
+                let err = match (l.err.as_str(), r.err.as_str()) {
+                    (le, "false") => le.to_string(),
+                    ("false", re) => format!("(!{decided} && {re})"),
+                    (le, re) => format!("({le} || (!{decided} && {re}))"),
+                };
+                let (v, ok) = if op == Operator::And {
                     (format!("({lv} && {rv})"), format!("({lf} || {rf} || {both})"))
                 } else {
                     (format!("({lv} || {rv})"), format!("({lv} || {rv} || {both})"))
-                }
+                };
+                return Ok(self.plain(Ty::Bool, DataType::Boolean, v, ok, err));
             }
             Operator::Plus | Operator::Minus | Operator::Multiply => {
                 if let (DataType::Decimal128(..), DataType::Decimal128(..)) = (&l.dt, &r.dt) {
@@ -642,8 +670,8 @@ impl<'a> Gen<'a> {
             return Err("CASE with string results".into());
         }
         let base = c.expr().map(|b| self.expr(b)).transpose()?;
+        // (condition, its WHEN's error, THEN value) of each arm, in order.
         let mut arms = Vec::new();
-        let mut errs = Vec::new();
         for (when, then) in c.when_then_expr() {
             let w = self.expr(when)?;
             let cond = match &base {
@@ -651,7 +679,7 @@ impl<'a> Gen<'a> {
                     if b.dt != w.dt && !(b.ty.is_str() && w.ty.is_str()) {
                         return Err(format!("CASE comparing {} with {}", b.dt, w.dt));
                     }
-                    format!("({} && {} && {})", b.ok, w.ok, Self::equal(b, &w))
+                    format!("({} && {} && {})", b.ok, w.ok, Self::equal_exactly(b, &w))
                 }
                 None => {
                     if w.ty != Ty::Bool {
@@ -660,12 +688,11 @@ impl<'a> Gen<'a> {
                     format!("({} && {})", w.ok, w.v)
                 }
             };
-            errs.push(w.err.clone());
             let t = self.expr(then)?;
             if t.dt != out {
                 return Err(format!("CASE branch of type {} in a CASE of {out}", t.dt));
             }
-            arms.push((cond, t));
+            arms.push((cond, w.err.clone(), t));
         }
         let otherwise = match c.else_expr() {
             Some(x) => {
@@ -677,14 +704,19 @@ impl<'a> Gen<'a> {
             }
             None => self.literal(&ScalarValue::try_from(&out).map_err(|err| err.to_string())?)?,
         };
+        // DataFusion evaluates a WHEN only on the rows no earlier WHEN matched, a THEN only on
+        // the rows its WHEN matched and the ELSE on the rest: an error counts only there.
         let (mut v, mut ok, mut err) = (otherwise.v.clone(), otherwise.ok.clone(), otherwise.err.clone());
-        for (cond, t) in arms.iter().rev() {
+        for (cond, when_err, t) in arms.iter().rev() {
             v = format!("({cond} ? {} : {v})", t.v);
             ok = format!("({cond} ? {} : {ok})", t.ok);
-            err = format!("({cond} ? {} : {err})", t.err);
-        }
-        for w in errs.into_iter().filter(|w| w != "false") {
-            err = format!("({w} || {err})");
+            err = match (t.err.as_str(), err.as_str()) {
+                ("false", "false") => "false".to_string(),
+                (te, rest) => format!("({cond} ? {te} : {rest})"),
+            };
+            if when_err != "false" {
+                err = format!("({when_err} || {err})");
+            }
         }
         Ok(self.plain(ty, out, v, ok, err))
     }
