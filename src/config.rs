@@ -191,6 +191,8 @@ gpu_options! {
         pub device: usize, default = 0
         /// Most device memory the GPU operators may hold at once (e.g. '8G'); 'auto' takes 90% of the memory free when the device is first used.
         pub memory_limit: ByteSize, default = ByteSize::Auto
+        /// A GPU aggregate whose device memory runs out (over gpu.memory_limit, or refused by the driver), or whose dictionary batches overflow their key type when combined, finishes its partition on DataFusion's own aggregate: it keeps the host input it has read, reserved from DataFusion's memory pool, and replays it there (EXPLAIN ANALYZE counts such partitions in cpu_fallbacks). false fails the query instead.
+        pub cpu_fallback: bool, default = true
         /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead (which reads the rows as they arrive and is dropped once they reach this count).
         pub min_rows: usize, default = 100_000
         /// Size of each pinned host staging buffer used for host-to-device copies.
@@ -207,8 +209,6 @@ gpu_options! {
         pub streaming_stores: bool, default = false
         /// CUDA streams the GPU operators' partitions take round-robin (1 to 64). Partitions that share a stream wait for each other's work at every synchronisation.
         pub streams: usize, default = 16
-        /// Folder of the compiled-kernel cache ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/kernels).
-        pub kernel_cache_dir: String, default = String::new()
         /// GPU join algorithm: auto (the cost model chooses, at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur, smj_gftr.
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.

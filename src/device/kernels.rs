@@ -58,14 +58,96 @@ pub struct KernelCache {
     pub stats: KernelStats,
 }
 
-/// The default cache folder: `$XDG_CACHE_HOME/datafusion-gpu/kernels` or its platform equivalent.
+/// Environment variable that sets the kernel cache folder (`off` disables the disk cache).
+pub const CACHE_DIR_ENV: &str = "DATAFUSION_GPU_KERNEL_CACHE";
+
+/// The cache folder: [`CACHE_DIR_ENV`] when set, else `$XDG_CACHE_HOME/datafusion-gpu/kernels`
+/// or its platform equivalent. It is the process's, never a session setting: the cache holds
+/// code the device runs, and SQL must not choose where that code is read from.
 pub fn default_cache_dir() -> Option<PathBuf> {
-    dirs::cache_dir().map(|d| d.join("datafusion-gpu").join("kernels"))
+    match std::env::var_os(CACHE_DIR_ENV) {
+        Some(v) if v == "off" => None,
+        Some(v) if !v.is_empty() => Some(PathBuf::from(v)),
+        _ => dirs::cache_dir().map(|d| d.join("datafusion-gpu").join("kernels")),
+    }
+}
+
+/// The first bytes of every cache file, before the SHA-256 of the key and of the CUBIN.
+const MAGIC: &[u8; 8] = b"DFGCUBN1";
+
+/// A cache file's content: [`MAGIC`], the SHA-256 of `key`, the SHA-256 of `cubin`, `cubin`.
+fn sealed(key: &str, cubin: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAGIC.len() + 64 + cubin.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&Sha256::digest(key.as_bytes()));
+    out.extend_from_slice(&Sha256::digest(cubin));
+    out.extend_from_slice(cubin);
+    out
+}
+
+/// The CUBIN of a cache file written by [`sealed`] for `key`, or why it is not one: a file
+/// that is truncated, corrupted, or written for another key is recompiled, never loaded.
+fn unsealed(key: &str, bytes: &[u8]) -> std::result::Result<Vec<u8>, &'static str> {
+    let head = MAGIC.len() + 64;
+    if bytes.len() <= head || &bytes[..MAGIC.len()] != MAGIC {
+        return Err("not a kernel cache file");
+    }
+    if bytes[MAGIC.len()..MAGIC.len() + 32] != Sha256::digest(key.as_bytes())[..] {
+        return Err("written for other code");
+    }
+    let cubin = &bytes[head..];
+    if bytes[MAGIC.len() + 32..head] != Sha256::digest(cubin)[..] {
+        return Err("its content does not match its checksum");
+    }
+    Ok(cubin.to_vec())
+}
+
+/// Makes `dir` (and its parents) as a folder only this user may read or write, and checks that
+/// it is one: a real folder, not a link, owned by this user, with no group or other access. A
+/// folder that is not is not used (the kernels are compiled in every process instead).
+fn private_dir(dir: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        return Err(format!("cannot create it: {e}"));
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.file_type().is_dir() {
+        return Err("it is not a folder (a symbolic link is not followed)".into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Err(format!("it belongs to user {}, not to this process's user {uid}", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        // A folder this user made earlier with looser permissions is tightened.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("its permissions {:o} let others in, and cannot be changed: {e}", meta.mode()))?;
+    }
+    Ok(())
+}
+
+/// Reads `path` if it is a regular file (not a symbolic link).
+fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 impl KernelCache {
-    /// `dir = None` disables the disk cache.
+    /// `dir = None` disables the disk cache, and so does a folder that is not private to this
+    /// user (see [`private_dir`]; a warning says why).
     pub fn new(ctx: Arc<CudaContext>, info: &DeviceInfo, dir: Option<PathBuf>) -> Self {
+        let dir = dir.filter(|d| match private_dir(d) {
+            Ok(()) => true,
+            Err(why) => {
+                log::warn!("the kernel cache folder {} is not used: {why}", d.display());
+                false
+            }
+        });
         KernelCache {
             ctx,
             arch: info.arch(),
@@ -141,18 +223,23 @@ impl KernelCache {
     }
 
     fn cubin(&self, name: &str, source: &str) -> Result<Vec<u8>> {
-        let path = self.dir.as_ref().map(|d| d.join(format!("{name}-{}-{}.cubin", self.arch, self.key(name, source))));
+        let key = self.key(name, source);
+        let path = self.dir.as_ref().map(|d| d.join(format!("{name}-{}-{key}.cubin", self.arch)));
         if let Some(p) = &path
-            && let Ok(bytes) = std::fs::read(p)
-            && !bytes.is_empty()
+            && let Ok(bytes) = read_no_follow(p)
         {
-            self.stats.disk_hits.fetch_add(1, Ordering::SeqCst);
-            return Ok(bytes);
+            match unsealed(&key, &bytes) {
+                Ok(cubin) => {
+                    self.stats.disk_hits.fetch_add(1, Ordering::SeqCst);
+                    return Ok(cubin);
+                }
+                Err(why) => log::warn!("the kernel cache file {} is compiled again: {why}", p.display()),
+            }
         }
         let cubin = compile(name, source, &self.arch)?;
         self.stats.compiled.fetch_add(1, Ordering::SeqCst);
         if let Some(p) = &path
-            && let Err(e) = write_atomically(p, &cubin)
+            && let Err(e) = write_atomically(p, &sealed(&key, &cubin))
         {
             log::warn!("could not write the kernel cache file {}: {e}", p.display());
         }
@@ -160,13 +247,28 @@ impl KernelCache {
     }
 }
 
+/// Writes `bytes` to a new file of a random name beside `path` (created exclusively, readable
+/// by this user only), then renames it over `path`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let suffix: u64 = rand::random();
+    let tmp = path.with_extension(format!("tmp-{suffix:016x}"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let written = f.write_all(bytes).and_then(|_| f.sync_all());
+    drop(f);
+    match written.and_then(|_| std::fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }
 
 fn nvrtc_check(r: nvrtcResult, what: &str) -> Result<()> {
@@ -253,7 +355,67 @@ mod tests {
         second.function("copy", "copy_u128").unwrap();
         assert_eq!(second.stats.compiled.load(Ordering::SeqCst), 0, "second run must not compile");
         assert_eq!(second.stats.disk_hits.load(Ordering::SeqCst), 1, "second run hits the disk cache");
+
+        // A file whose CUBIN was changed is compiled again, not loaded, and rewritten whole.
+        let path = files[0].as_ref().unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let third = KernelCache::new(Arc::clone(gpu.context()), gpu.info(), Some(dir.clone()));
+        third.function("copy", "copy_u128").unwrap();
+        assert_eq!(third.stats.compiled.load(Ordering::SeqCst), 1, "a tampered file is compiled again");
+        assert_eq!(third.stats.disk_hits.load(Ordering::SeqCst), 0);
+        assert!(unsealed(&third.key("copy", MODULES[0].1), &std::fs::read(&path).unwrap()).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A sealed file gives back its CUBIN for its own key only; any changed byte, a truncation
+    /// or another key is refused.
+    #[test]
+    fn cache_files_are_verified_on_load() {
+        let cubin: Vec<u8> = (0..200u8).collect();
+        let file = sealed("key-a", &cubin);
+        assert_eq!(unsealed("key-a", &file).unwrap(), cubin);
+        assert!(unsealed("key-b", &file).is_err(), "another key");
+        for at in [0, 9, MAGIC.len() + 40, file.len() - 1] {
+            let mut bad = file.clone();
+            bad[at] ^= 1;
+            assert!(unsealed("key-a", &bad).is_err(), "byte {at} changed");
+        }
+        assert!(unsealed("key-a", &file[..file.len() - 1]).is_err(), "truncated");
+        assert!(unsealed("key-a", &cubin).is_err(), "a bare CUBIN");
+    }
+
+    /// The cache folder is made private to this user; a symbolic link in its place is refused,
+    /// and so are cache files that are links.
+    #[test]
+    fn cache_folder_is_private_and_links_are_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("dfg-private-dir-test-{}-{}", std::process::id(), rand::random::<u32>()));
+        let dir = root.join("a").join("kernels");
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700, "tightened");
+        let link = root.join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(private_dir(&link).is_err(), "a link to a folder is not used");
+        let target = dir.join("target.cubin");
+        write_atomically(&target, b"bytes").unwrap();
+        assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(read_no_follow(&target).unwrap(), b"bytes");
+        let file_link = dir.join("link.cubin");
+        std::os::unix::fs::symlink(&target, &file_link).unwrap();
+        assert!(read_no_follow(&file_link).is_err(), "a link is not read");
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty());
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A kernel that does not compile reports NVRTC's log.

@@ -125,13 +125,10 @@ impl Gpu {
     }
 
     /// The runtime of the session's device, with the session's limits applied. The kernel cache
-    /// folder is fixed by whichever session opens the device first.
+    /// folder is the process's ([`kernels::default_cache_dir`]): not a session setting, since
+    /// the cache holds code the device runs.
     pub fn for_config(cfg: &GpuConfig) -> Result<Arc<Gpu>> {
-        let dir = match cfg.kernel_cache_dir.trim() {
-            "" => kernels::default_cache_dir(),
-            d => Some(std::path::PathBuf::from(d)),
-        };
-        let gpu = Gpu::get_or_open(cfg.device, dir)?;
+        let gpu = Gpu::get_or_open(cfg.device, kernels::default_cache_dir())?;
         gpu.apply_config(cfg);
         Ok(gpu)
     }
