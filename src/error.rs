@@ -27,3 +27,49 @@ impl<T> CudaResultExt<T> for std::result::Result<T, DriverError> {
 pub fn gpu_error(msg: impl Into<String>) -> DataFusionError {
     DataFusionError::Execution(format!("GPU: {}", msg.into()))
 }
+
+/// The prefix of every error this crate raises.
+pub const GPU_PREFIX: &str = "GPU: ";
+
+/// Device memory that could not be had (over `gpu.memory_limit`, or refused by the driver): a
+/// `ResourcesExhausted` error, which the execs answer by finishing the work on the CPU where
+/// they can ([`recoverable_on_cpu`]).
+pub fn device_memory_error(msg: impl Into<String>) -> DataFusionError {
+    DataFusionError::ResourcesExhausted(format!("{GPU_PREFIX}{}", msg.into()))
+}
+
+/// Whether DataFusion's own operator can do the work that failed with `e` on the GPU: device
+/// memory ran out ([`device_memory_error`]), or combining dictionary batches on the way to the
+/// device overflowed their key type (DataFusion's operators never combine them).
+pub fn recoverable_on_cpu(e: &DataFusionError) -> bool {
+    use datafusion::arrow::error::ArrowError;
+    match e.find_root() {
+        DataFusionError::ResourcesExhausted(m) => m.starts_with(GPU_PREFIX),
+        DataFusionError::ArrowError(a, _) => matches!(a.as_ref(), ArrowError::DictionaryKeyOverflowError),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::error::ArrowError;
+
+    use super::*;
+
+    /// Device memory errors and dictionary key overflows are recoverable on the CPU, also
+    /// when shared or given context; other errors, and the host pool's exhaustion, are not.
+    #[test]
+    fn recoverable_errors_are_device_memory_and_dictionary_overflow() {
+        let mem = device_memory_error("a join needs 1GiB");
+        assert!(mem.to_string().contains("GPU: a join needs 1GiB"), "{mem}");
+        assert!(recoverable_on_cpu(&mem));
+        assert!(recoverable_on_cpu(&DataFusionError::Shared(Arc::new(device_memory_error("x")))));
+        assert!(recoverable_on_cpu(&device_memory_error("x").context("building")));
+        let dict = DataFusionError::ArrowError(Box::new(ArrowError::DictionaryKeyOverflowError), None);
+        assert!(recoverable_on_cpu(&dict));
+        assert!(!recoverable_on_cpu(&DataFusionError::ResourcesExhausted("the host pool is full".into())));
+        assert!(!recoverable_on_cpu(&gpu_error("a kernel failed")));
+    }
+}

@@ -993,3 +993,61 @@ async fn gpu_aggregate_partitions_below_min_rows_run_on_the_cpu() {
     assert!(fused_on_cpu > 0, "no query with fused filters ran on the CPU");
     println!("{checked} GPU aggregates with small partitions matched the CPU (seed {seed})");
 }
+
+/// A dictionary whose values hold a NULL: rows whose key points at it are NULL, for COUNT, as
+/// a group key and under COUNT(DISTINCT), as DataFusion reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_reads_null_dictionary_values_as_null() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_reads_null_dictionary_values_as_null") else { return };
+    let seed = fresh_seed("gpu_aggregate_reads_null_dictionary_values_as_null");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let rows = 20_000;
+    let values: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), None, Some("b"), None, Some("c")]));
+    let keys: Int32Array = (0..rows).map(|_| rng.random_bool(0.9).then(|| rng.random_range(0..5))).collect();
+    let dict = DictionaryArray::<Int32Type>::try_new(keys, values).expect("a dictionary");
+    let g: Int32Array = (0..rows).map(|_| Some(rng.random_range(0..7))).collect();
+    let batch = RecordBatch::try_from_iter(vec![("g", Arc::new(g) as ArrayRef), ("c", Arc::new(dict) as ArrayRef)])
+        .expect("a batch");
+    let queries = [
+        "SELECT g, count(c) n, count(*) m FROM t GROUP BY g ORDER BY g",
+        "SELECT c, count(*) m FROM t GROUP BY c ORDER BY c NULLS FIRST",
+        "SELECT g, count(DISTINCT c) d FROM t GROUP BY g ORDER BY g",
+        "SELECT count(*) m FROM t WHERE c IS NULL",
+    ];
+    let mut failures = Vec::new();
+    for sql in queries {
+        failures.extend(check(&batch, sql, sql, &EVERY_MODE[..2]).await);
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+}
+
+/// An expression whose right side of AND / OR, or a later WHEN or THEN of a CASE, overflows
+/// only on rows DataFusion never evaluates it for: the GPU answers as the CPU does, rather than
+/// raising the overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_expressions_raise_errors_only_where_datafusion_evaluates() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_expressions_raise_errors_only_where_datafusion_evaluates") else { return };
+    let rows = 200_000i64;
+    let k = Int64Array::from_iter_values(0..rows);
+    // d * d overflows 38 digits only where k >= 100000.
+    let big = 10i128.pow(20);
+    let d = Decimal128Array::from_iter_values((0..rows).map(|k| if k >= 100_000 { big } else { k as i128 }))
+        .with_precision_and_scale(38, 0)
+        .expect("decimal(38, 0)");
+    let batch = RecordBatch::try_from_iter(vec![("k", Arc::new(k) as ArrayRef), ("d", Arc::new(d) as ArrayRef)])
+        .expect("a batch");
+    let queries = [
+        "SELECT count(*) n FROM t WHERE k < 1000 AND d * d > 0",
+        "SELECT count(*) n FROM t WHERE k >= 1000 OR d * d > 0",
+        "SELECT sum(CASE WHEN k < 1000 THEN d * d ELSE 0 END) s FROM t",
+        "SELECT sum(CASE WHEN k >= 100000 THEN 0 WHEN d * d > 0 THEN 1 ELSE 2 END) s FROM t",
+        "SELECT k % 3 g, sum(CASE WHEN k >= 100000 THEN d ELSE d * d END) s FROM t GROUP BY k % 3 ORDER BY g",
+    ];
+    let mut failures = Vec::new();
+    for sql in queries {
+        failures.extend(check(&batch, sql, sql, &EVERY_MODE[..2]).await);
+    }
+    assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
 
 use crate::config::human_bytes;
-use crate::error::{CudaResultExt, Result, gpu_error};
+use crate::error::{CudaResultExt, Result, device_memory_error};
 
 /// The byte budget of one device. Every [`DeviceBuffer`] holds a [`Reservation`] against it.
 #[derive(Debug)]
@@ -63,7 +63,7 @@ impl MemoryBudget {
         let mut used = self.used.load(Ordering::SeqCst);
         loop {
             let new = used.checked_add(bytes).filter(|n| *n <= limit).ok_or_else(|| {
-                gpu_error(format!(
+                device_memory_error(format!(
                     "{what} needs {} of device memory, but gpu.memory_limit is {} and {} is in use; \
                      raise it with SET gpu.memory_limit = '<size>' or run the query on the CPU \
                      with SET gpu.enable = false",
@@ -119,7 +119,7 @@ impl DeviceBuffer {
         } else {
             // SAFETY: the memory is uninitialised; every user writes before reading.
             Some(unsafe { stream.alloc::<u8>(len) }.map_err(|e| {
-                gpu_error(format!(
+                device_memory_error(format!(
                     "allocating {} of device memory for {what} failed ({e}); the device may be \
                      shared with other processes: lower gpu.memory_limit",
                     human_bytes(len as u64)

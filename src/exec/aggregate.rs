@@ -44,7 +44,8 @@ use datafusion::physical_plan::{
     PhysicalExpr, PlanProperties, displayable,
 };
 use futures::{Stream, StreamExt};
-use tokio::sync::OnceCell;
+use super::once::OnceShared;
+use super::replay::Replay;
 
 use super::fuse::{self, FusedInput, PrefilterCounters};
 use super::upload::ChunkUploader;
@@ -56,7 +57,7 @@ use crate::config::GpuConfig;
 use crate::cost::Profile;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
 use crate::device::Gpu;
-use crate::error::gpu_error;
+use crate::error::{gpu_error, recoverable_on_cpu};
 
 #[derive(Debug)]
 pub struct GpuAggregateExec {
@@ -94,7 +95,7 @@ struct Exchange {
     /// at the same positions); `None` for one output partition.
     hash: Option<(Vec<Arc<dyn PhysicalExpr>>, usize)>,
     /// The output of every partition, made once.
-    output: OnceCell<Vec<Vec<RecordBatch>>>,
+    output: OnceShared<Arc<Vec<Vec<RecordBatch>>>>,
 }
 
 /// Why [`GpuAggregateExec::with_exchange`] removes no exchange.
@@ -113,7 +114,7 @@ impl Exchange {
             removed: self.removed.clone(),
             columns: self.columns.clone(),
             hash: self.hash.clone(),
-            output: OnceCell::new(),
+            output: OnceShared::default(),
         }
     }
 }
@@ -350,7 +351,7 @@ impl GpuAggregateExec {
             removed: displayable(exchange.as_ref()).one_line().to_string().trim_end().to_string(),
             columns,
             hash,
-            output: OnceCell::new(),
+            output: OnceShared::default(),
         })
     }
 
@@ -426,6 +427,8 @@ impl GpuAggregateExec {
             chunk_rows: cfg.batch_rows.max(1),
             batch_size: context.session_config().batch_size().max(1),
             min_rows: cfg.min_rows,
+            cpu_fallback: cfg.cpu_fallback,
+            partition,
             host_filter_below: cfg.host_filter_below,
             host_upload_ns_per_row,
             context: Arc::clone(context),
@@ -483,24 +486,20 @@ impl GpuAggregateExec {
                 .sum()
         };
         if !reduced.is_empty() && state_rows(true) >= state_rows(false) {
-            let mut parts = Vec::with_capacity(reduced.len());
-            for r in reduced {
-                parts.push(match r {
-                    Reduced::Host(states) => states,
-                    // DataFusion's partial states, as a GPU Partial stage under a CPU Final gives them.
-                    Reduced::Device(state) => {
-                        let (agg, layout) = (Arc::clone(&partial.agg), Arc::clone(&partial.layout));
-                        let timer = run.metrics.download_time.clone();
-                        blocking(move || {
-                            let _t = timer.timer();
-                            Ok(vec![output(&agg, &layout, state.download()?)?])
-                        })
-                        .await?
-                    }
-                });
-            }
+            let parts = states_on_host(partial, &run, reduced).await?;
             return self.exchange_on_cpu(&run, parts, &context).await;
         }
+        // The states the device merge reads share their device memory with these: when the
+        // merge runs out of memory they are merged on the CPU instead.
+        let kept: Option<Vec<Reduced>> = run.cpu_fallback.then(|| {
+            reduced
+                .iter()
+                .map(|r| match r {
+                    Reduced::Device(state) => Reduced::Device(state.clone()),
+                    Reduced::Host(states) => Reduced::Host(states.clone()),
+                })
+                .collect()
+        });
         let (schema, columns) = (Arc::clone(&self.layout.upload_schema), ex.columns.clone());
         // DataFusion's partial states have the partial aggregate's schema.
         let (gpu, state_schema) = (Arc::clone(&run.gpu), partial.agg.schema());
@@ -523,7 +522,16 @@ impl GpuAggregateExec {
                 Ok(Piece::Device(state.select(&columns, &schema)?))
             }
         });
-        let state = run.reduce(Box::pin(states)).await?;
+        let state = match (run.reduce(Box::pin(states)).await, kept) {
+            (Ok(state), _) => state,
+            (Err(e), Some(kept)) if recoverable_on_cpu(&e) => {
+                log::debug!("a GPU aggregate's device exchange merges on the CPU: {e}");
+                run.metrics.cpu_fallbacks.add(1);
+                let parts = states_on_host(partial, &run, kept).await?;
+                return self.exchange_on_cpu(&run, parts, &context).await;
+            }
+            (Err(e), _) => return Err(e),
+        };
         // The host work the exchange's partitions did in parallel (finalising, hashing) is
         // spread over as many tasks.
         let threads = ex.hash.as_ref().map_or(1, |(_, n)| *n).max(inputs);
@@ -696,11 +704,18 @@ impl ExecutionPlan for GpuAggregateExec {
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
         if let Some(ex) = &self.exchange {
-            // A copy that shares this exec's metrics and exchange, for the task that makes the output.
-            let this = GpuAggregateExec { exchange: Some(Arc::clone(ex)), ..self.duplicate(self.metrics.clone()) };
+            // A copy that shares this exec's metrics, for the work that makes the output. It holds
+            // a copy of the exchange, not this one, whose output slot holds that work.
+            let this = self.duplicate(self.metrics.clone());
             let ex = Arc::clone(ex);
             let batches = futures::stream::once(async move {
-                let all = ex.output.get_or_try_init(|| this.exchange_output(&ex, context)).await?;
+                let make = || async move {
+                    let copy = this.exchange.clone().ok_or_else(|| {
+                        DataFusionError::Internal("a GPU aggregate's copy lost its exchange".into())
+                    })?;
+                    this.exchange_output(&copy, context).await.map(Arc::new)
+                };
+                let all = ex.output.get_or_start(make).await?;
                 let mine = all.get(partition).cloned().ok_or_else(|| {
                     DataFusionError::Internal(format!("a GPU aggregate has no output partition {partition}"))
                 })?;
@@ -772,6 +787,9 @@ struct Metrics {
     /// Exchanges whose partial states were merged on the CPU, by DataFusion's exchange and
     /// Final aggregate (see [`GpuAggregateExec::exchange_output`]).
     cpu_merges: Count,
+    /// Partitions (and device exchanges) the GPU could not finish for want of device memory,
+    /// finished by DataFusion's aggregate on their replayed input (`gpu.cpu_fallback`).
+    cpu_fallbacks: Count,
     /// Rows a fused filter removed on the host before the upload (see [`fuse::HostPrefilter`]).
     host_filtered_rows: Count,
     /// Partitions whose fused filter kept few enough rows to run on the host as well.
@@ -799,6 +817,7 @@ impl Metrics {
             method_changes: b().counter("method_changes", partition),
             cpu_partitions: b().counter("cpu_partitions", partition),
             cpu_merges: b().counter("cpu_merges", partition),
+            cpu_fallbacks: b().counter("cpu_fallbacks", partition),
             host_filtered_rows: b().counter("host_filtered_rows", partition),
             host_filter_partitions: b().counter("host_filter_partitions", partition),
             output_rows: b().output_rows(partition),
@@ -823,6 +842,9 @@ struct Run {
     batch_size: usize,
     /// A partition whose whole input has fewer rows runs on the CPU (`gpu.min_rows`).
     min_rows: usize,
+    /// `gpu.cpu_fallback`: finish on the CPU when device memory runs out.
+    cpu_fallback: bool,
+    partition: usize,
     /// `gpu.host_filter_below`: see [`fuse::HostPrefilter`].
     host_filter_below: f64,
     /// With `gpu.host_filter_priced`: what uploading one row of the fused input costs this
@@ -976,8 +998,33 @@ impl Run {
             drop(tx);
         }
         let rest = futures::stream::iter(head.into_iter().map(Ok)).chain(input);
-        let input = Box::pin(RecordBatchStreamAdapter::new(schema, rest));
-        self.reduce(self.host_pieces(input)).await.map(Reduced::Device)
+        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), rest));
+        if !self.cpu_fallback {
+            return self.reduce(self.host_pieces(input)).await.map(Reduced::Device);
+        }
+        let name = format!("GpuAggregateExec[{}] input kept for the CPU", self.partition);
+        let (replay, input) = Replay::new(input, self.context.memory_pool(), name);
+        let failed = match self.reduce(self.host_pieces(input)).await {
+            Ok(state) => return Ok(Reduced::Device(state)),
+            // An error of the input (a GPU join below out of memory, say) is not this exec's.
+            Err(e) if recoverable_on_cpu(&e) && !replay.input_failed() => e,
+            Err(e) => return Err(e),
+        };
+        // The GPU's work (and the stream that read the input) is dropped by now: the device
+        // memory it held is free, and the partition's whole input goes to DataFusion's aggregate.
+        let Some(rows) = replay.take() else {
+            return Err(failed.context(
+                "a GPU aggregate ran out of device memory, and its input could not be kept for the CPU \
+                 within DataFusion's memory pool",
+            ));
+        };
+        timeline::mark(&self.who, || format!("on the CPU after: {failed}"));
+        log::debug!("GPU aggregate partition {} finishes on the CPU: {failed}", self.partition);
+        self.metrics.cpu_fallbacks.add(1);
+        let out = self.on_cpu(schema, rows)?.join_unwind().await.map_err(|e| {
+            DataFusionError::Execution(format!("GPU aggregate: its CPU aggregate failed: {e}"))
+        })??;
+        Ok(Reduced::Host(out))
     }
 
     /// DataFusion's aggregate (and the nodes fused into this exec) over `rows`, this
@@ -1288,6 +1335,27 @@ impl Run {
         }
         Ok(())
     }
+}
+
+/// DataFusion's partial states of each partition of a GPU Partial stage, on the host (device
+/// states downloaded), as a GPU Partial stage under a CPU Final gives them.
+async fn states_on_host(partial: &GpuAggregateExec, run: &Run, reduced: Vec<Reduced>) -> Result<Vec<Vec<RecordBatch>>> {
+    let mut parts = Vec::with_capacity(reduced.len());
+    for r in reduced {
+        parts.push(match r {
+            Reduced::Host(states) => states,
+            Reduced::Device(state) => {
+                let (agg, layout) = (Arc::clone(&partial.agg), Arc::clone(&partial.layout));
+                let timer = run.metrics.download_time.clone();
+                blocking(move || {
+                    let _t = timer.timer();
+                    Ok(vec![output(&agg, &layout, state.download()?)?])
+                })
+                .await?
+            }
+        });
+    }
+    Ok(parts)
 }
 
 /// An aggregate's output rows from (a slice of) its merged state batch.

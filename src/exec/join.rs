@@ -39,8 +39,9 @@ use datafusion::physical_plan::{
 };
 use futures::channel::mpsc;
 use futures::{FutureExt, SinkExt, Stream, StreamExt};
-use tokio::sync::OnceCell;
 
+use super::once::OnceShared;
+use super::task_stream::TaskStream;
 use super::upload::{ChunkUploader, batch_bytes};
 use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream, timeline};
 use crate::columns::DeviceBatch;
@@ -134,7 +135,7 @@ impl OutOfCore {
 /// The build side shared by the probe partitions of a `CollectLeft` join.
 #[derive(Debug, Default)]
 struct Shared {
-    build: OnceCell<Built>,
+    build: OnceShared<Built>,
     /// Probe partitions still running; the last one emits the build rows decided at the end.
     remaining: AtomicUsize,
 }
@@ -813,7 +814,12 @@ fn runtime_spec(
     Arc::new(spec)
 }
 
-/// A spec for one build: the run-time algorithm choice, and out of core, its output windows.
+/// Fewest rows a probe chunk or output window is cut to under a small memory limit: below this,
+/// launches cost more than the rows.
+const MIN_MEMORY_ROWS: u64 = 8192;
+
+/// A spec for one build: the run-time algorithm choice, and its output windows when the memory
+/// limit (or an out-of-core plan) asks for windows smaller than `gpu.batch_rows`.
 fn build_spec(
     layout: &Layout,
     estimate: Option<&JoinEstimate>,
@@ -891,10 +897,12 @@ async fn build_side(
         BuildInput::Device(d) => (d.num_rows(), d.byte_size() as u64),
     };
     timeline::mark(&who, || format!("build input of {rows} rows collected"));
-    // Partitioned mode runs one join per partition at the same time: each gets its share.
+    // Partitioned mode runs one join per partition at the same time: each gets its share. Of
+    // the limit, only what other operators do not hold now is there for this build.
+    let available = gpu.memory().limit().saturating_sub(gpu.memory().used());
     let (limit, streams) = match consumers_share_build {
-        true => (gpu.memory().limit(), consumers),
-        false => (gpu.memory().limit() / consumers.max(1) as u64, 1),
+        true => (available, consumers),
+        false => (available / consumers.max(1) as u64, 1),
     };
     let spill = !fits_in_memory(bytes, limit) || (planned_out_of_core && !consumers_share_build);
     if layout.no_spill.is_none() && spill {
@@ -943,7 +951,12 @@ async fn build_side(
         let participants = if consumers_share_build { consumers } else { 1 };
         return Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))));
     }
-    let spec = runtime_spec(&layout, estimate.as_deref(), rows, &gpu, &cfg);
+    // The output windows every probe stream may hold at once (a few each, see `probe_chunk`)
+    // take at most a quarter of the memory limit: under a small limit, windows shrink.
+    let pair_bytes = row_width(&layout.spec.schema).max(1) + 16;
+    let in_flight = consumers.max(1) as u64 * crate::join::triton::WINDOWS_PER_STREAM;
+    let window_rows = (gpu.memory().limit() / 4 / in_flight / pair_bytes).max(MIN_MEMORY_ROWS);
+    let spec = build_spec(&layout, estimate.as_deref(), rows, &gpu, &cfg, Some(window_rows));
     metrics.ran(spec.algorithm);
     let build_time = metrics.build_time.clone();
     let _t = build_time.timer();
@@ -1398,18 +1411,26 @@ enum Probe {
     Host(SendableRecordBatchStream),
 }
 
-/// Probes one device chunk of probe rows on `stream`, recording its rows and phase times.
+/// Probes one device chunk of probe rows on `stream`, recording its rows and phase times, and
+/// sends each output window to `tx` as it is made, waiting while the channel is full: the
+/// join's output in device memory is then the windows in flight, not the chunk's whole fan-out.
+/// Runs on a blocking thread.
 fn probe_chunk(
     build: &JoinBuild,
     metrics: &Metrics,
     stream: &Arc<CudaStream>,
     chunk: &DeviceBatch,
-) -> Result<Vec<DeviceBatch>> {
+    tx: &mut mpsc::Sender<Result<DeviceBatch>>,
+) -> Result<()> {
     metrics.probe_rows.add(chunk.num_rows());
     let mut times = PhaseTimes::default();
-    let out = build.probe(stream, chunk, &mut times)?;
+    let out = build.probe_into(stream, chunk, &mut times, &mut |b| {
+        metrics.sent(b.num_rows());
+        futures::executor::block_on(tx.send(Ok(b)))
+            .map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))
+    });
     metrics.add_phases(&times);
-    Ok(out)
+    out
 }
 
 /// Passes output batches to the stream, counting them.
@@ -1419,20 +1440,6 @@ async fn send(tx: &mut mpsc::Sender<Result<DeviceBatch>>, metrics: &Metrics, out
         tx.send(Ok(o)).await.map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
     }
     Ok(())
-}
-
-/// A stream fed by a spawned task, which is aborted if the stream is dropped.
-struct TaskStream<T = DeviceBatch> {
-    rx: mpsc::Receiver<Result<T>>,
-    _task: SpawnedTask<()>,
-}
-
-impl<T> Stream for TaskStream<T> {
-    type Item = Result<T>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_next_unpin(cx)
-    }
 }
 
 /// `input` read by a task of its own from now on, up to `ahead` (at least 1) items ahead of its
@@ -1453,7 +1460,7 @@ fn read_ahead<T: Send + 'static>(
             }
         }
     });
-    Box::pin(TaskStream { rx, _task: task })
+    Box::pin(TaskStream::new(rx, task, "a GPU join's probe read-ahead"))
 }
 
 impl GpuExec for GpuHashJoinExec {
@@ -1492,7 +1499,10 @@ impl GpuExec for GpuHashJoinExec {
             self.properties().output_partitioning(),
             Partitioning::UnknownPartitioning(_) | Partitioning::RoundRobinBatch(_)
         );
-        let chunk_rows = cfg.batch_rows.max(1);
+        // Probe chunks of every partition take at most a quarter of the memory limit between them.
+        let probe_row = row_width(&self.layout.probe_schema).max(1);
+        let memory_rows = gpu.memory().limit() / 4 / (probe_partitions.max(1) as u64) / probe_row;
+        let chunk_rows = cfg.batch_rows.max(1).min(memory_rows.max(MIN_MEMORY_ROWS) as usize);
         // A GPU child hands over its device batches directly (no download and upload between
         // two GPU operators); any other child is read as host batches and uploaded in chunks.
         let probe = match as_gpu_exec(&right) {
@@ -1531,7 +1541,7 @@ impl GpuExec for GpuHashJoinExec {
                         shared.remaining.store(probe_partitions, Ordering::SeqCst);
                         build_fut
                     };
-                    shared.build.get_or_try_init(init).await?.clone()
+                    shared.build.get_or_start(init).await?
                 } else {
                     build_fut.await?
                 };
@@ -1544,6 +1554,15 @@ impl GpuExec for GpuHashJoinExec {
                         return job.run(probe, &tx, arrival).await;
                     }
                 };
+                if build.probe_is_moot() {
+                    // Nothing to output: the probe input is dropped unread, as DataFusion's join
+                    // drops it (its operators' errors must not surface here when they do not there).
+                    timeline::mark(&who, || "empty build: the probe side is not read".into());
+                    if mode == PartitionMode::CollectLeft && shared.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        shared.build.clear();
+                    }
+                    return Ok(());
+                }
                 let mut probe = match probe {
                     Probe::Host(stream) => stream,
                     Probe::Device(mut stream) => {
@@ -1553,10 +1572,9 @@ impl GpuExec for GpuHashJoinExec {
                             }
                             timeline::mark(&who, || format!("probe device batch of {} rows arrived", dev.num_rows()));
                             let chunk = probe_columns(&layout, &dev)?;
-                            let (build, m) = (Arc::clone(&build), metrics.clone());
+                            let (build, m, mut out) = (Arc::clone(&build), metrics.clone(), tx.clone());
                             // On the stream that produced the batch, so the probe follows it.
-                            let outputs = blocking(move || probe_chunk(&build, &m, chunk.stream(), &chunk)).await?;
-                            send(&mut tx, &metrics, outputs).await?;
+                            blocking(move || probe_chunk(&build, &m, chunk.stream(), &chunk, &mut out)).await?;
                         }
                         Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(Arc::clone(
                             &layout.probe_schema,
@@ -1588,20 +1606,24 @@ impl GpuExec for GpuHashJoinExec {
                         },
                     };
                     timeline::mark(&who, || format!("probe chunk of {} rows on the device", chunk.num_rows()));
-                    let (build, m, w) = (Arc::clone(&build), metrics.clone(), who.clone());
-                    let outputs = blocking(move || {
-                        let out = probe_chunk(&build, &m, chunk.stream(), &chunk);
+                    let (build, m, w, mut out) = (Arc::clone(&build), metrics.clone(), who.clone(), tx.clone());
+                    blocking(move || {
+                        let joined = probe_chunk(&build, &m, chunk.stream(), &chunk, &mut out);
                         timeline::mark(&w, || "probe chunk joined".into());
-                        out
+                        joined
                     })
                     .await?;
-                    send(&mut tx, &metrics, outputs).await?;
                 }
                 timeline::mark(&who, || "probe input ended".into());
                 let last = match mode {
                     PartitionMode::CollectLeft => shared.remaining.fetch_sub(1, Ordering::SeqCst) == 1,
                     _ => true,
                 };
+                if last && mode == PartitionMode::CollectLeft {
+                    // No probe partition needs the shared build any more: its device memory goes
+                    // when this partition drops its own handle, not when the plan is dropped.
+                    shared.build.clear();
+                }
                 if last && build.spec().emits_build_rows() {
                     let (gpu, build2, m) = (Arc::clone(&gpu), Arc::clone(&build), metrics.clone());
                     let outputs = blocking(move || {
@@ -1620,7 +1642,7 @@ impl GpuExec for GpuHashJoinExec {
                 let _ = tx.send(Err(e)).await;
             }
         });
-        Ok(Box::pin(TaskStream { rx, _task: task }))
+        Ok(Box::pin(TaskStream::new(rx, task, "a GPU hash join")))
     }
 }
 

@@ -10,7 +10,10 @@ pub mod fallback;
 pub mod filter_project;
 pub mod fuse;
 pub mod join;
+pub mod once;
 pub mod placement;
+pub mod replay;
+pub mod task_stream;
 pub mod timeline;
 pub mod upload;
 

@@ -444,6 +444,14 @@ impl JoinBuild {
         })
     }
 
+    /// Whether no probe row can produce output, so the probe side need not be read at all (as
+    /// DataFusion's hash join skips it, and with it any error its input would raise): the build
+    /// is empty and the join type outputs only matched or build rows. (DataFusion also skips
+    /// the probe when every build key is NULL and NULLs match nothing; that case still probes.)
+    pub fn probe_is_moot(&self) -> bool {
+        self.batch.num_rows() == 0 && self.spec.join_type.empty_build_side_produces_empty_result()
+    }
+
     pub fn spec(&self) -> &Arc<JoinSpec> {
         &self.spec
     }
@@ -472,6 +480,20 @@ impl JoinBuild {
         self.probe_part(stream, chunk, times, None, true)
     }
 
+    /// Joins one probe chunk, handing each output batch (one window of about `batch_rows`
+    /// pairs, on `stream`) to `sink` as soon as it is made. A sink that waits for its consumer
+    /// bounds the join's output in device memory to the windows in flight, whatever the chunk's
+    /// fan-out; an error from the sink stops the probe.
+    pub fn probe_into(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        times: &mut PhaseTimes,
+        sink: &mut dyn FnMut(DeviceBatch) -> Result<()>,
+    ) -> Result<()> {
+        self.probe_windows(stream, chunk, times, None, true, sink)
+    }
+
     /// Joins one probe chunk against this build when the build side is one of several chunks
     /// that each see the whole probe side (an out-of-core partition too large for one build).
     /// `flags` (one zeroed byte per probe row, ordered before `stream`) collects the probe rows'
@@ -485,6 +507,24 @@ impl JoinBuild {
         flags: Option<&DeviceBuffer>,
         last: bool,
     ) -> Result<Vec<DeviceBatch>> {
+        let mut out = Vec::new();
+        self.probe_windows(stream, chunk, times, flags, last, &mut |b| {
+            out.push(b);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`Self::probe_part`], each output batch handed to `sink` as it is made.
+    fn probe_windows(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        times: &mut PhaseTimes,
+        flags: Option<&DeviceBuffer>,
+        last: bool,
+        sink: &mut dyn FnMut(DeviceBatch) -> Result<()>,
+    ) -> Result<()> {
         let sync = times.synchronized;
         let (spec, gpu) = (&*self.spec, &*self.gpu);
         let rows = chunk.num_rows() as u64;
@@ -497,7 +537,7 @@ impl JoinBuild {
                 self.probe_has_null.store(true, Ordering::SeqCst);
             }
             if self.probe_has_null.load(Ordering::SeqCst) {
-                return Ok(Vec::new()); // NOT IN against a set holding NULL is never true
+                return Ok(()); // NOT IN against a set holding NULL is never true
             }
         }
         let width = spec.keys.encoding.width();
@@ -582,7 +622,6 @@ impl JoinBuild {
         let need_rows_b = needs_rows(spec, true, &build_moved);
         let need_rows_p =
             needs_rows(spec, false, &probe_t.as_ref().map(Transformed::column_indices).unwrap_or_default());
-        let mut out = Vec::new();
         for (j0, j1, o0, o1) in windows {
             let n = o1 - o0;
             let (pos_b, pos_p) = phase(stream, sync, &mut times.matching, || match &writer {
@@ -630,11 +669,15 @@ impl JoinBuild {
                 }
                 self.pair_batch(stream, chunk, probe_t.as_ref(), &pairs, build_perm, probe_perm).map(Some)
             })?;
-            out.extend(batch);
+            if let Some(b) = batch {
+                sink(b)?;
+            }
         }
         if let Some(flags) = probe_flags.filter(|_| last) {
             let emitted = phase(stream, sync, &mut times.materialize, || self.emit_probe_rows(stream, chunk, flags))?;
-            out.extend(emitted);
+            for b in emitted {
+                sink(b)?;
+            }
         }
         // The probe's device work is done when it returns, however its phases were timed: other
         // streams read the matched flags it set (`finish`), and the build it read is freed on the
@@ -642,7 +685,7 @@ impl JoinBuild {
         if !sync {
             stream.synchronize().gpu("waiting for a join probe")?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The build rows decided at the end of the probe (outer, semi, anti and mark joins on the
