@@ -22,6 +22,7 @@ pub mod device;
 pub mod error;
 pub mod exec;
 pub mod expr;
+pub mod fuzz;
 pub mod join;
 pub mod primitives;
 pub mod rule;

@@ -703,6 +703,13 @@ mod tests {
             );
         } else {
             assert_eq!(gpu, 0);
+            assert!(
+                !crate::testing::gpu_required(),
+                "{}: {} is set, but no GPU could be used: {}",
+                suite.title(),
+                crate::testing::REQUIRE_GPU_ENV,
+                report.no_gpu.clone().unwrap_or_default()
+            );
             eprintln!(
                 "SKIPPED the GPU half of {}: no usable GPU: {}",
                 suite.title(),

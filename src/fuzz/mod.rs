@@ -1,0 +1,395 @@
+//! The differential fuzzer (`datafusion-gpu fuzz`): random tables and random join, aggregate,
+//! filter and subquery queries, each run by DataFusion alone and with the GPU rule forcing every
+//! eligible operator onto the GPU (`gpu.min_rows = 0`, `gpu.placement = always`) under a
+//! rotating `gpu.memory_limit`. A query whose answers differ, or that fails, panics or hangs only
+//! with the rule, is reported with a self-contained repro: the settings, `CREATE TABLE`
+//! statements that rebuild the data, and the query.
+//!
+//! Without a GPU the rule leaves every operator on the CPU, and the run checks only that
+//! planning with the rule keeps DataFusion's answers.
+
+pub mod queries;
+pub mod tables;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::datasource::MemTable;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_plan::{collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::device::probe;
+use crate::exec::task_stream::panic_message;
+use crate::session::{gpu_session_context, with_gpu_options};
+use crate::tpch::compare::compare;
+
+/// What `fuzz` runs.
+#[derive(Debug, Clone)]
+pub struct FuzzOptions {
+    /// Queries to run.
+    pub queries: usize,
+    /// Seed of the tables and queries (the same seed gives the same run).
+    pub seed: u64,
+    /// `gpu.memory_limit` values the GPU runs rotate through.
+    pub memory_limits: Vec<String>,
+    /// Rows of the larger tables.
+    pub max_rows: usize,
+    /// Queries over each set of tables before new ones are drawn.
+    pub queries_per_tables: usize,
+    /// Seconds a GPU run may take before it counts as a hang.
+    pub timeout_s: u64,
+    /// Folder for one `.sql` repro file per failure (printed inline when `None`).
+    pub repro_dir: Option<PathBuf>,
+    /// Stop after this many failures (0: never).
+    pub max_failures: usize,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+impl Default for FuzzOptions {
+    fn default() -> Self {
+        FuzzOptions {
+            queries: 1000,
+            seed: 1,
+            memory_limits: ["auto", "1G", "64M", "8M"].iter().map(|s| s.to_string()).collect(),
+            max_rows: 1500,
+            queries_per_tables: 25,
+            timeout_s: 120,
+            repro_dir: None,
+            max_failures: 0,
+            progress: false,
+        }
+    }
+}
+
+/// How a query failed the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Both answered, with different rows.
+    Mismatch,
+    /// DataFusion answered; the run with the rule returned an error.
+    GpuError,
+    /// The run with the rule panicked.
+    GpuPanic,
+    /// The run with the rule did not finish within the timeout.
+    GpuHang,
+}
+
+/// One failed query, with everything needed to replay it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// Index of the query in the run.
+    pub index: usize,
+    pub sql: String,
+    pub memory_limit: String,
+    pub detail: String,
+    /// Settings, tables and query, runnable in `datafusion-gpu -f`.
+    pub repro: String,
+}
+
+/// The outcome of a fuzz run.
+#[derive(Debug, Clone, Default)]
+pub struct FuzzReport {
+    pub queries: usize,
+    /// Queries both sides answered and whose answers were compared.
+    pub compared: usize,
+    /// Queries DataFusion itself rejected or failed (not compared; the rule may answer or fail).
+    pub cpu_errors: usize,
+    /// Queries whose plan with the rule had at least one GPU operator.
+    pub on_gpu: usize,
+    pub failures: Vec<Failure>,
+    /// Why no GPU was used, when none was.
+    pub no_gpu: Option<String>,
+    pub seconds: f64,
+}
+
+impl FuzzReport {
+    pub fn count(&self, kind: FailureKind) -> usize {
+        self.failures.iter().filter(|f| f.kind == kind).count()
+    }
+
+    /// The run in one line: seed, counts of each outcome, time.
+    pub fn summary(&self, seed: u64) -> String {
+        format!(
+            "seed {seed}: {} queries, {} compared, {} with GPU operators, {} mismatches, {} GPU-only errors, \
+             {} panics, {} hangs, {} rejected by DataFusion itself; {:.1} s{}",
+            self.queries,
+            self.compared,
+            self.on_gpu,
+            self.count(FailureKind::Mismatch),
+            self.count(FailureKind::GpuError),
+            self.count(FailureKind::GpuPanic),
+            self.count(FailureKind::GpuHang),
+            self.cpu_errors,
+            self.seconds,
+            match &self.no_gpu {
+                Some(why) => format!("; no GPU: {why}"),
+                None => String::new(),
+            }
+        )
+    }
+
+    /// The closing line, as test runners count: `fuzz: N passed, N failed`.
+    pub fn closing_line(&self) -> String {
+        let failed = self.failures.len();
+        format!("fuzz: {} passed, {failed} failed", self.queries - failed)
+    }
+}
+
+/// Session settings both sides share, drawn per table set.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    partitions: usize,
+    batch_size: usize,
+    gpu_batch_rows: usize,
+}
+
+fn contexts(shape: Shape) -> (SessionContext, SessionContext) {
+    let config = || {
+        SessionConfig::new()
+            .with_target_partitions(shape.partitions)
+            .with_batch_size(shape.batch_size)
+            .with_information_schema(false)
+    };
+    (SessionContext::new_with_config(config()), gpu_session_context(with_gpu_options(config())))
+}
+
+fn register(ctx: &SessionContext, t: &tables::Table, partitions: usize) -> Result<()> {
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions.max(1)];
+    let n = parts.len();
+    for (i, b) in t.batches.iter().enumerate() {
+        parts[i % n].push(b.clone());
+    }
+    ctx.register_table(&t.name, Arc::new(MemTable::try_new(Arc::clone(&t.schema), parts)?))?;
+    Ok(())
+}
+
+async fn set(ctx: &SessionContext, sql: &str) -> Result<()> {
+    ctx.sql(sql).await?.collect().await.map(|_| ())
+}
+
+/// The GPU session's settings for one query, as SQL.
+fn gpu_settings(shape: Shape, memory_limit: &str) -> Vec<String> {
+    vec![
+        "SET gpu.min_rows = 0".to_string(),
+        "SET gpu.placement = 'always'".to_string(),
+        format!("SET gpu.batch_rows = {}", shape.gpu_batch_rows),
+        format!("SET gpu.memory_limit = '{memory_limit}'"),
+    ]
+}
+
+/// Plans and runs `sql`: its rows, and whether the plan has a GPU operator.
+async fn answer(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, bool)> {
+    let df = ctx.sql(sql).await?;
+    let plan = df.create_physical_plan().await?;
+    let on_gpu = displayable(plan.as_ref()).indent(false).to_string().contains("Gpu");
+    let rows = collect(plan, ctx.task_ctx()).await?;
+    Ok((rows, on_gpu))
+}
+
+enum GpuOutcome {
+    Answer(Vec<RecordBatch>, bool),
+    Error(DataFusionError),
+    Panic(String),
+    Hang,
+}
+
+/// `sql` with the rule, in a task of its own (a panic is reported, not propagated), within `timeout`.
+async fn gpu_answer(ctx: &SessionContext, sql: &str, timeout: Duration) -> GpuOutcome {
+    let (ctx, sql) = (ctx.clone(), sql.to_string());
+    let task = tokio::spawn(async move { answer(&ctx, &sql).await });
+    let abort = task.abort_handle();
+    match tokio::time::timeout(timeout, task).await {
+        Err(_) => {
+            abort.abort();
+            GpuOutcome::Hang
+        }
+        Ok(Err(e)) if e.is_panic() => GpuOutcome::Panic(panic_message(e.into_panic().as_ref())),
+        Ok(Err(e)) => GpuOutcome::Error(DataFusionError::Execution(format!("the query task ended: {e}"))),
+        Ok(Ok(Err(e))) => GpuOutcome::Error(e),
+        Ok(Ok(Ok((rows, on_gpu)))) => GpuOutcome::Answer(rows, on_gpu),
+    }
+}
+
+fn repro(
+    opts: &FuzzOptions,
+    index: usize,
+    shape: Shape,
+    memory_limit: &str,
+    tables: &[tables::Table],
+    sql: &str,
+) -> Result<String> {
+    let mut r = format!(
+        "-- datafusion-gpu fuzz --seed {} : query {index} (replay: datafusion-gpu -f THIS_FILE)\n",
+        opts.seed
+    );
+    let _ = writeln!(r, "SET datafusion.execution.target_partitions = {};", shape.partitions);
+    let _ = writeln!(r, "SET datafusion.execution.batch_size = {};", shape.batch_size);
+    for s in gpu_settings(shape, memory_limit) {
+        let _ = writeln!(r, "{s};");
+    }
+    for t in tables {
+        let _ = writeln!(r, "{}", t.create_sql()?);
+    }
+    let _ = writeln!(r, "{sql};");
+    Ok(r)
+}
+
+/// Runs the fuzzer. Failures are printed as they are found (with their repro, or the path of
+/// its file); the report holds them all.
+pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
+    let start = Instant::now();
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let mut report = FuzzReport { no_gpu: probe::device_count().err().map(|e| e.reason), ..Default::default() };
+    if let Some(dir) = &opts.repro_dir {
+        std::fs::create_dir_all(dir)?;
+    }
+    let bar = match opts.progress {
+        true => indicatif::ProgressBar::new(opts.queries as u64),
+        false => indicatif::ProgressBar::hidden(),
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("fuzz {bar:40} {pos}/{len} queries, {msg} [{elapsed_precise}]")
+            .map_err(|e| DataFusionError::Execution(e.to_string()))?,
+    );
+    let limits = match opts.memory_limits.is_empty() {
+        true => vec!["auto".to_string()],
+        false => opts.memory_limits.clone(),
+    };
+    let timeout = Duration::from_secs(opts.timeout_s.max(1));
+    let mut index = 0usize;
+    while index < opts.queries {
+        let shape = Shape {
+            partitions: rng.random_range(1..=4),
+            batch_size: [7usize, 64, 1000, 8192][rng.random_range(0..4)],
+            gpu_batch_rows: [100usize, 1000, 1 << 20][rng.random_range(0..3)],
+        };
+        let key_domain = [4i64, 50, 1000][rng.random_range(0..3)];
+        let tables = (0..3)
+            .map(|i| tables::random_table(&mut rng, &format!("t{i}"), opts.max_rows, key_domain, shape.batch_size))
+            .collect::<Result<Vec<_>>>()?;
+        let (cpu, gpu) = contexts(shape);
+        for t in &tables {
+            register(&cpu, t, shape.partitions)?;
+            register(&gpu, t, shape.partitions)?;
+        }
+        for _ in 0..opts.queries_per_tables.max(1) {
+            if index >= opts.queries {
+                break;
+            }
+            let sql = queries::query(&mut rng, &tables);
+            let memory_limit = &limits[index % limits.len()];
+            index += 1;
+            report.queries += 1;
+            bar.inc(1);
+            let expected = match answer(&cpu, &sql).await {
+                Ok((rows, _)) => rows,
+                Err(e) => {
+                    log::debug!("DataFusion rejects fuzz query {}: {sql}: {e}", index - 1);
+                    report.cpu_errors += 1;
+                    continue;
+                }
+            };
+            for s in gpu_settings(shape, memory_limit) {
+                set(&gpu, &s).await?;
+            }
+            let (kind, detail) = match gpu_answer(&gpu, &sql, timeout).await {
+                GpuOutcome::Answer(rows, on_gpu) => {
+                    report.compared += 1;
+                    report.on_gpu += on_gpu as usize;
+                    match compare(&expected, &rows) {
+                        Ok(()) => continue,
+                        Err(diff) => (FailureKind::Mismatch, diff),
+                    }
+                }
+                GpuOutcome::Error(e) => (FailureKind::GpuError, e.to_string()),
+                GpuOutcome::Panic(m) => (FailureKind::GpuPanic, m),
+                GpuOutcome::Hang => (FailureKind::GpuHang, format!("no answer within {} s", timeout.as_secs())),
+            };
+            let text = repro(opts, index - 1, shape, memory_limit, &tables, &sql)?;
+            let failure = Failure {
+                kind,
+                index: index - 1,
+                sql: sql.clone(),
+                memory_limit: memory_limit.clone(),
+                detail: detail.clone(),
+                repro: text.clone(),
+            };
+            let where_ = match &opts.repro_dir {
+                Some(dir) => {
+                    let path = dir.join(format!("fuzz-{}-{}.sql", opts.seed, index - 1));
+                    std::fs::write(&path, &text)?;
+                    format!("repro: {}", path.display())
+                }
+                None => format!("repro:\n{text}"),
+            };
+            bar.suspend(|| {
+                println!(
+                    "FAILED query {} ({kind:?}, gpu.memory_limit = {memory_limit}): {sql}\n  {}\n  {where_}",
+                    index - 1,
+                    detail.lines().take(6).collect::<Vec<_>>().join("\n  ")
+                )
+            });
+            report.failures.push(failure);
+            bar.set_message(format!("{} failed", report.failures.len()));
+            if opts.max_failures > 0 && report.failures.len() >= opts.max_failures {
+                index = opts.queries;
+                break;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    report.seconds = start.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A short fuzz run with fresh tables and queries: no query may differ from DataFusion or
+    /// fail only with the rule (on a GPU machine the operators run there; without one this
+    /// checks the rule's planning).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fuzz_queries_match_the_cpu() {
+        let _g = crate::testing::gpu_lock();
+        let seed = crate::testing::fresh_seed("fuzz_queries_match_the_cpu");
+        let opts = FuzzOptions { queries: 60, seed, max_rows: 300, queries_per_tables: 20, ..Default::default() };
+        let report = run(&opts).await.expect("the fuzzer runs");
+        println!("{}\n{}", report.summary(seed), report.closing_line());
+        if probe::device_count().is_ok() {
+            assert!(report.on_gpu > 0, "no query ran a GPU operator: {}", report.summary(seed));
+        }
+        let failures: Vec<String> =
+            report.failures.iter().map(|f| format!("{:?}: {}\n{}\n{}", f.kind, f.sql, f.detail, f.repro)).collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+        assert!(report.compared > report.queries / 2, "{}", report.summary(seed));
+    }
+
+    /// A table's repro SQL rebuilds it in DataFusion with the same types and rows: NULLs, NaN,
+    /// -0.0, quotes, dictionaries, decimals, dates and timestamps, and empty tables.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn repro_sql_rebuilds_the_tables() {
+        let seed = crate::testing::fresh_seed("repro_sql_rebuilds_the_tables");
+        let mut rng = StdRng::seed_from_u64(seed);
+        for i in 0..6 {
+            let t = tables::random_table(&mut rng, &format!("t{i}"), 40, 10, 16).expect("a table");
+            let ctx = SessionContext::new();
+            ctx.sql(&t.create_sql().expect("sql")).await.expect("plans").collect().await.expect("creates");
+            let got = ctx.sql(&format!("SELECT * FROM t{i}")).await.expect("plans").collect().await.expect("reads");
+            let types: Vec<_> = t.schema.fields().iter().map(|f| f.data_type().clone()).collect();
+            if let Some(b) = got.first() {
+                let got_types: Vec<_> = b.schema().fields().iter().map(|f| f.data_type().clone()).collect();
+                assert_eq!(types, got_types, "seed {seed}");
+            }
+            compare(&t.batches, &got).unwrap_or_else(|e| panic!("seed {seed}, table {i}: {e}"));
+        }
+    }
+}
