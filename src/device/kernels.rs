@@ -392,7 +392,8 @@ mod tests {
     #[test]
     fn cache_folder_is_private_and_links_are_not_followed() {
         use std::os::unix::fs::PermissionsExt;
-        let root = std::env::temp_dir().join(format!("dfg-private-dir-test-{}-{}", std::process::id(), rand::random::<u32>()));
+        let root =
+            std::env::temp_dir().join(format!("dfg-private-dir-test-{}-{}", std::process::id(), rand::random::<u32>()));
         let dir = root.join("a").join("kernels");
         private_dir(&dir).unwrap();
         assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);

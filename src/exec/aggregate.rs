@@ -18,6 +18,8 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
+use super::once::OnceShared;
+use super::replay::Replay;
 use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -44,8 +46,6 @@ use datafusion::physical_plan::{
     PhysicalExpr, PlanProperties, displayable,
 };
 use futures::{Stream, StreamExt};
-use super::once::OnceShared;
-use super::replay::Replay;
 
 use super::fuse::{self, FusedInput, PrefilterCounters};
 use super::upload::ChunkUploader;
@@ -710,9 +710,10 @@ impl ExecutionPlan for GpuAggregateExec {
             let ex = Arc::clone(ex);
             let batches = futures::stream::once(async move {
                 let make = || async move {
-                    let copy = this.exchange.clone().ok_or_else(|| {
-                        DataFusionError::Internal("a GPU aggregate's copy lost its exchange".into())
-                    })?;
+                    let copy = this
+                        .exchange
+                        .clone()
+                        .ok_or_else(|| DataFusionError::Internal("a GPU aggregate's copy lost its exchange".into()))?;
                     this.exchange_output(&copy, context).await.map(Arc::new)
                 };
                 let all = ex.output.get_or_start(make).await?;
@@ -1021,9 +1022,11 @@ impl Run {
         timeline::mark(&self.who, || format!("on the CPU after: {failed}"));
         log::debug!("GPU aggregate partition {} finishes on the CPU: {failed}", self.partition);
         self.metrics.cpu_fallbacks.add(1);
-        let out = self.on_cpu(schema, rows)?.join_unwind().await.map_err(|e| {
-            DataFusionError::Execution(format!("GPU aggregate: its CPU aggregate failed: {e}"))
-        })??;
+        let out = self
+            .on_cpu(schema, rows)?
+            .join_unwind()
+            .await
+            .map_err(|e| DataFusionError::Execution(format!("GPU aggregate: its CPU aggregate failed: {e}")))??;
         Ok(Reduced::Host(out))
     }
 

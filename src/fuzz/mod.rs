@@ -226,10 +226,8 @@ fn repro(
     tables: &[tables::Table],
     sql: &str,
 ) -> Result<String> {
-    let mut r = format!(
-        "-- datafusion-gpu fuzz --seed {} : query {index} (replay: datafusion-gpu -f THIS_FILE)\n",
-        opts.seed
-    );
+    let mut r =
+        format!("-- datafusion-gpu fuzz --seed {} : query {index} (replay: datafusion-gpu -f THIS_FILE)\n", opts.seed);
     let _ = writeln!(r, "SET datafusion.execution.target_partitions = {};", shape.partitions);
     let _ = writeln!(r, "SET datafusion.execution.batch_size = {};", shape.batch_size);
     for s in gpu_settings(shape, memory_limit) {

@@ -92,11 +92,7 @@ fn numeric(rng: &mut StdRng, t: &Table, a: &str) -> String {
             format!("{d} * {d}")
         }
         3 => format!("{} + {a}.k", col(rng, t, a, Kind::Int)),
-        4 => format!(
-            "CASE WHEN {} THEN {} ELSE 0 END",
-            predicate(rng, t, a, 1),
-            col(rng, t, a, Kind::Decimal)
-        ),
+        4 => format!("CASE WHEN {} THEN {} ELSE 0 END", predicate(rng, t, a, 1), col(rng, t, a, Kind::Decimal)),
         5 => col(rng, t, a, Kind::Float),
         _ => format!("{a}.k * {a}.g"),
     }

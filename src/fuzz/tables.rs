@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, Date32Array, Decimal128Array, DictionaryArray, Float64Array, Int32Array,
-    Int64Array, RecordBatch, StringArray, StringViewArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, Date32Array, Decimal128Array, DictionaryArray, Float64Array, Int32Array, Int64Array,
+    RecordBatch, StringArray, StringViewArray, TimestampMicrosecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int32Type, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -143,8 +143,7 @@ fn value_column(rng: &mut StdRng, kind: Kind, n: usize, null_fraction: f64) -> (
         Kind::Int => {
             let range = [10i64, 1000, 1 << 40][rng.random_range(0..3)];
             if rng.random_bool(0.5) {
-                let v: Int64Array =
-                    (0..n).map(|i| pick(i).then(|| rng.random_range(-range..=range))).collect();
+                let v: Int64Array = (0..n).map(|i| pick(i).then(|| rng.random_range(-range..=range))).collect();
                 (DataType::Int64, Arc::new(v))
             } else {
                 let r = range.min(1 << 30) as i32;
@@ -212,7 +211,13 @@ const KINDS: [Kind; 7] = [Kind::Int, Kind::Decimal, Kind::Float, Kind::Text, Kin
 
 /// A random table named `name` of at most about `max_rows` rows whose keys come from
 /// `0..key_domain`, in batches of at most `batch_rows` rows.
-pub fn random_table(rng: &mut StdRng, name: &str, max_rows: usize, key_domain: i64, batch_rows: usize) -> Result<Table> {
+pub fn random_table(
+    rng: &mut StdRng,
+    name: &str,
+    max_rows: usize,
+    key_domain: i64,
+    batch_rows: usize,
+) -> Result<Table> {
     let n = draw_rows(rng, max_rows);
     let skew = rng.random_bool(0.4);
     let null_fraction = [0.0, 0.05, 0.3][rng.random_range(0..3)];
