@@ -90,32 +90,7 @@ enum Command {
     /// run by DataFusion alone and with every eligible operator forced onto the GPU under a
     /// rotating gpu.memory_limit; prints every mismatch, GPU-only error, panic or hang with a
     /// self-contained repro, and exits non-zero when there is one.
-    Fuzz {
-        /// Queries to run.
-        #[arg(long, default_value_t = 1000)]
-        queries: usize,
-        /// Seed of the tables and queries (the same seed replays the same run).
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// gpu.memory_limit values to rotate through, comma-separated.
-        #[arg(long, default_value = "auto,1G,64M,8M", value_delimiter = ',')]
-        memory_limits: Vec<String>,
-        /// Rows of the larger tables.
-        #[arg(long, default_value_t = 1500)]
-        max_rows: usize,
-        /// Queries over each set of tables before new tables are drawn.
-        #[arg(long, default_value_t = 25)]
-        queries_per_tables: usize,
-        /// Seconds a query may run with the GPU rule before it counts as a hang.
-        #[arg(long, default_value_t = 120)]
-        timeout: u64,
-        /// Write each failure's repro to FOLDER/fuzz-<seed>-<query>.sql instead of printing it.
-        #[arg(long)]
-        repro_dir: Option<PathBuf>,
-        /// Stop after this many failures (0: run every query).
-        #[arg(long, default_value_t = 0)]
-        max_failures: usize,
-    },
+    Fuzz(FuzzOptions),
     /// Benchmarks (results belong in benches/results/).
     Bench {
         #[command(subcommand)]
@@ -402,29 +377,10 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             println!("wrote {}", dir.display());
             Ok(())
         }
-        Some(Command::Fuzz {
-            queries,
-            seed,
-            memory_limits,
-            max_rows,
-            queries_per_tables,
-            timeout,
-            repro_dir,
-            max_failures,
-        }) => {
-            let opts = FuzzOptions {
-                queries,
-                seed,
-                memory_limits,
-                max_rows,
-                queries_per_tables,
-                timeout_s: timeout,
-                repro_dir,
-                max_failures,
-                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            };
+        Some(Command::Fuzz(mut opts)) => {
+            opts.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let report = fuzz::run(&opts).await.map_err(|e| e.to_string())?;
-            println!("{}", report.summary(seed));
+            println!("{}", report.summary(opts.seed));
             println!("{}", report.closing_line());
             match report.failures.is_empty() {
                 true => Ok(()),

@@ -29,42 +29,42 @@ use crate::exec::task_stream::panic_message;
 use crate::session::{gpu_session_context, with_gpu_options};
 use crate::tpch::compare::compare;
 
-/// What `fuzz` runs.
-#[derive(Debug, Clone)]
+/// What `fuzz` runs: the command's options, whose defaults are also [`Default`]'s.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "fuzz")]
 pub struct FuzzOptions {
     /// Queries to run.
+    #[arg(long, default_value_t = 1000)]
     pub queries: usize,
-    /// Seed of the tables and queries (the same seed gives the same run).
+    /// Seed of the tables and queries (the same seed replays the same run).
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// `gpu.memory_limit` values the GPU runs rotate through.
+    /// gpu.memory_limit values to rotate through, comma-separated.
+    #[arg(long, default_value = "auto,1G,64M,8M", value_delimiter = ',')]
     pub memory_limits: Vec<String>,
     /// Rows of the larger tables.
+    #[arg(long, default_value_t = 1500)]
     pub max_rows: usize,
-    /// Queries over each set of tables before new ones are drawn.
+    /// Queries over each set of tables before new tables are drawn.
+    #[arg(long, default_value_t = 25)]
     pub queries_per_tables: usize,
-    /// Seconds a GPU run may take before it counts as a hang.
+    /// Seconds a query may run with the GPU rule before it counts as a hang.
+    #[arg(long = "timeout", default_value_t = 120)]
     pub timeout_s: u64,
-    /// Folder for one `.sql` repro file per failure (printed inline when `None`).
+    /// Write each failure's repro to FOLDER/fuzz-<seed>-<query>.sql instead of printing it.
+    #[arg(long)]
     pub repro_dir: Option<PathBuf>,
-    /// Stop after this many failures (0: never).
+    /// Stop after this many failures (0: run every query).
+    #[arg(long, default_value_t = 0)]
     pub max_failures: usize,
-    /// Show a progress bar.
+    /// Show a progress bar (set by the CLI when stderr is a terminal).
+    #[arg(skip)]
     pub progress: bool,
 }
 
 impl Default for FuzzOptions {
     fn default() -> Self {
-        FuzzOptions {
-            queries: 1000,
-            seed: 1,
-            memory_limits: ["auto", "1G", "64M", "8M"].iter().map(|s| s.to_string()).collect(),
-            max_rows: 1500,
-            queries_per_tables: 25,
-            timeout_s: 120,
-            repro_dir: None,
-            max_failures: 0,
-            progress: false,
-        }
+        <FuzzOptions as clap::Parser>::parse_from(["fuzz"])
     }
 }
 
