@@ -18,8 +18,6 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
-use super::once::OnceShared;
-use super::replay::Replay;
 use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -48,6 +46,8 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 
 use super::fuse::{self, FusedInput, PrefilterCounters};
+use super::once::OnceShared;
+use super::replay::Replay;
 use super::upload::ChunkUploader;
 use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
@@ -491,15 +491,7 @@ impl GpuAggregateExec {
         }
         // The states the device merge reads share their device memory with these: when the
         // merge runs out of memory they are merged on the CPU instead.
-        let kept: Option<Vec<Reduced>> = run.cpu_fallback.then(|| {
-            reduced
-                .iter()
-                .map(|r| match r {
-                    Reduced::Device(state) => Reduced::Device(state.clone()),
-                    Reduced::Host(states) => Reduced::Host(states.clone()),
-                })
-                .collect()
-        });
+        let kept: Option<Vec<Reduced>> = run.cpu_fallback.then(|| reduced.clone());
         let (schema, columns) = (Arc::clone(&self.layout.upload_schema), ex.columns.clone());
         // DataFusion's partial states have the partial aggregate's schema.
         let (gpu, state_schema) = (Arc::clone(&run.gpu), partial.agg.schema());
@@ -873,6 +865,8 @@ enum Input {
 }
 
 /// A partition's input reduced on the device (the state) or on the CPU (DataFusion's output).
+/// A clone shares the device state's memory.
+#[derive(Clone)]
 enum Reduced {
     Device(DeviceBatch),
     Host(Vec<RecordBatch>),
@@ -987,10 +981,7 @@ impl Run {
                         timeline::mark(&self.who, || format!("{rows} input rows, below gpu.min_rows: on the CPU"));
                         self.metrics.cpu_partitions.add(1);
                         self.metrics.input_rows.add(rows);
-                        let out = cpu.join_unwind().await.map_err(|e| {
-                            DataFusionError::Execution(format!("GPU aggregate: its CPU aggregate failed: {e}"))
-                        })??;
-                        return Ok(Reduced::Host(out));
+                        return cpu_output(cpu).await.map(Reduced::Host);
                     }
                 }
             }
@@ -1022,12 +1013,7 @@ impl Run {
         timeline::mark(&self.who, || format!("on the CPU after: {failed}"));
         log::debug!("GPU aggregate partition {} finishes on the CPU: {failed}", self.partition);
         self.metrics.cpu_fallbacks.add(1);
-        let out = self
-            .on_cpu(schema, rows)?
-            .join_unwind()
-            .await
-            .map_err(|e| DataFusionError::Execution(format!("GPU aggregate: its CPU aggregate failed: {e}")))??;
-        Ok(Reduced::Host(out))
+        cpu_output(self.on_cpu(schema, rows)?).await.map(Reduced::Host)
     }
 
     /// DataFusion's aggregate (and the nodes fused into this exec) over `rows`, this
@@ -1338,6 +1324,13 @@ impl Run {
         }
         Ok(())
     }
+}
+
+/// The output of DataFusion's aggregate started by [`Run::on_cpu`].
+async fn cpu_output(task: SpawnedTask<Result<Vec<RecordBatch>>>) -> Result<Vec<RecordBatch>> {
+    task.join_unwind()
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("GPU aggregate: its CPU aggregate failed: {e}")))?
 }
 
 /// DataFusion's partial states of each partition of a GPU Partial stage, on the host (device

@@ -140,6 +140,18 @@ struct Shared {
     remaining: AtomicUsize,
 }
 
+impl Shared {
+    /// Counts a probe partition out; true for the last. No partition needs the shared build
+    /// then: its device memory goes when the last handle to it is dropped, not with the plan.
+    fn probe_done(&self) -> bool {
+        let last = self.remaining.fetch_sub(1, Ordering::SeqCst) == 1;
+        if last {
+            self.build.clear();
+        }
+        last
+    }
+}
+
 #[derive(Debug)]
 pub struct GpuHashJoinExec {
     /// The `HashJoinExec` this replaces.
@@ -818,6 +830,13 @@ fn runtime_spec(
 /// launches cost more than the rows.
 const MIN_MEMORY_ROWS: u64 = 8192;
 
+/// Rows of `row_bytes` each that `holders` buffers held at once may have within a quarter of
+/// the memory limit (at least [`MIN_MEMORY_ROWS`]): the size probe chunks and output windows
+/// are cut to, so that a small limit shrinks them rather than fails them.
+fn rows_within_limit(gpu: &Gpu, holders: u64, row_bytes: u64) -> u64 {
+    (gpu.memory().limit() / 4 / holders.max(1) / row_bytes.max(1)).max(MIN_MEMORY_ROWS)
+}
+
 /// A spec for one build: the run-time algorithm choice, and its output windows when the memory
 /// limit (or an out-of-core plan) asks for windows smaller than `gpu.batch_rows`.
 fn build_spec(
@@ -953,9 +972,9 @@ async fn build_side(
     }
     // The output windows every probe stream may hold at once (a few each, see `probe_chunk`)
     // take at most a quarter of the memory limit: under a small limit, windows shrink.
-    let pair_bytes = row_width(&layout.spec.schema).max(1) + 16;
+    // A window holds its output rows and a pair of positions (16 bytes) per row.
     let in_flight = consumers.max(1) as u64 * crate::join::triton::WINDOWS_PER_STREAM;
-    let window_rows = (gpu.memory().limit() / 4 / in_flight / pair_bytes).max(MIN_MEMORY_ROWS);
+    let window_rows = rows_within_limit(&gpu, in_flight, row_width(&layout.spec.schema) + 16);
     let spec = build_spec(&layout, estimate.as_deref(), rows, &gpu, &cfg, Some(window_rows));
     metrics.ran(spec.algorithm);
     let build_time = metrics.build_time.clone();
@@ -1500,9 +1519,8 @@ impl GpuExec for GpuHashJoinExec {
             Partitioning::UnknownPartitioning(_) | Partitioning::RoundRobinBatch(_)
         );
         // Probe chunks of every partition take at most a quarter of the memory limit between them.
-        let probe_row = row_width(&self.layout.probe_schema).max(1);
-        let memory_rows = gpu.memory().limit() / 4 / (probe_partitions.max(1) as u64) / probe_row;
-        let chunk_rows = cfg.batch_rows.max(1).min(memory_rows.max(MIN_MEMORY_ROWS) as usize);
+        let memory_rows = rows_within_limit(&gpu, probe_partitions as u64, row_width(&self.layout.probe_schema));
+        let chunk_rows = cfg.batch_rows.max(1).min(memory_rows as usize);
         // A GPU child hands over its device batches directly (no download and upload between
         // two GPU operators); any other child is read as host batches and uploaded in chunks.
         let probe = match as_gpu_exec(&right) {
@@ -1558,8 +1576,8 @@ impl GpuExec for GpuHashJoinExec {
                     // Nothing to output: the probe input is dropped unread, as DataFusion's join
                     // drops it (its operators' errors must not surface here when they do not there).
                     timeline::mark(&who, || "empty build: the probe side is not read".into());
-                    if mode == PartitionMode::CollectLeft && shared.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
-                        shared.build.clear();
+                    if mode == PartitionMode::CollectLeft {
+                        shared.probe_done();
                     }
                     return Ok(());
                 }
@@ -1616,14 +1634,9 @@ impl GpuExec for GpuHashJoinExec {
                 }
                 timeline::mark(&who, || "probe input ended".into());
                 let last = match mode {
-                    PartitionMode::CollectLeft => shared.remaining.fetch_sub(1, Ordering::SeqCst) == 1,
+                    PartitionMode::CollectLeft => shared.probe_done(),
                     _ => true,
                 };
-                if last && mode == PartitionMode::CollectLeft {
-                    // No probe partition needs the shared build any more: its device memory goes
-                    // when this partition drops its own handle, not when the plan is dropped.
-                    shared.build.clear();
-                }
                 if last && build.spec().emits_build_rows() {
                     let (gpu, build2, m) = (Arc::clone(&gpu), Arc::clone(&build), metrics.clone());
                     let outputs = blocking(move || {
