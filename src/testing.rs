@@ -154,17 +154,16 @@ pub fn fresh_seed(test: &str) -> u64 {
     seed
 }
 
-/// Serialises GPU tests: they share one device budget and its limit. Each starts from the
-/// default settings: the device's limit, streams and transfer settings are process-wide, so a
-/// test that SETs them (the fuzzer rotates `gpu.memory_limit` down to 8M) would otherwise leave
-/// them to the next.
+/// Serialises GPU tests: they share one device and its budget (tests measure peaks and what is
+/// left in use). Sessions' settings are their own; a test that changes the device's own budget
+/// limit finds it restored here for the next.
 pub fn gpu_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if probe::device_count().is_ok()
         && let Ok(gpu) = Gpu::get(0)
     {
-        gpu.apply_config(&crate::config::GpuConfig::default());
+        gpu.device_memory().set_limit(None);
     }
     guard
 }

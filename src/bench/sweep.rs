@@ -482,22 +482,12 @@ pub fn rerun(o: &SweepOptions, path: &std::path::Path) -> Result<SweepReport> {
     Ok(report)
 }
 
-/// Restores the device's default settings when dropped.
-struct DefaultSettings<'a>(&'a Gpu);
-
-impl Drop for DefaultSettings<'_> {
-    fn drop(&mut self) {
-        self.0.apply_config(&GpuConfig::default());
-    }
-}
-
 pub async fn run(gpu: &Arc<Gpu>, o: &SweepOptions) -> Result<SweepReport> {
     // Every upload sample is a first upload of fresh data, as the model prices uploads: with host
     // registration on, a buffer is page-locked on its second upload and later ones run at the
     // pinned rate, so a median of five uploads was a registered one (about twice as fast;
     // benches/results/2026-11-24-h100-pair-pricing.md).
-    gpu.apply_config(&GpuConfig { host_register_limit: ByteSize::Bytes(0), ..GpuConfig::default() });
-    let _restore = DefaultSettings(gpu);
+    let gpu = &gpu.with_config(&GpuConfig { host_register_limit: ByteSize::Bytes(0), ..GpuConfig::default() })?;
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut profile = profile::load(gpu.info(), &o.profile_dir);
     // The first upload of a process creates the pinned staging pool (tens of milliseconds, once

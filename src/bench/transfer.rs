@@ -257,31 +257,28 @@ pub fn run(gpu: &Arc<Gpu>, opts: TransferBenchOptions) -> Result<TransferBenchRe
         })
     };
     let (host_copy, host_narrow) = (rates(false)?, rates(true)?);
-    let registry = gpu.host_registry();
-    let limit = crate::device::DEFAULT_REGISTER_LIMIT;
     // Staged: registration off, so every upload copies through the staging slots, as for
     // batches uploaded once; with streaming stores, then with plain ones (the default), which
     // the measurements after these keep.
     let current = gpu.transfer_settings();
-    let with_stores = |streaming: bool| {
-        gpu.apply_config(&GpuConfig {
+    let with_stores = |streaming: bool, register: u64| {
+        gpu.with_config(&GpuConfig {
             streaming_stores: streaming,
             transfer_threads: current.threads,
             staging_buffer_size: ByteSize::Bytes(current.staging_bytes as u64),
+            host_register_limit: ByteSize::Bytes(register),
             ..GpuConfig::default()
-        });
-        registry.set_limit(0);
+        })
     };
-    with_stores(true);
-    let staged_streaming = round_trips(gpu, &batch, &opts)?;
-    with_stores(false);
+    let staged_streaming = round_trips(&with_stores(true, 0)?, &batch, &opts)?;
+    let gpu = &with_stores(false, 0)?;
     let staged = round_trips(gpu, &batch, &opts)?;
     let concurrent = [1, 4, 16]
         .into_iter()
         .map(|n| Ok((n, concurrent_uploads(gpu, &batch, n, &opts)?)))
         .collect::<Result<Vec<_>>>()?;
     // Direct: the second upload registers the buffers, later ones read them in place.
-    registry.set_limit(limit);
+    let gpu = &with_stores(false, crate::device::DEFAULT_REGISTER_LIMIT)?;
     let direct = round_trips(gpu, &batch, &opts)?;
     let registering_upload_seconds = direct.all_ups.get(1).copied().unwrap_or(f64::NAN);
     let (staged_upload_seconds, upload_seconds) = (median(staged.ups), median(direct.ups));

@@ -139,8 +139,6 @@ pub async fn run(gpu: &Arc<Gpu>, o: &TritonBenchOptions) -> Result<TritonReport>
                 runs.push((secs, (out, spilled)));
             }
         }
-        // Leave the shared device's budget as the default configuration sets it.
-        gpu.apply_config(&GpuConfig::default());
         let (seconds, (output_rows, spill_bytes)) = median(runs);
         let link_seconds = limit.map(|_| {
             let out_bytes = output_rows * 12;

@@ -706,7 +706,6 @@ mod registry_tests {
         let Some(gpu) = gpu_or_skip("gpu_repeated_uploads_register_host_buffers") else { return };
         let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_repeated_uploads_register_host_buffers"));
         let registry = gpu.host_registry();
-        registry.set_limit(DEFAULT_REGISTER_LIMIT);
         let before = registry.registered_bytes();
         let values: Int64Array = (0..(1 << 20)).map(|_| rng.random::<i64>()).collect::<Vec<_>>().into();
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
@@ -722,8 +721,14 @@ mod registry_tests {
                 assert_eq!(registered, 8 << 20, "a second upload registers the 8 MiB column");
             }
         }
-        registry.set_limit(0);
+        registry.shrink_to(0);
         assert_eq!(registry.registered_bytes(), 0);
-        registry.set_limit(DEFAULT_REGISTER_LIMIT);
+        // A session whose limit is 0 stages every upload, registering nothing.
+        let none = gpu.with_config(&crate::config::GpuConfig { host_register_limit: "0".parse().unwrap(), ..Default::default() }).unwrap();
+        for round in 0..3 {
+            assert_eq!(DeviceBatch::upload(&none, &stream, &batch).unwrap().download().unwrap(), batch, "round {round}");
+        }
+        assert_eq!(registry.registered_bytes(), 0);
+        assert!(gpu.register_limit() == DEFAULT_REGISTER_LIMIT);
     }
 }

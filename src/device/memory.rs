@@ -1,37 +1,99 @@
-//! Device memory: stream-ordered allocations (`cuMemAllocAsync` from the device's pool) under a
-//! byte budget (`gpu.memory_limit`), with accounting of the bytes in use and their peak.
+//! Device memory: stream-ordered allocations (`cuMemAllocAsync` from the device's pool) under
+//! byte budgets, with accounting of the bytes in use and their peak.
+//!
+//! Budgets nest: a device has one (its `auto` limit, a share of the memory free when it was
+//! opened) and each session a child of it (`gpu.memory_limit`), so a reservation counts against
+//! both, and two sessions with different limits do not change each other's. Memory is a budget
+//! to wait for: a request that fits under the limits, but not next to what others hold now,
+//! waits for their releases. It fails (a `ResourcesExhausted` error, which the execs answer by
+//! going out of core or finishing on the CPU) only when it can never fit, or when nothing has
+//! been released for [`STALL`] while it waited (every holder is itself waiting), or after
+//! [`MOST_WAIT`].
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
 
 use crate::config::human_bytes;
 use crate::error::{CudaResultExt, Result, device_memory_error};
 
-/// The byte budget of one device. Every [`DeviceBuffer`] holds a [`Reservation`] against it.
+/// How long a reservation waits with no memory released anywhere under its device before it
+/// gives up: the holders are then waiting too (or hold their memory for a long while).
+pub const STALL: Duration = Duration::from_millis(500);
+/// The longest a reservation waits in all.
+pub const MOST_WAIT: Duration = Duration::from_secs(30);
+
+/// Where the reservations waiting under one device's budgets sleep, woken by every release.
+#[derive(Debug, Default)]
+struct Room {
+    /// Releases so far (under the lock, so that a waiter cannot miss one).
+    releases: Mutex<u64>,
+    freed: Condvar,
+    /// Reservations waiting now: a release takes the lock only when there is one.
+    waiting: AtomicUsize,
+}
+
+impl Room {
+    fn released(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            let mut n = self.releases.lock().unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            self.freed.notify_all();
+        }
+    }
+}
+
+/// A byte budget: a device's, or a session's under its device's. Every [`DeviceBuffer`] holds a
+/// [`Reservation`] against one.
 #[derive(Debug)]
 pub struct MemoryBudget {
     limit: AtomicU64,
     default_limit: u64,
     used: AtomicU64,
     peak: AtomicU64,
+    /// The device's budget, for a session's: a reservation counts against both.
+    parent: Option<Arc<MemoryBudget>>,
+    room: Arc<Room>,
+    /// Fault injection ([`MemoryBudget::fail_after`]): requests whose purpose contains the text
+    /// are refused once this many of them were granted.
+    faults: std::sync::Mutex<Option<(String, usize)>>,
 }
 
 impl MemoryBudget {
-    /// A budget whose `auto` limit is `default_limit` bytes.
+    /// A device's budget, whose `auto` limit is `default_limit` bytes.
     pub fn new(default_limit: u64) -> Self {
         MemoryBudget {
             limit: AtomicU64::new(default_limit),
             default_limit,
             used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            parent: None,
+            room: Arc::new(Room::default()),
+            faults: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// A budget of `limit` bytes (`None`: the parent's) under `parent`.
+    pub fn child(parent: &Arc<MemoryBudget>, limit: Option<u64>) -> Self {
+        let default_limit = parent.limit();
+        MemoryBudget {
+            limit: AtomicU64::new(limit.unwrap_or(default_limit)),
+            default_limit,
+            used: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            parent: Some(Arc::clone(parent)),
+            room: Arc::clone(&parent.room),
+            faults: std::sync::Mutex::new(None),
         }
     }
 
     /// Sets the limit (`None` restores the default). Bytes already reserved stay reserved.
     pub fn set_limit(&self, limit: Option<u64>) {
         self.limit.store(limit.unwrap_or(self.default_limit), Ordering::SeqCst);
+        // Waiters may fit under a raised limit.
+        self.room.released();
     }
 
     pub fn limit(&self) -> u64 {
@@ -47,6 +109,23 @@ impl MemoryBudget {
         self.used.load(Ordering::SeqCst)
     }
 
+    /// Bytes a reservation could take now: the room under this budget's limit and its parent's.
+    pub fn available(&self) -> u64 {
+        let mine = self.limit().saturating_sub(self.used());
+        match &self.parent {
+            Some(p) => mine.min(p.available()),
+            None => mine,
+        }
+    }
+
+    /// The most a single reservation can ever take: the smallest limit up the chain.
+    pub fn most(&self) -> u64 {
+        match &self.parent {
+            Some(p) => self.limit().min(p.most()),
+            None => self.limit(),
+        }
+    }
+
     /// Most bytes ever reserved at once (since the last [`Self::reset_peak`]).
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::SeqCst)
@@ -57,33 +136,135 @@ impl MemoryBudget {
         self.peak.store(self.used(), Ordering::SeqCst);
     }
 
-    /// Reserves `bytes` for `what`, or explains why it does not fit.
-    pub fn reserve(self: &Arc<Self>, bytes: u64, what: &str) -> Result<Reservation> {
+    /// Takes `bytes` here and up the chain if they fit everywhere now; nothing otherwise.
+    fn try_take(&self, bytes: u64) -> bool {
         let limit = self.limit();
         let mut used = self.used.load(Ordering::SeqCst);
         loop {
-            let new = used.checked_add(bytes).filter(|n| *n <= limit).ok_or_else(|| {
-                device_memory_error(format!(
-                    "{what} needs {} of device memory, but gpu.memory_limit is {} and {} is in use; \
-                     raise it with SET gpu.memory_limit = '<size>' or run the query on the CPU \
-                     with SET gpu.enable = false",
-                    human_bytes(bytes),
-                    human_bytes(limit),
-                    human_bytes(used)
-                ))
-            })?;
+            let Some(new) = used.checked_add(bytes).filter(|n| *n <= limit) else { return false };
             match self.used.compare_exchange_weak(used, new, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => {
+                    if let Some(p) = &self.parent
+                        && !p.try_take(bytes)
+                    {
+                        self.used.fetch_sub(bytes, Ordering::SeqCst);
+                        return false;
+                    }
                     self.peak.fetch_max(new, Ordering::SeqCst);
-                    return Ok(Reservation { budget: Arc::clone(self), bytes });
+                    return true;
                 }
                 Err(actual) => used = actual,
             }
         }
     }
+
+    /// Gives `bytes` back here and up the chain, and wakes the waiters.
+    fn give_back(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::SeqCst);
+        match &self.parent {
+            Some(p) => p.give_back(bytes),
+            None => self.room.released(),
+        }
+    }
+
+    fn refusal(&self, bytes: u64, what: &str, waited: Option<Duration>) -> datafusion::error::DataFusionError {
+        let (limit, used) = (self.limit(), self.used());
+        let device = match &self.parent {
+            Some(p) if p.limit() < bytes.saturating_add(p.used()) && limit >= bytes.saturating_add(used) => format!(
+                " (the device's share for every session, {}, has {} in use)",
+                human_bytes(p.limit()),
+                human_bytes(p.used())
+            ),
+            _ => String::new(),
+        };
+        let waited = match waited {
+            Some(d) => format!(" after waiting {:.1} s for other operators to release memory", d.as_secs_f64()),
+            None => String::new(),
+        };
+        device_memory_error(format!(
+            "{what} needs {} of device memory, but gpu.memory_limit is {} and {} is in use{device}{waited}; \
+             raise it with SET gpu.memory_limit = '<size>' or run the query on the CPU with SET gpu.enable = false",
+            human_bytes(bytes),
+            human_bytes(limit),
+            human_bytes(used)
+        ))
+    }
+
+    /// Reserves `bytes` for `what`, waiting while others hold the room (see the module's text),
+    /// or explains why it cannot.
+    pub fn reserve(self: &Arc<Self>, bytes: u64, what: &str) -> Result<Reservation> {
+        self.reserve_within(bytes, what, MOST_WAIT)
+    }
+
+    /// Reserves `bytes` for `what` only if they fit now.
+    pub fn try_reserve(self: &Arc<Self>, bytes: u64, what: &str) -> Result<Reservation> {
+        self.reserve_within(bytes, what, Duration::ZERO)
+    }
+
+    /// Fault injection, for tests of what the execs do when device memory runs out: from now on
+    /// requests whose purpose (`what`) contains `text` are refused, as if the limit had been
+    /// reached, once `after` of them were granted (`None` stops it).
+    pub fn fail_after(&self, fault: Option<(&str, usize)>) {
+        *self.faults.lock().unwrap_or_else(|e| e.into_inner()) = fault.map(|(t, n)| (t.to_string(), n));
+    }
+
+    fn injected(&self, bytes: u64, what: &str) -> Option<datafusion::error::DataFusionError> {
+        let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        let (text, left) = faults.as_mut()?;
+        if !what.contains(text.as_str()) {
+            return None;
+        }
+        if *left > 0 {
+            *left -= 1;
+            return None;
+        }
+        Some(device_memory_error(format!("{what} needs {} of device memory, refused by fault injection", human_bytes(bytes))))
+    }
+
+    fn reserve_within(self: &Arc<Self>, bytes: u64, what: &str, most: Duration) -> Result<Reservation> {
+        if let Some(e) = self.injected(bytes, what) {
+            return Err(e);
+        }
+        if self.try_take(bytes) {
+            return Ok(Reservation { budget: Arc::clone(self), bytes });
+        }
+        if bytes > self.most() || most.is_zero() {
+            return Err(self.refusal(bytes, what, None));
+        }
+        let start = Instant::now();
+        self.room.waiting.fetch_add(1, Ordering::SeqCst);
+        let result = (|| {
+            let mut releases = self.room.releases.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                // Checked under the lock, after counting this waiter: a release cannot slip by.
+                if self.try_take(bytes) {
+                    return Ok(Reservation { budget: Arc::clone(self), bytes });
+                }
+                let waited = start.elapsed();
+                if waited >= most {
+                    return Err(self.refusal(bytes, what, Some(waited)));
+                }
+                let seen = *releases;
+                let (guard, timeout) = self
+                    .room
+                    .freed
+                    .wait_timeout(releases, STALL.min(most - waited))
+                    .unwrap_or_else(|e| e.into_inner());
+                releases = guard;
+                if timeout.timed_out() && *releases == seen {
+                    if self.try_take(bytes) {
+                        return Ok(Reservation { budget: Arc::clone(self), bytes });
+                    }
+                    return Err(self.refusal(bytes, what, Some(start.elapsed())));
+                }
+            }
+        })();
+        self.room.waiting.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
 }
 
-/// Bytes held against a [`MemoryBudget`]; released on drop.
+/// Bytes held against a [`MemoryBudget`] (and its parents); released on drop.
 #[derive(Debug)]
 pub struct Reservation {
     budget: Arc<MemoryBudget>,
@@ -98,7 +279,7 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.budget.used.fetch_sub(self.bytes, Ordering::SeqCst);
+        self.budget.give_back(self.bytes);
     }
 }
 
@@ -158,12 +339,13 @@ impl DeviceBuffer {
     }
 }
 
-/// Makes the device's default pool keep freed memory instead of returning it to the driver at
-/// every synchronisation, so that repeated stream-ordered allocations are cheap.
-pub(crate) fn retain_pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<()> {
+/// Sets how much freed memory the device's default pool keeps for reuse (stream-ordered
+/// allocations are then cheap) before it returns the rest to the driver at a synchronisation:
+/// up to the device's budget, so the process's footprint stays near it.
+pub(crate) fn release_pool_memory_above(ctx: &cudarc::driver::CudaContext, bytes: u64) -> Result<()> {
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
     unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result().gpu("cuDeviceGetDefaultMemPool")?;
-    let mut threshold: u64 = u64::MAX;
+    let mut threshold: u64 = bytes;
     unsafe {
         sys::cuMemPoolSetAttribute(
             pool,
@@ -184,15 +366,84 @@ mod tests {
         let budget = Arc::new(MemoryBudget::new(1000));
         let a = budget.reserve(600, "a").unwrap();
         assert_eq!(budget.used(), 600);
-        let err = budget.reserve(500, "the join's hash table").unwrap_err().to_string();
+        let err = budget.try_reserve(500, "the join's hash table").unwrap_err().to_string();
         assert!(err.contains("gpu.memory_limit"), "{err}");
         assert!(err.contains("the join's hash table"), "{err}");
         drop(a);
         assert_eq!(budget.used(), 0);
         assert_eq!(budget.peak(), 600);
         budget.set_limit(Some(10));
+        // Never fits: refused at once, without waiting.
+        let start = Instant::now();
         assert!(budget.reserve(11, "x").is_err());
+        assert!(start.elapsed() < STALL);
         budget.set_limit(None);
         assert!(budget.reserve(1000, "x").is_ok());
+    }
+
+    /// A request that fits under the limit but not next to what is held waits for a release.
+    #[test]
+    fn a_reservation_waits_for_room() {
+        let budget = Arc::new(MemoryBudget::new(1000));
+        let held = budget.reserve(800, "held").unwrap();
+        let waiter = {
+            let budget = Arc::clone(&budget);
+            std::thread::spawn(move || budget.reserve(500, "waiting").map(|r| r.bytes()))
+        };
+        std::thread::sleep(STALL / 5);
+        assert_eq!(budget.used(), 800, "the waiter holds nothing yet");
+        drop(held);
+        assert_eq!(waiter.join().unwrap().unwrap(), 500);
+        assert_eq!(budget.used(), 0);
+    }
+
+    /// When nothing is released while it waits (every holder waits too), a reservation gives up
+    /// after the stall time with an error that says it waited; releases keep it waiting.
+    #[test]
+    fn a_stalled_wait_gives_up_and_a_moving_one_does_not() {
+        let budget = Arc::new(MemoryBudget::new(1000));
+        let held = budget.reserve(900, "held").unwrap();
+        let start = Instant::now();
+        let err = budget.reserve(200, "stalled").unwrap_err();
+        assert!(start.elapsed() >= STALL, "{:?}", start.elapsed());
+        assert!(crate::error::recoverable_on_cpu(&err), "{err}");
+        assert!(err.to_string().contains("after waiting"), "{err}");
+        // Small reservations come and go for longer than the stall time, then the holder leaves.
+        let churn = {
+            let budget = Arc::clone(&budget);
+            std::thread::spawn(move || {
+                for _ in 0..12 {
+                    std::thread::sleep(STALL / 8);
+                    drop(budget.try_reserve(50, "churn"));
+                }
+                drop(held);
+            })
+        };
+        assert_eq!(budget.reserve(200, "moving").unwrap().bytes(), 200);
+        churn.join().unwrap();
+    }
+
+    /// A session's budget counts against its device's: each refuses what its own limit cannot
+    /// hold, and the device's limit bounds the sessions together.
+    #[test]
+    fn session_budgets_nest_under_the_device() {
+        let device = Arc::new(MemoryBudget::new(1000));
+        let small = Arc::new(MemoryBudget::child(&device, Some(300)));
+        let large = Arc::new(MemoryBudget::child(&device, None));
+        assert_eq!((small.limit(), large.limit()), (300, 1000));
+        let a = small.try_reserve(300, "a").unwrap();
+        assert!(small.try_reserve(1, "b").is_err());
+        assert_eq!(device.used(), 300);
+        assert_eq!(large.available(), 700);
+        let b = large.try_reserve(700, "c").unwrap();
+        let err = large.try_reserve(1, "d").unwrap_err().to_string();
+        assert!(err.contains("gpu.memory_limit"), "{err}");
+        assert_eq!((small.used(), large.used(), device.used()), (300, 700, 1000));
+        drop((a, b));
+        assert_eq!((small.used(), large.used(), device.used()), (0, 0, 0));
+        // More than a session's own limit never fits, whatever the device has free.
+        let start = Instant::now();
+        assert!(small.reserve(301, "e").is_err());
+        assert!(start.elapsed() < STALL);
     }
 }

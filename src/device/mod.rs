@@ -13,7 +13,7 @@ pub mod transfer;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg};
 
@@ -74,22 +74,26 @@ impl TransferSettings {
     }
 }
 
-/// One GPU, shared by every session and query of the process.
+/// One GPU's state, shared by every session and query of the process: its context, stream pool,
+/// device-wide memory budget, pinned memory, staging rings, transfer threads, host registry,
+/// kernels and out-of-core work slots.
 #[derive(Debug)]
-pub struct Gpu {
+struct Device {
     info: DeviceInfo,
     ctx: Arc<CudaContext>,
-    /// The stream pool: grown to the largest `gpu.streams` any session asked for; work takes the
-    /// first `active_streams` round-robin.
+    /// The stream pool: grown to the largest `gpu.streams` any session asked for; a session's
+    /// work takes the first `gpu.streams` round-robin.
     streams: RwLock<Vec<Arc<CudaStream>>>,
-    active_streams: AtomicUsize,
     next_stream: AtomicUsize,
+    /// The device's budget (`auto`: a share of the memory free when it was opened); every
+    /// session's budget is a child of it.
     memory: Arc<MemoryBudget>,
+    /// Each session's budget while one of its queries holds it, by session id.
+    sessions: Mutex<HashMap<String, Weak<MemoryBudget>>>,
     pinned: Arc<PinnedPool>,
     rings: Mutex<std::collections::VecDeque<StagingRing>>,
-    settings: RwLock<TransferSettings>,
-    /// Threads that fill the staging slots, rebuilt when `gpu.transfer_threads` changes.
-    copy_threads: RwLock<Arc<rayon::ThreadPool>>,
+    /// Threads that fill the staging slots, one pool per thread count a session asked for.
+    copy_pools: Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>,
     registry: registered::HostRegistry,
     kernels: kernels::KernelCache,
     /// Taken by an out-of-core join for each piece of device work, so that at most
@@ -97,6 +101,59 @@ pub struct Gpu {
     spill_slots: Arc<tokio::sync::Semaphore>,
     /// Taken by an out-of-core join for each partitioning pass ([`SPLIT_WORKERS`] at once).
     split_slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl Device {
+    fn copy_pool(&self, threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+        let mut pools = self.copy_pools.lock().map_err(|_| gpu_error("transfer thread pools lock poisoned"))?;
+        if let Some(p) = pools.get(&threads) {
+            return Ok(Arc::clone(p));
+        }
+        let pool = copy_pool(threads)?;
+        pools.insert(threads, Arc::clone(&pool));
+        Ok(pool)
+    }
+
+    /// Makes the pool hold at least `n` streams.
+    fn grow_streams(&self, n: usize) -> Result<()> {
+        let have = self.streams.read().map(|s| s.len()).unwrap_or(0);
+        if have < n {
+            let mut streams = self.streams.write().map_err(|_| gpu_error("stream pool lock poisoned"))?;
+            while streams.len() < n {
+                streams.push(self.ctx.new_stream().gpu("creating a stream")?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The budget of session `id` with `limit` (`None`: the device's), shared by its queries
+    /// while any of them holds it.
+    fn session_budget(self: &Arc<Self>, id: &str, limit: Option<u64>) -> Arc<MemoryBudget> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = sessions.get(id).and_then(Weak::upgrade) {
+            b.set_limit(limit);
+            return b;
+        }
+        sessions.retain(|_, b| b.strong_count() > 0);
+        let b = Arc::new(MemoryBudget::child(&self.memory, limit));
+        sessions.insert(id.to_string(), Arc::downgrade(&b));
+        b
+    }
+}
+
+/// One GPU as one session sees it: the shared device with the session's settings (its memory
+/// budget under `gpu.memory_limit`, streams, staging size, transfer threads, host registration
+/// limit). Sessions with different `gpu.` settings in one process do not change each other's.
+#[derive(Debug)]
+pub struct Gpu {
+    device: Arc<Device>,
+    memory: Arc<MemoryBudget>,
+    settings: TransferSettings,
+    /// `gpu.streams`: work takes the first this many streams of the pool.
+    streams: usize,
+    copy_threads: Arc<rayon::ThreadPool>,
+    /// `gpu.host_register_limit`.
+    register_limit: u64,
 }
 
 /// A permit of `slots`, held until dropped.
@@ -113,45 +170,76 @@ fn copy_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
         .map_err(|e| gpu_error(format!("starting {threads} transfer threads: {e}")))
 }
 
-fn registry() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
-    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+fn registry() -> &'static Mutex<HashMap<usize, Arc<Device>>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Device>>>> = OnceLock::new();
     GPUS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 impl Gpu {
-    /// The runtime of device `ordinal`, created on first use (kernel cache in the default folder).
+    /// Device `ordinal` with the default settings and the device's own budget, opened on first
+    /// use (kernel cache in the default folder).
     pub fn get(ordinal: usize) -> Result<Arc<Gpu>> {
-        Gpu::get_or_open(ordinal, kernels::default_cache_dir())
+        let device = Gpu::open_device(ordinal)?;
+        let memory = Arc::clone(&device.memory);
+        Gpu::view(device, memory, &GpuConfig::default())
     }
 
-    /// The runtime of the session's device, with the session's limits applied. The kernel cache
-    /// folder is the process's ([`kernels::default_cache_dir`]): not a session setting, since
-    /// the cache holds code the device runs.
+    /// The session's device with `cfg`'s settings, and a budget of its own under
+    /// `gpu.memory_limit` (planning, tools). The kernel cache folder is the process's
+    /// ([`kernels::default_cache_dir`]): not a session setting, since the cache holds code the
+    /// device runs.
     pub fn for_config(cfg: &GpuConfig) -> Result<Arc<Gpu>> {
-        let gpu = Gpu::get_or_open(cfg.device, kernels::default_cache_dir())?;
-        gpu.apply_config(cfg);
-        Ok(gpu)
+        let device = Gpu::open_device(cfg.device)?;
+        let memory = Arc::new(MemoryBudget::child(&device.memory, cfg.memory_limit.bytes()));
+        Gpu::view(device, memory, cfg)
     }
 
-    fn get_or_open(ordinal: usize, cache_dir: Option<std::path::PathBuf>) -> Result<Arc<Gpu>> {
+    /// The device as session `session` sees it with `cfg`: every query of the session draws on
+    /// one budget under its `gpu.memory_limit`.
+    pub fn for_session(cfg: &GpuConfig, session: &str) -> Result<Arc<Gpu>> {
+        let device = Gpu::open_device(cfg.device)?;
+        let memory = device.session_budget(session, cfg.memory_limit.bytes());
+        Gpu::view(device, memory, cfg)
+    }
+
+    /// This device with `cfg`'s transfer and stream settings, on the same budget (benchmarks
+    /// that compare settings).
+    pub fn with_config(&self, cfg: &GpuConfig) -> Result<Arc<Gpu>> {
+        Gpu::view(Arc::clone(&self.device), Arc::clone(&self.memory), cfg)
+    }
+
+    fn view(device: Arc<Device>, memory: Arc<MemoryBudget>, cfg: &GpuConfig) -> Result<Arc<Gpu>> {
+        let settings = TransferSettings::from_config(cfg);
+        let streams = cfg.streams.clamp(1, MAX_STREAMS);
+        device.grow_streams(streams)?;
+        let copy_threads = device.copy_pool(settings.threads)?;
+        Ok(Arc::new(Gpu {
+            memory,
+            settings,
+            streams,
+            copy_threads,
+            register_limit: cfg.host_register_limit.bytes().unwrap_or(DEFAULT_REGISTER_LIMIT),
+            device,
+        }))
+    }
+
+    fn open_device(ordinal: usize) -> Result<Arc<Device>> {
         probe::check_ordinal(ordinal).map_err(|e| gpu_error(e.to_string()))?;
         let mut gpus = registry().lock().map_err(|_| gpu_error("device registry lock poisoned"))?;
         if let Some(g) = gpus.get(&ordinal) {
             return Ok(Arc::clone(g));
         }
-        let gpu = catch_unwind(AssertUnwindSafe(|| Gpu::open(ordinal, cache_dir)))
+        let cache_dir = kernels::default_cache_dir();
+        let device = catch_unwind(AssertUnwindSafe(|| Gpu::open(ordinal, cache_dir)))
             .map_err(|_| gpu_error(format!("the CUDA driver panicked while opening device {ordinal}")))??;
-        let gpu = Arc::new(gpu);
-        gpus.insert(ordinal, Arc::clone(&gpu));
-        Ok(gpu)
+        let device = Arc::new(device);
+        gpus.insert(ordinal, Arc::clone(&device));
+        Ok(device)
     }
 
-    fn open(ordinal: usize, cache_dir: Option<std::path::PathBuf>) -> Result<Gpu> {
+    fn open(ordinal: usize, cache_dir: Option<std::path::PathBuf>) -> Result<Device> {
         let ctx = CudaContext::new(ordinal).gpu(format!("creating a context on device {ordinal}"))?;
         let info = DeviceInfo::read(&ctx).gpu("reading device properties")?;
-        if ctx.has_async_alloc() {
-            memory::retain_pool_memory(&ctx)?;
-        }
         // Every cross-stream use of device memory here is ordered explicitly (work follows a
         // batch onto its stream, or waits for it), so cudarc's own tracking only costs: two
         // CUDA events per allocation, a wait and a record each time an address is taken, which
@@ -162,122 +250,96 @@ impl Gpu {
         let streams =
             (0..default_streams).map(|_| ctx.new_stream().gpu("creating a stream")).collect::<Result<Vec<_>>>()?;
         let default_limit = (info.free_memory_at_start as f64 * AUTO_LIMIT_SHARE) as u64;
-        Ok(Gpu {
+        if ctx.has_async_alloc() {
+            // Freed memory stays in the device's pool for reuse up to the budget, and goes back
+            // to the driver beyond it: the process's footprint stays near gpu.memory_limit.
+            memory::release_pool_memory_above(&ctx, default_limit)?;
+        }
+        Ok(Device {
             kernels: kernels::KernelCache::new(Arc::clone(&ctx), &info, cache_dir),
             spill_slots: Arc::new(tokio::sync::Semaphore::new(SPILL_WORKERS)),
             split_slots: Arc::new(tokio::sync::Semaphore::new(SPLIT_WORKERS)),
             pinned: PinnedPool::new(Arc::clone(&ctx), PINNED_CACHE_LIMIT),
-            registry: registered::HostRegistry::new(Arc::clone(&ctx), DEFAULT_REGISTER_LIMIT),
+            registry: registered::HostRegistry::new(Arc::clone(&ctx)),
             memory: Arc::new(MemoryBudget::new(default_limit)),
-            copy_threads: RwLock::new(copy_pool(TransferSettings::from_config(&GpuConfig::default()).threads)?),
-            settings: RwLock::new(TransferSettings::from_config(&GpuConfig::default())),
+            sessions: Mutex::new(HashMap::new()),
+            copy_pools: Mutex::new(HashMap::new()),
             rings: Mutex::new(std::collections::VecDeque::new()),
             next_stream: AtomicUsize::new(0),
-            active_streams: AtomicUsize::new(streams.len()),
             streams: RwLock::new(streams),
             info,
             ctx,
         })
     }
 
-    /// Applies a session's `gpu.memory_limit`, staging size and transfer threads. The limit is the
-    /// device's: the most recently configured value applies to every query in the process.
-    pub fn apply_config(&self, cfg: &GpuConfig) {
-        self.memory.set_limit(cfg.memory_limit.bytes());
-        if let Err(e) = self.use_streams(cfg.streams) {
-            log::warn!("{e}; keeping {} streams", self.active_streams.load(Ordering::Relaxed));
-        }
-        self.registry.set_limit(cfg.host_register_limit.bytes().unwrap_or(DEFAULT_REGISTER_LIMIT));
-        let new = TransferSettings::from_config(cfg);
-        if let Ok(mut s) = self.settings.write() {
-            if s.threads != new.threads {
-                match (copy_pool(new.threads), self.copy_threads.write()) {
-                    (Ok(pool), Ok(mut p)) => *p = pool,
-                    (Err(e), _) => log::warn!("{e}; keeping {} transfer threads", s.threads),
-                    _ => {}
-                }
-            }
-            *s = new;
-        }
-    }
-
     /// A slot for one piece of an out-of-core join's device work (see [`crate::join::triton`]),
     /// held until the permit is dropped.
     pub async fn spill_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        take_slot(&self.spill_slots, "the out-of-core work slots are closed").await
+        take_slot(&self.device.spill_slots, "the out-of-core work slots are closed").await
     }
 
     /// A slot for one out-of-core partitioning pass, held until the permit is dropped.
     pub async fn split_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        take_slot(&self.split_slots, "the out-of-core partitioning slots are closed").await
+        take_slot(&self.device.split_slots, "the out-of-core partitioning slots are closed").await
     }
 
     pub fn info(&self) -> &DeviceInfo {
-        &self.info
+        &self.device.info
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        &self.device.ctx
     }
 
+    /// This session's budget (a child of the device's).
     pub fn memory(&self) -> &Arc<MemoryBudget> {
         &self.memory
     }
 
+    /// The device's budget, which every session's draws on.
+    pub fn device_memory(&self) -> &Arc<MemoryBudget> {
+        &self.device.memory
+    }
+
     pub fn pinned(&self) -> &Arc<PinnedPool> {
-        &self.pinned
+        &self.device.pinned
     }
 
     pub fn host_registry(&self) -> &registered::HostRegistry {
-        &self.registry
+        &self.device.registry
+    }
+
+    /// `gpu.host_register_limit` of this session.
+    pub fn register_limit(&self) -> u64 {
+        self.register_limit
     }
 
     pub fn kernels(&self) -> &kernels::KernelCache {
-        &self.kernels
+        &self.device.kernels
     }
 
     pub fn transfer_settings(&self) -> TransferSettings {
-        self.settings.read().map(|s| *s).unwrap_or_else(|e| *e.into_inner())
+        self.settings
     }
 
     /// The pool of host threads that fill staging buffers.
     pub fn copy_threads(&self) -> Arc<rayon::ThreadPool> {
-        match self.copy_threads.read() {
-            Ok(p) => Arc::clone(&p),
-            Err(e) => Arc::clone(&e.into_inner()),
-        }
+        Arc::clone(&self.copy_threads)
     }
 
-    /// Spreads later work over `n` streams (`gpu.streams`, clamped to 1..=[`MAX_STREAMS`]),
-    /// creating the ones the pool lacks.
-    pub fn use_streams(&self, n: usize) -> Result<()> {
-        let n = n.clamp(1, MAX_STREAMS);
-        // Every partition's run applies its session's options: the pool is locked for writing
-        // only when it must grow.
-        let have = self.streams.read().map(|s| s.len()).unwrap_or(0);
-        if have < n {
-            let mut streams = self.streams.write().map_err(|_| gpu_error("stream pool lock poisoned"))?;
-            while streams.len() < n {
-                streams.push(self.ctx.new_stream().gpu("creating a stream")?);
-            }
-        }
-        self.active_streams.store(n, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Streams work is spread over now.
+    /// Streams work is spread over (`gpu.streams`).
     pub fn active_streams(&self) -> usize {
-        self.active_streams.load(Ordering::Relaxed)
+        self.streams
     }
 
-    /// A stream from the pool (round-robin over the active ones).
+    /// A stream from the pool (round-robin over this session's first `gpu.streams`).
     pub fn stream(&self) -> Arc<CudaStream> {
-        let streams = match self.streams.read() {
+        let streams = match self.device.streams.read() {
             Ok(s) => s,
             Err(e) => e.into_inner(),
         };
-        let active = self.active_streams.load(Ordering::Relaxed).clamp(1, streams.len());
-        let i = self.next_stream.fetch_add(1, Ordering::Relaxed) % active;
+        let active = self.streams.clamp(1, streams.len());
+        let i = self.device.next_stream.fetch_add(1, Ordering::Relaxed) % active;
         Arc::clone(&streams[i])
     }
 
@@ -289,7 +351,7 @@ impl Gpu {
     /// Takes a staging ring (creating one if none is free); give it back with [`Gpu::return_ring`].
     pub fn take_ring(&self) -> Result<StagingRing> {
         let want = self.transfer_settings().staging_bytes;
-        let mut rings = self.rings.lock().map_err(|_| gpu_error("staging lock poisoned"))?;
+        let mut rings = self.device.rings.lock().map_err(|_| gpu_error("staging lock poisoned"))?;
         // The ring returned longest ago first: its copies are the likeliest to have finished,
         // where the one just returned would make this upload wait for the DMA it started.
         while let Some(r) = rings.pop_front() {
@@ -298,11 +360,11 @@ impl Gpu {
             }
         }
         drop(rings);
-        StagingRing::new(&self.pinned, &self.ctx, want)
+        StagingRing::new(&self.device.pinned, &self.device.ctx, want)
     }
 
     pub fn return_ring(&self, ring: StagingRing) {
-        if let Ok(mut rings) = self.rings.lock() {
+        if let Ok(mut rings) = self.device.rings.lock() {
             rings.push_back(ring);
         }
     }
@@ -337,9 +399,10 @@ impl Gpu {
         register: bool,
     ) -> Result<Vec<transfer::Landed>> {
         let mut ring = self.take_ring()?;
-        let registry = register.then_some(&self.registry);
-        let stores = self.transfer_settings().stores;
-        let result = transfer::upload(stream, &mut ring, registry, &self.pinned, pieces, &self.copy_threads(), stores);
+        let registry = register.then_some((&self.device.registry, self.register_limit));
+        let stores = self.settings.stores;
+        let result =
+            transfer::upload(stream, &mut ring, registry, &self.device.pinned, pieces, &self.copy_threads, stores);
         self.return_ring(ring);
         result
     }
@@ -351,7 +414,7 @@ impl Gpu {
         buffers: &[&DeviceBuffer],
     ) -> Result<Vec<datafusion::arrow::buffer::Buffer>> {
         let mut ring = self.take_ring()?;
-        let result = transfer::download(stream, &self.pinned, &mut ring, buffers, &self.copy_threads());
+        let result = transfer::download(stream, &self.device.pinned, &mut ring, buffers, &self.copy_threads);
         self.return_ring(ring);
         result
     }
@@ -402,22 +465,22 @@ impl Gpu {
         let (Some(s), Some(d)) = (src.slice(), dst.slice_mut()) else { return Ok(()) };
         let words = (len / 16) as u64;
         if words > 0 {
-            let f = self.kernels.function("copy", "copy_u128")?;
+            let f = self.kernels().function("copy", "copy_u128")?;
             let mut b = stream.launch_builder(&f);
             b.arg(s).arg(&mut *d).arg(&words);
             // SAFETY: copy_u128(const uint4*, uint4*, u64) over `words` 16-byte words of both buffers.
-            check_launch(stream, unsafe { b.launch(grid_for(words, 256, self.info.sm_count)) }, "copy_u128")?;
+            check_launch(stream, unsafe { b.launch(grid_for(words, 256, self.info().sm_count)) }, "copy_u128")?;
         }
         let tail = (len % 16) as u64;
         if tail > 0 {
             let off = len - tail as usize;
-            let f = self.kernels.function("copy", "copy_u8")?;
+            let f = self.kernels().function("copy", "copy_u8")?;
             let sv = s.slice(off..len);
             let mut dv = d.slice_mut(off..len);
             let mut b = stream.launch_builder(&f);
             b.arg(&sv).arg(&mut dv).arg(&tail);
             // SAFETY: copy_u8(const u8*, u8*, u64) over the `tail` bytes of both views.
-            check_launch(stream, unsafe { b.launch(grid_for(tail, 256, self.info.sm_count)) }, "copy_u8")?;
+            check_launch(stream, unsafe { b.launch(grid_for(tail, 256, self.info().sm_count)) }, "copy_u8")?;
         }
         Ok(())
     }
@@ -447,28 +510,45 @@ mod tests {
     use crate::config::GpuConfig;
     use crate::testing::{gpu_lock, gpu_or_skip};
 
-    /// `gpu.streams` spreads work over that many streams (clamped), growing the pool; cudarc's
-    /// event tracking is off (our runtime orders cross-stream work itself).
+    /// `gpu.streams` spreads a session's work over that many streams (clamped), growing the
+    /// pool; cudarc's event tracking is off (our runtime orders cross-stream work itself).
     #[test]
     fn gpu_streams_option_and_no_event_tracking() {
         let _l = gpu_lock();
         let Some(gpu) = gpu_or_skip("gpu_streams_option_and_no_event_tracking") else { return };
         assert!(!gpu.context().is_event_tracking(), "cudarc's event tracking must be off");
-        let distinct = |n: usize| (0..4 * n).map(|_| gpu.stream().cu_stream() as usize).collect::<HashSet<_>>().len();
-        let mut cfg = GpuConfig { streams: 3, ..GpuConfig::default() };
-        gpu.apply_config(&cfg);
-        assert_eq!(gpu.active_streams(), 3);
-        assert_eq!(distinct(3), 3);
-        cfg.streams = 40;
-        gpu.apply_config(&cfg);
-        assert_eq!(distinct(40), 40);
-        cfg.streams = 0;
-        gpu.apply_config(&cfg);
-        assert_eq!((gpu.active_streams(), distinct(1)), (1, 1));
-        cfg.streams = 10_000;
-        gpu.apply_config(&cfg);
-        assert_eq!(gpu.active_streams(), super::MAX_STREAMS);
-        gpu.apply_config(&GpuConfig::default());
+        let distinct =
+            |g: &super::Gpu, n: usize| (0..4 * n).map(|_| g.stream().cu_stream() as usize).collect::<HashSet<_>>().len();
+        let with = |streams: usize| gpu.with_config(&GpuConfig { streams, ..GpuConfig::default() }).unwrap();
+        let three = with(3);
+        assert_eq!(three.active_streams(), 3);
+        assert_eq!(distinct(&three, 3), 3);
+        let forty = with(40);
+        assert_eq!(distinct(&forty, 40), 40);
+        // A session's setting leaves the others' alone.
+        assert_eq!(distinct(&three, 3), 3);
+        let one = with(0);
+        assert_eq!((one.active_streams(), distinct(&one, 1)), (1, 1));
+        assert_eq!(with(10_000).active_streams(), super::MAX_STREAMS);
         assert_eq!(gpu.active_streams(), GpuConfig::default().streams);
+    }
+
+    /// Two sessions' budgets: each under its own gpu.memory_limit, both under the device's, and
+    /// one session's later queries share its budget.
+    #[test]
+    fn sessions_have_budgets_of_their_own() {
+        let _l = gpu_lock();
+        let Some(_) = gpu_or_skip("sessions_have_budgets_of_their_own") else { return };
+        let cfg = |limit: &str| GpuConfig { memory_limit: limit.parse().unwrap(), ..GpuConfig::default() };
+        let a = super::Gpu::for_session(&cfg("8M"), "test-session-a").unwrap();
+        let b = super::Gpu::for_session(&cfg("auto"), "test-session-b").unwrap();
+        assert_eq!(a.memory().limit(), 8 << 20);
+        assert_eq!(b.memory().limit(), b.device_memory().limit());
+        let held = a.alloc(&a.stream(), 6 << 20, "test").unwrap();
+        let again = super::Gpu::for_session(&cfg("8M"), "test-session-a").unwrap();
+        assert_eq!(again.memory().used(), 6 << 20, "one budget for the session's queries");
+        assert_eq!(b.memory().used(), 0);
+        assert!(b.alloc(&b.stream(), 16 << 20, "test").is_ok(), "session b is not held to a's limit");
+        drop(held);
     }
 }

@@ -10,7 +10,6 @@
 //! reused while registered, and, being shared, cannot be mutated in place either.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, sys};
@@ -37,22 +36,21 @@ struct State {
     bytes: u64,
 }
 
-/// Registered host buffers of one context.
+/// Registered host buffers of one context. Each upload brings its session's byte limit
+/// (`gpu.host_register_limit`): a buffer is registered only within it, evicting others first.
 #[derive(Debug)]
 pub struct HostRegistry {
     ctx: Arc<CudaContext>,
-    limit: AtomicU64,
     state: Mutex<State>,
 }
 
 impl HostRegistry {
-    pub fn new(ctx: Arc<CudaContext>, limit: u64) -> Self {
-        HostRegistry { ctx, limit: AtomicU64::new(limit), state: Mutex::new(State::default()) }
+    pub fn new(ctx: Arc<CudaContext>) -> Self {
+        HostRegistry { ctx, state: Mutex::new(State::default()) }
     }
 
-    /// Sets the byte limit (0 disables registration); evicts what no longer fits.
-    pub fn set_limit(&self, limit: u64) {
-        self.limit.store(limit, Ordering::SeqCst);
+    /// Unregisters least recently used buffers until at most `limit` bytes stay registered.
+    pub fn shrink_to(&self, limit: u64) {
         if let Ok(mut s) = self.state.lock() {
             self.evict_to(&mut s, limit);
         }
@@ -64,10 +62,9 @@ impl HostRegistry {
     }
 
     /// Whether the DMA engine may read `buf` directly: true if it is registered, registering it
-    /// now if this is its second upload and it fits the limit.
-    pub fn prepare(&self, buf: &Buffer) -> bool {
+    /// now if this is its second upload and it fits `limit`.
+    pub fn prepare(&self, buf: &Buffer, limit: u64) -> bool {
         let len = buf.len();
-        let limit = self.limit.load(Ordering::SeqCst);
         if len < MIN_REGISTER_BYTES || len as u64 > limit {
             return false;
         }

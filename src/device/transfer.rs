@@ -419,7 +419,7 @@ impl Staged<'_> {
 }
 
 /// Copies every piece to the device on `stream`: straight from host memory for buffers in
-/// `pool`'s pinned memory or that the `registry` (when given) has page-locked, through `ring` otherwise,
+/// `pool`'s pinned memory or that the `registry` (when given, with the session's limit) has page-locked, through `ring` otherwise,
 /// `threads` filling the staging slots. Returns when the host bytes are no longer needed (they
 /// are all in pinned memory that stays allocated, or already on the device); the device copies
 /// may still be in flight on `stream`. Returns where each piece landed: pieces with a `narrow`
@@ -427,7 +427,7 @@ impl Staged<'_> {
 pub fn upload(
     stream: &Arc<CudaStream>,
     ring: &mut StagingRing,
-    registry: Option<&HostRegistry>,
+    registry: Option<(&HostRegistry, u64)>,
     pool: &PinnedPool,
     pieces: &[UploadPiece<'_>],
     threads: &rayon::ThreadPool,
@@ -499,7 +499,7 @@ pub fn upload(
             };
             continue;
         }
-        if registry.is_some_and(|r| r.prepare(piece.src)) {
+        if registry.is_some_and(|(r, limit)| r.prepare(piece.src, limit)) {
             copy_direct(piece.src.as_ptr() as usize, base, piece.src.len())?;
             continue;
         }

@@ -178,7 +178,7 @@ impl ExecutionPlan for GpuFilterProjectExec {
 impl GpuExec for GpuFilterProjectExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_config(&cfg)?;
+        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
         let b = || MetricBuilder::new(&self.metrics);
         let (upload_time, pack_time, project_time) = (
             b().subset_time("upload_time", partition),

@@ -83,7 +83,7 @@ impl ExecutionPlan for GpuUploadExec {
 impl GpuExec for GpuUploadExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_config(&cfg)?;
+        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
         let input = self.input.execute(partition, context)?;
         let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_uploaded", partition);
