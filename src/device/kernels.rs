@@ -53,10 +53,15 @@ pub struct KernelCache {
     versions: String,
     dir: Option<PathBuf>,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    /// Modules generated at run time (e.g. a join filter), by a digest of their source.
-    generated: Mutex<HashMap<String, Arc<CudaModule>>>,
+    /// Modules generated at run time (e.g. a join filter), by a digest of their source, with
+    /// when each was last used: at most [`GENERATED_MODULES`], the least recently used going
+    /// first (a function handed out keeps its module loaded).
+    generated: Mutex<(HashMap<String, (Arc<CudaModule>, u64)>, u64)>,
     pub stats: KernelStats,
 }
+
+/// Most generated modules kept loaded at once.
+pub const GENERATED_MODULES: usize = 256;
 
 /// Environment variable that sets the kernel cache folder (`off` disables the disk cache).
 pub const CACHE_DIR_ENV: &str = "DATAFUSION_GPU_KERNEL_CACHE";
@@ -154,7 +159,7 @@ impl KernelCache {
             versions: format!("driver {} nvrtc {}.{}", info.driver_version, info.nvrtc_version.0, info.nvrtc_version.1),
             dir,
             modules: Mutex::new(HashMap::new()),
-            generated: Mutex::new(HashMap::new()),
+            generated: Mutex::new((HashMap::new(), 0)),
             stats: KernelStats::default(),
         }
     }
@@ -189,16 +194,26 @@ impl KernelCache {
     /// `family` names the generator in the cache's file names (e.g. "filter").
     pub fn generated_function(&self, family: &str, source: &str, kernel: &str) -> Result<CudaFunction> {
         let digest = self.key(family, source);
-        let mut generated = self.generated.lock().map_err(|_| gpu_error("kernel cache lock poisoned"))?;
-        let module = match generated.get(&digest) {
-            Some(m) => Arc::clone(m),
+        let mut guard = self.generated.lock().map_err(|_| gpu_error("kernel cache lock poisoned"))?;
+        let (generated, clock) = &mut *guard;
+        *clock += 1;
+        let module = match generated.get_mut(&digest) {
+            Some((m, used)) => {
+                *used = *clock;
+                Arc::clone(m)
+            }
             None => {
                 let cubin = self.cubin(&format!("{family}-{digest}"), source)?;
                 let loaded = self
                     .ctx
                     .load_module(Ptx::from_binary(cubin))
                     .gpu(format!("loading generated kernel module {family}"))?;
-                generated.insert(digest, Arc::clone(&loaded));
+                if generated.len() >= GENERATED_MODULES
+                    && let Some(oldest) = generated.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone())
+                {
+                    generated.remove(&oldest);
+                }
+                generated.insert(digest, (Arc::clone(&loaded), *clock));
                 loaded
             }
         };

@@ -257,12 +257,15 @@ __device__ __forceinline__ __int128 i128_mul(__int128 a, __int128 b, bool* ovf) 
 }
 "#;
 
-/// The code generator: statements appended to `body` (one row's work), constants to `globals`.
+/// The code generator: statements appended to `body` (one row's work), constants to `globals`,
+/// and the values of literals to `literals`: the kernel reads them from its `lits` parameter
+/// (64-bit words), so expressions that differ only in their literals share one compiled kernel.
 pub struct Gen<'a> {
     schema: &'a Schema,
     read: &'a mut dyn FnMut(&Column) -> R<ColumnRead>,
     pub body: String,
     pub globals: String,
+    pub literals: Vec<u64>,
     loaded: HashMap<usize, Val>,
     tmp: usize,
 }
@@ -270,7 +273,15 @@ pub struct Gen<'a> {
 impl<'a> Gen<'a> {
     /// A generator for expressions over `schema`, reading columns as `read` says.
     pub fn new(schema: &'a Schema, read: &'a mut dyn FnMut(&Column) -> R<ColumnRead>) -> Self {
-        Gen { schema, read, body: String::new(), globals: String::new(), loaded: HashMap::new(), tmp: 0 }
+        Gen {
+            schema,
+            read,
+            body: String::new(),
+            globals: String::new(),
+            literals: Vec::new(),
+            loaded: HashMap::new(),
+            tmp: 0,
+        }
     }
 
     fn fresh(&mut self) -> usize {
@@ -355,39 +366,51 @@ impl<'a> Gen<'a> {
             };
             return Ok(self.bind(ty, dt, zero, "false".into(), "0".into(), "false".into()));
         }
-        let bits = |v: u64| format!("(({})0x{v:x}ull)", ty.c());
+        // Each value goes to `literals`; the code reads it back from the kernel's `lits`.
+        let at = self.literals.len();
+        let word = |v: u64, literals: &mut Vec<u64>| {
+            literals.push(v);
+            format!("(({})lits[{at}])", ty.c())
+        };
         let v = match s {
             ScalarValue::Boolean(Some(b)) => b.to_string(),
-            ScalarValue::Int8(Some(v)) => bits(*v as u8 as u64),
-            ScalarValue::Int16(Some(v)) => bits(*v as u16 as u64),
-            ScalarValue::Int32(Some(v)) | ScalarValue::Date32(Some(v)) => bits(*v as u32 as u64),
+            ScalarValue::Int8(Some(v)) => word(*v as u8 as u64, &mut self.literals),
+            ScalarValue::Int16(Some(v)) => word(*v as u16 as u64, &mut self.literals),
+            ScalarValue::Int32(Some(v)) | ScalarValue::Date32(Some(v)) => word(*v as u32 as u64, &mut self.literals),
             ScalarValue::Int64(Some(v))
             | ScalarValue::Date64(Some(v))
             | ScalarValue::TimestampSecond(Some(v), _)
             | ScalarValue::TimestampMillisecond(Some(v), _)
             | ScalarValue::TimestampMicrosecond(Some(v), _)
-            | ScalarValue::TimestampNanosecond(Some(v), _) => bits(*v as u64),
-            ScalarValue::UInt8(Some(v)) => bits(*v as u64),
-            ScalarValue::UInt16(Some(v)) => bits(*v as u64),
-            ScalarValue::UInt32(Some(v)) => bits(*v as u64),
-            ScalarValue::UInt64(Some(v)) => bits(*v),
-            ScalarValue::Decimal128(Some(v), _, _) => Self::i128_const(*v),
-            ScalarValue::Float64(Some(x)) => Self::f64_const(*x),
+            | ScalarValue::TimestampNanosecond(Some(v), _) => word(*v as u64, &mut self.literals),
+            ScalarValue::UInt8(Some(v)) => word(*v as u64, &mut self.literals),
+            ScalarValue::UInt16(Some(v)) => word(*v as u64, &mut self.literals),
+            ScalarValue::UInt32(Some(v)) => word(*v as u64, &mut self.literals),
+            ScalarValue::UInt64(Some(v)) => word(*v, &mut self.literals),
+            ScalarValue::Decimal128(Some(v), _, _) => {
+                let u = *v as u128;
+                self.literals.extend([u as u64, (u >> 64) as u64]);
+                format!("((__int128)(((u128)lits[{}] << 64) | (u128)lits[{at}]))", at + 1)
+            }
+            ScalarValue::Float64(Some(x)) => {
+                self.literals.push(x.to_bits());
+                format!("__longlong_as_double((long long)lits[{at}])")
+            }
             ScalarValue::Utf8(Some(text)) | ScalarValue::LargeUtf8(Some(text)) | ScalarValue::Utf8View(Some(text)) => {
-                let t = self.fresh();
+                // The length, then the bytes packed into words (little-endian, as the device reads them).
                 let bytes = text.as_bytes();
-                let list = if bytes.is_empty() {
-                    "0".to_string()
-                } else {
-                    bytes.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",")
-                };
-                let _ = writeln!(self.globals, "__device__ const u8 lit{t}[] = {{{list}}};");
+                self.literals.push(bytes.len() as u64);
+                self.literals.extend(bytes.chunks(8).map(|w| {
+                    let mut word = [0u8; 8];
+                    word[..w.len()].copy_from_slice(w);
+                    u64::from_le_bytes(word)
+                }));
                 return Ok(self.bind(
                     ty,
                     dt,
-                    format!("lit{t}"),
+                    format!("(const u8*)(lits + {})", at + 1),
                     "true".into(),
-                    bytes.len().to_string(),
+                    format!("lits[{at}]"),
                     "false".into(),
                 ));
             }
@@ -917,9 +940,10 @@ mod tests {
         let code = generate(&like_of("s", "PROMO%", false, false), &s).unwrap();
         assert_eq!(code.matches("bytes_find(").count(), 0, "{code}");
         assert!(code.contains("bytes_eq("), "{code}");
-        // The runs' bytes are the pattern's UTF-8 bytes.
+        // The runs are kernel parameters (length, then bytes), not text in the source.
         let code = generate(&like_of("s", "%é%", false, false), &s).unwrap();
-        assert!(code.contains("{195,169}"), "{code}");
+        assert!(code.contains("(const u8*)(lits + 3)") && code.contains("= lits[2]"), "{code}");
+        assert!(!code.contains("195"), "{code}");
         for (pattern, ci, why) in
             [("a_c", false, "only % runs"), ("100\\%", false, "only % runs"), ("a%", true, "ILIKE")]
         {

@@ -41,6 +41,15 @@ pub fn upload_column_addresses(
     crate::primitives::upload_slice(gpu, stream, &addresses, what)
 }
 
+/// The `lits` argument of a generated kernel: its literals' values ([`codegen::Gen::literals`])
+/// uploaded, or `None` (a null pointer) when it has none.
+pub fn upload_literals(gpu: &Gpu, stream: &Arc<CudaStream>, literals: &[u64]) -> Result<Option<DeviceBuffer>> {
+    if literals.is_empty() {
+        return Ok(None);
+    }
+    crate::primitives::upload_slice(gpu, stream, literals, "kernel literals").map(Some)
+}
+
 /// The error arrow raises where a generated kernel flagged a failed row (128-bit decimal
 /// overflow), as DataFusion's own evaluation would fail.
 pub fn overflow_error() -> DataFusionError {

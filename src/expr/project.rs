@@ -17,9 +17,9 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 
 use super::codegen::{ColumnRead, Gen, HELPERS, R, Ty};
-use super::{overflow_error, upload_column_addresses};
+use super::{overflow_error, upload_column_addresses, upload_literals};
 use crate::columns::{DeviceColumn, is_supported};
-use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
+use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::join::materialize::{GatherSpec, can_gather, gather_columns};
 use crate::primitives::select::{bitmap_bytes, select_where};
@@ -38,6 +38,8 @@ enum Output {
 struct Kernel {
     source: String,
     may_fail: bool,
+    /// The values of its literals, read by the kernel from its `lits` parameter.
+    literals: Vec<u64>,
 }
 
 /// A filter and projection compiled for the device.
@@ -103,7 +105,8 @@ impl DeviceProjection {
 #include "common.cuh"
 {HELPERS}
 {globals}
-extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* __restrict__ keep, u32* __restrict__ err) {{
+extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, const u64* __restrict__ lits, u8* __restrict__ keep,
+                                       u32* __restrict__ err) {{
     bool failed = false;
     for (u64 k = global_thread_id(); k < n; k += grid_stride()) {{
 {body}        keep[k] = {keep};
@@ -117,7 +120,7 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* 
                 body = g.body,
                 keep = keep.join(" && "),
             );
-            Some(Kernel { source, may_fail })
+            Some(Kernel { source, may_fail, literals: std::mem::take(&mut g.literals) })
         };
 
         let mut plan = Vec::with_capacity(outputs.len());
@@ -181,7 +184,8 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* 
             computed.push(e.to_string());
             plan.push(Some(Output::Computed { index: i, ty: v.ty, nullable }));
         }
-        let (globals, body) = (std::mem::take(&mut g.globals), std::mem::take(&mut g.body));
+        let (globals, body, literals) =
+            (std::mem::take(&mut g.globals), std::mem::take(&mut g.body), std::mem::take(&mut g.literals));
         drop(g);
         for (p, index) in pass {
             plan[p] = Some(Output::Pass(slot_of(&mut columns_read, index)));
@@ -198,7 +202,8 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, u8* 
 // Rows k < n of the output, read at row sel[k] of the input (k without a selection). Every lane
 // of a warp runs each iteration so that the warp's ballots cover 32 consecutive rows.
 extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, const u64* __restrict__ cols,
-                                        const u64* __restrict__ outs, u64* __restrict__ nulls, u32* __restrict__ err) {{
+                                        const u64* __restrict__ lits, const u64* __restrict__ outs,
+                                        u64* __restrict__ nulls, u32* __restrict__ err) {{
     const u32 lane = threadIdx.x & 31;
     bool failed = false;
     for (u64 base = global_thread_id() - lane; base < n; base += grid_stride()) {{
@@ -213,7 +218,7 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                 count = computed.len(),
                 failed = if errs.is_empty() { "false".to_string() } else { errs.join(" || ") },
             );
-            Some(Kernel { source, may_fail: !errs.is_empty() })
+            Some(Kernel { source, may_fail: !errs.is_empty(), literals })
         };
         let outputs_plan = plan.into_iter().collect::<Option<Vec<_>>>().ok_or("an output was not planned")?;
         let fields: Vec<Field> = inputs.iter().map(|&i| input.field(i).clone()).collect();
@@ -256,13 +261,20 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                 let keep = gpu.alloc(stream, n as usize, "filter flags")?;
                 if n > 0 {
                     let f = gpu.kernels().generated_function("expr", &k.source, "expr_filter")?;
-                    // expr_filter(u64 n, const u64* cols, u8* keep, u32* err)
+                    let lits = upload_literals(gpu, stream, &k.literals)?;
+                    // expr_filter(u64 n, const u64* cols, const u64* lits, u8* keep, u32* err)
                     gpu.launch_function(
                         stream,
                         &f,
                         "expr_filter",
                         grid(n),
-                        &[KArg::U64(n), ptr(&addresses, stream), ptr(&keep, stream), ptr(&err, stream)],
+                        &[
+                            KArg::U64(n),
+                            ptr(&addresses, stream),
+                            opt_ptr(lits.as_ref(), stream),
+                            ptr(&keep, stream),
+                            ptr(&err, stream),
+                        ],
                     )?;
                     if k.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
                         return Err(overflow_error());
@@ -301,11 +313,13 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
             if m > 0 {
                 let outs = upload_slice(gpu, stream, &outs, "projection outputs")?;
                 let f = gpu.kernels().generated_function("expr", &k.source, "expr_project")?;
+                let lits = upload_literals(gpu, stream, &k.literals)?;
                 let sel_arg = match &sel {
                     Some(s) => ptr(s, stream),
                     None => KArg::U64(0),
                 };
-                // expr_project(u64 n, const u32* sel, const u64* cols, const u64* outs, u64* nulls, u32* err)
+                // expr_project(u64 n, const u32* sel, const u64* cols, const u64* lits, const u64* outs,
+                //              u64* nulls, u32* err)
                 gpu.launch_function(
                     stream,
                     &f,
@@ -315,6 +329,7 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                         KArg::U64(m),
                         sel_arg,
                         ptr(&addresses, stream),
+                        opt_ptr(lits.as_ref(), stream),
                         ptr(&outs, stream),
                         ptr(&nulls, stream),
                         ptr(&err, stream),
