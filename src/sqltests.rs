@@ -33,6 +33,7 @@ fn session(mode: Mode) -> SessionContext {
                 min_rows: 0,                         // small test tables must not stay on the CPU for their size
                 placement: PlacementSetting::Always, // nor for the cost model's estimate
                 fuse_filters: true,                  // filters below aggregates run on the GPU as well
+                cpu_fallback: false,                 // the GPU's own answers, no rerun on the CPU
                 ..Default::default()
             };
             gpu_session_context(config.with_option_extension(gpu))

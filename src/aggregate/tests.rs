@@ -188,6 +188,8 @@ fn gpu_ctx_with(
         // Every filter below an aggregate runs on the GPU (the host may filter first, see
         // HostPrefilter).
         fuse_filters: true,
+        // The GPU's own answer or error: no rerun on the CPU to hide it.
+        cpu_fallback: false,
         ..Default::default()
     };
     gpu_session_context(SessionConfig::new().with_target_partitions(partitions).with_option_extension(cfg))

@@ -30,6 +30,7 @@ use datafusion_gpu::demo::{self, DemoOptions};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
 use datafusion_gpu::fuzz::{self, FuzzOptions};
+use datafusion_gpu::tpch::concurrency::{self, ConcurrencyOptions};
 use datafusion_gpu::tpch::runner::{self, SuiteBenchOptions};
 use datafusion_gpu::tpch::{Suite, data};
 use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
@@ -135,6 +136,9 @@ enum BenchCommand {
     Tpch(SuiteBenchOptions),
     /// The 13 SSB queries, as `bench tpch` runs TPC-H.
     Ssb(SuiteBenchOptions),
+    /// Several TPC-H (or SSB) query streams at once on one GPU, each in its own session with its
+    /// own `gpu.` settings (`--memory-limits`), every answer checked against DataFusion's.
+    Concurrency(ConcurrencyOptions),
     /// Draws the PNG chart of `bench tpch|ssb` JSON records again, each next to its record.
     Chart {
         /// The JSON records.
@@ -389,6 +393,14 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
         }
         Some(Command::Bench { which: BenchCommand::Tpch(opts) }) => suite_bench(Suite::Tpch, &opts).await,
         Some(Command::Bench { which: BenchCommand::Ssb(opts) }) => suite_bench(Suite::Ssb, &opts).await,
+        Some(Command::Bench { which: BenchCommand::Concurrency(opts) }) => {
+            let report = concurrency::run(&opts).await.map_err(|e| e.to_string())?;
+            println!("{}", report.render());
+            match report.problems() {
+                0 => Ok(()),
+                n => Err(format!("{n} queries failed or differ from DataFusion's answers (see above)")),
+            }
+        }
         Some(Command::Bench { which: BenchCommand::Chart { records } }) => {
             for r in &records {
                 let png = runner::redraw_chart(r).map_err(|e| e.to_string())?;

@@ -38,7 +38,7 @@ use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricB
 use datafusion::physical_plan::repartition::{BatchPartitioner, RepartitionExec};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::streaming::StreamingTableExec;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PhysicalExpr, PlanProperties, displayable,
@@ -47,9 +47,9 @@ use futures::{Stream, StreamExt};
 
 use super::fuse::{self, FusedInput, PrefilterCounters};
 use super::once::OnceShared;
-use super::replay::Replay;
+use super::replay::{DeviceReplay, HandedStream, Replay};
 use super::upload::ChunkUploader;
-use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, timeline};
+use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, rows_within_limit, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, GroupIdMethod, group_by};
 use crate::columns::{DeviceBatch, DeviceColumn};
@@ -405,7 +405,7 @@ impl GpuAggregateExec {
     /// The work of one partition.
     fn new_run(&self, partition: usize, context: &Arc<TaskContext>) -> Result<Run> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_config(&cfg)?;
+        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
         // Under `auto` the plan's group count is often DataFusion's fallback (the input's rows,
         // without distinct counts): the first chunk runs the hash group-by, and the cost model
         // chooses again for the next chunks and merges from the group count it found.
@@ -416,6 +416,13 @@ impl GpuAggregateExec {
             _ => None,
         };
         let host_upload_ns_per_row = self.fused.as_deref().and_then(|f| fuse::upload_ns_per_row(f, &cfg, &gpu));
+        // Chunks of every partition (each gathered, then concatenated, then grouped) take at
+        // most a quarter of the memory limit between them.
+        let chunk_rows = cfg.batch_rows.max(1).min(rows_within_limit(
+            &gpu,
+            2 * context.session_config().target_partitions() as u64,
+            crate::rule::eligibility::row_width(&self.layout.upload_schema),
+        ) as usize);
         Ok(Run {
             gpu,
             fused: self.fused.clone(),
@@ -424,10 +431,11 @@ impl GpuAggregateExec {
             agg: Arc::clone(&self.agg),
             opts: std::sync::Mutex::new(GroupByOptions { method: self.first_method(), ..GroupByOptions::default() }),
             adaptive,
-            chunk_rows: cfg.batch_rows.max(1),
+            chunk_rows,
             batch_size: context.session_config().batch_size().max(1),
             min_rows: cfg.min_rows,
             cpu_fallback: cfg.cpu_fallback,
+            grouped: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             partition,
             host_filter_below: cfg.host_filter_below,
             host_upload_ns_per_row,
@@ -837,6 +845,8 @@ struct Run {
     min_rows: usize,
     /// `gpu.cpu_fallback`: finish on the CPU when device memory runs out.
     cpu_fallback: bool,
+    /// Chunks of input rows grouped so far (a device input is kept for the CPU until the first).
+    grouped: Arc<std::sync::atomic::AtomicUsize>,
     partition: usize,
     /// `gpu.host_filter_below`: see [`fuse::HostPrefilter`].
     host_filter_below: f64,
@@ -870,43 +880,6 @@ enum Input {
 enum Reduced {
     Device(DeviceBatch),
     Host(Vec<RecordBatch>),
-}
-
-/// A one-partition source whose stream is handed in once: the rows a GPU aggregate receives,
-/// passed on to DataFusion's aggregate on the CPU as they arrive (see [`Run::reduce_or_cpu`]).
-struct HandedStream {
-    schema: SchemaRef,
-    stream: std::sync::Mutex<Option<SendableRecordBatchStream>>,
-}
-
-impl HandedStream {
-    fn new(schema: SchemaRef, stream: SendableRecordBatchStream) -> Self {
-        HandedStream { schema, stream: std::sync::Mutex::new(Some(stream)) }
-    }
-}
-
-impl fmt::Debug for HandedStream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HandedStream").field("schema", &self.schema).finish_non_exhaustive()
-    }
-}
-
-impl PartitionStream for HandedStream {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        match self.stream.lock().ok().and_then(|mut s| s.take()) {
-            Some(s) => s,
-            None => Box::pin(RecordBatchStreamAdapter::new(
-                Arc::clone(&self.schema),
-                futures::stream::once(async {
-                    Err(DataFusionError::Internal("a GPU aggregate's CPU input was read twice".into()))
-                }),
-            )),
-        }
-    }
 }
 
 /// Rows a [`Run`] reduces: host rows (projected to what the aggregate uploads) or device rows
@@ -950,12 +923,35 @@ impl Run {
             // Rows already on the device are grouped there, however few.
             Input::Device { batches, columns, schema } => {
                 let rows = self.metrics.input_rows.clone();
+                // Until its first chunk is grouped the input is kept, so that DataFusion's
+                // aggregate can take the partition over if device memory runs out.
+                let (replay, batches) = match self.cpu_fallback {
+                    true => {
+                        let (r, b) = DeviceReplay::new(batches, Arc::clone(&self.grouped));
+                        (Some(r), b)
+                    }
+                    false => (None, batches),
+                };
                 let pieces = batches.map(move |b| {
                     let b = b?;
                     rows.add(b.num_rows());
                     Ok(Piece::Device(b.select(&columns, &schema)?))
                 });
-                return self.reduce(Box::pin(pieces)).await.map(Reduced::Device);
+                let failed = match (self.reduce(Box::pin(pieces)).await, replay) {
+                    (Ok(state), _) => return Ok(Reduced::Device(state)),
+                    (Err(e), Some(replay)) if recoverable_on_cpu(&e) && !replay.input_failed() => (e, replay),
+                    (Err(e), _) => return Err(e),
+                };
+                let (failed, replay) = failed;
+                let input_schema = match &self.fused {
+                    Some(f) => f.input.schema(),
+                    None => aggregate(&self.agg)?.input().schema(),
+                };
+                let Some(rows) = replay.take_on_host(Arc::clone(&input_schema)) else { return Err(failed) };
+                timeline::mark(&self.who, || format!("on the CPU after: {failed}"));
+                log::debug!("GPU aggregate partition {} finishes on the CPU: {failed}", self.partition);
+                self.metrics.cpu_fallbacks.add(1);
+                return cpu_output(self.on_cpu(input_schema, rows)?).await.map(Reduced::Host);
             }
         };
         let schema = input.schema();
@@ -1102,6 +1098,7 @@ impl Run {
                 pending_rows = 0;
                 self.metrics.chunks.add(1);
                 let state = self.group_by(std::mem::take(&mut pending), true).await?;
+                self.grouped.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 timeline::mark(&self.who, || format!("chunk grouped: {} state rows", state.num_rows()));
                 parts_rows += state.num_rows();
                 parts.push(state);

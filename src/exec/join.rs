@@ -23,7 +23,9 @@ use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{JoinSide, NullEquality, Statistics};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
@@ -40,16 +42,17 @@ use datafusion::physical_plan::{
 use futures::channel::mpsc;
 use futures::{FutureExt, SinkExt, Stream, StreamExt};
 
+use super::cpu_join::{CpuJoin, Sides};
 use super::once::OnceShared;
 use super::task_stream::TaskStream;
 use super::upload::{ChunkUploader, batch_bytes};
-use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream, timeline};
+use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, rows_within_limit, timeline};
 use crate::columns::DeviceBatch;
 use crate::columns::concat::can_concat;
 use crate::config::GpuConfig;
 use crate::cost::join::JoinEstimate;
 use crate::device::{DeviceBuffer, Gpu};
-use crate::error::CudaResultExt;
+use crate::error::{CudaResultExt, recoverable_on_cpu};
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
 use crate::join::triton::{Arrival, DriverGuard, Group, Meeting, Outcome, SpillSizes, SpilledSide, fits_in_memory};
@@ -75,11 +78,60 @@ struct Layout {
     no_spill: Option<String>,
 }
 
-/// A prepared build side: on the device, or partitioned in pinned host memory.
+impl Layout {
+    /// The uploaded columns of each side, for DataFusion's join over them.
+    fn sides(&self) -> Sides<'_> {
+        Sides {
+            build_cols: &self.build_cols,
+            build_schema: &self.build_schema,
+            probe_cols: &self.probe_cols,
+            probe_schema: &self.probe_schema,
+        }
+    }
+}
+
+/// A prepared build side: on the device, partitioned in pinned host memory, or, when device
+/// memory ran out preparing it, DataFusion's join over its rows for every probe partition.
 #[derive(Debug, Clone)]
 enum Built {
-    Memory(Arc<JoinBuild>),
+    /// On the device, with its host rows when they were kept for a partition's CPU fallback.
+    Memory(Arc<JoinBuild>, Option<Arc<KeptBuild>>),
     Spilled(Arc<OutOfCore>),
+    OnCpu(Arc<CpuJoin>),
+}
+
+/// A build side's host rows (its uploaded columns), kept while the join runs so that a probe
+/// partition can finish on the CPU; reserved from DataFusion's memory pool.
+#[derive(Debug)]
+struct KeptBuild {
+    batches: Vec<RecordBatch>,
+    _reservation: MemoryReservation,
+}
+
+impl KeptBuild {
+    /// `batches` kept within `pool`, or `None` when the pool cannot hold them.
+    fn keep(batches: &[RecordBatch], pool: &Arc<dyn MemoryPool>) -> Option<Arc<KeptBuild>> {
+        let reservation = MemoryConsumer::new("GpuHashJoinExec build kept for the CPU").register(pool);
+        let bytes: u64 = batches.iter().map(batch_bytes).sum();
+        reservation.try_grow(bytes as usize).ok()?;
+        Some(Arc::new(KeptBuild { batches: batches.to_vec(), _reservation: reservation }))
+    }
+}
+
+/// What a GPU join's partition hands its consumer: device batches, or host batches once DataFusion's
+/// join finishes the partition.
+enum JoinOutput {
+    Device(DeviceBatch),
+    Host(RecordBatch),
+}
+
+impl JoinOutput {
+    fn num_rows(&self) -> usize {
+        match self {
+            JoinOutput::Device(b) => b.num_rows(),
+            JoinOutput::Host(b) => b.num_rows(),
+        }
+    }
 }
 
 /// The build side of an out-of-core join ([`crate::join::triton`]).
@@ -97,7 +149,7 @@ struct OutOfCore {
 /// partitions, the sender of its output stream, and its metrics.
 struct Handover {
     side: SpilledSide,
-    tx: mpsc::Sender<Result<DeviceBatch>>,
+    tx: mpsc::Sender<Result<JoinOutput>>,
     metrics: Metrics,
 }
 
@@ -426,6 +478,7 @@ impl GpuHashJoinExec {
                     .collect::<std::result::Result<Vec<_>, String>>()?,
                 may_fail: code.may_fail,
                 source: code.source,
+                literals: code.literals,
             }),
             None => None,
         };
@@ -612,7 +665,19 @@ impl ExecutionPlan for GpuHashJoinExec {
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        Ok(download_stream(self.schema(), self.execute_device(partition, context)?))
+        let out = self.execute_output(partition, context)?;
+        let batches = out.then(|o| async move {
+            match o? {
+                JoinOutput::Device(b) => {
+                    let rows = b.num_rows();
+                    let out = blocking(move || b.download()).await;
+                    timeline::mark("download", || format!("{rows} rows downloaded for a CPU parent"));
+                    out
+                }
+                JoinOutput::Host(b) => Ok(b),
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), batches)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -661,6 +726,8 @@ struct Metrics {
     handover_wait_time: Time,
     /// Builds run by each algorithm (EXPLAIN ANALYZE shows the one actually run).
     ran: Vec<(JoinAlgorithm, datafusion::physical_plan::metrics::Count)>,
+    /// Builds, or probe partitions, finished by DataFusion's join when device memory ran out.
+    cpu_fallbacks: datafusion::physical_plan::metrics::Count,
 }
 
 impl Metrics {
@@ -682,6 +749,7 @@ impl Metrics {
             spill_time: b().subset_time("spill_time", partition),
             handover_wait_time: b().subset_time("handover_wait_time", partition),
             ran: JoinAlgorithm::ALL.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
+            cpu_fallbacks: b().counter("cpu_fallbacks", partition),
         }
     }
 
@@ -725,21 +793,30 @@ pub fn coalesced_input(side: &Arc<dyn ExecutionPlan>) -> Option<&Arc<dyn Executi
     gathered_input(side).filter(|input| as_gpu_exec(input).is_some())
 }
 
-/// A join's build input: host batches from a CPU child (as they came, not concatenated), or
-/// device rows from a GPU child.
+/// A join's build input, its build columns: host batches from a CPU child (as they came, not
+/// concatenated), or device batches from a GPU child (nothing crosses PCIe).
 enum BuildInput {
     Host(Vec<RecordBatch>),
-    Device(DeviceBatch),
+    Device(Vec<DeviceBatch>),
+}
+
+impl BuildInput {
+    /// The rows on the host (device batches downloaded), for the CPU.
+    async fn into_host(self) -> Result<Vec<RecordBatch>> {
+        match self {
+            BuildInput::Host(h) => Ok(h),
+            BuildInput::Device(parts) => blocking(move || parts.iter().map(DeviceBatch::download).collect()).await,
+        }
+    }
 }
 
 /// Reads every listed partition of `plan` at once (each on its own task, so CPU children run in
-/// parallel), keeping the build columns, in partition order: device batches from a GPU child
-/// (concatenated on the device; nothing crosses PCIe), else the host batches.
+/// parallel), keeping the build columns, in partition order: device batches from a GPU child,
+/// else the host batches.
 async fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     partitions: std::ops::Range<usize>,
     layout: &Arc<Layout>,
-    gpu: &Arc<Gpu>,
     context: &Arc<TaskContext>,
 ) -> Result<BuildInput> {
     let failed = |e| DataFusionError::Execution(format!("GPU join: reading the build side failed: {e}"));
@@ -771,15 +848,7 @@ async fn collect(
         if parts.is_empty() {
             return Ok(BuildInput::Host(Vec::new()));
         }
-        let (gpu, schema) = (Arc::clone(gpu), Arc::clone(&layout.build_schema));
-        return blocking(move || {
-            let stream = gpu.stream();
-            let dev = DeviceBatch::concat(&gpu, &stream, schema, &parts)?;
-            // The build runs on its own stream: the concatenation (or the one part) must be done.
-            dev.stream().synchronize().gpu("waiting for the build input")?;
-            Ok(BuildInput::Device(dev))
-        })
-        .await;
+        return Ok(BuildInput::Device(parts));
     }
     let mut tasks = Vec::new();
     for p in partitions {
@@ -824,17 +893,6 @@ fn runtime_spec(
     let mut spec = (*layout.spec).clone();
     spec.algorithm = choice.best;
     Arc::new(spec)
-}
-
-/// Fewest rows a probe chunk or output window is cut to under a small memory limit: below this,
-/// launches cost more than the rows.
-const MIN_MEMORY_ROWS: u64 = 8192;
-
-/// Rows of `row_bytes` each that `holders` buffers held at once may have within a quarter of
-/// the memory limit (at least [`MIN_MEMORY_ROWS`]): the size probe chunks and output windows
-/// are cut to, so that a small limit shrinks them rather than fails them.
-fn rows_within_limit(gpu: &Gpu, holders: u64, row_bytes: u64) -> u64 {
-    (gpu.memory().limit() / 4 / holders.max(1) / row_bytes.max(1)).max(MIN_MEMORY_ROWS)
 }
 
 /// A spec for one build: the run-time algorithm choice, and its output windows when the memory
@@ -887,51 +945,85 @@ fn per_row(bytes: u64, rows: usize) -> u64 {
     bytes.div_ceil(rows.max(1) as u64).max(1)
 }
 
-/// Collects the build side and prepares it: on the device when its state fits under the memory
-/// limit, else partitioned into pinned host memory for an out-of-core join whose output goes to
-/// `consumers` streams at once (the probe streams share this build when
-/// `consumers_share_build`, as in `CollectLeft` mode). In `Partitioned` mode each partition's
-/// join gets a share of the limit, and when the plan expects the join to run out of core
-/// (`planned_out_of_core`) every partition does, so that all their device work takes turns for
-/// the device's out-of-core work slots (a partition joined in memory would not).
-#[allow(clippy::too_many_arguments)]
-async fn build_side(
+/// Everything a join partition's build needs.
+struct BuildJob {
     gpu: Arc<Gpu>,
+    /// The `HashJoinExec` the GPU join replaces (for DataFusion's join when it falls back).
+    join: Arc<dyn ExecutionPlan>,
     layout: Arc<Layout>,
     estimate: Option<Arc<JoinEstimate>>,
     cfg: GpuConfig,
-    left: Arc<dyn ExecutionPlan>,
-    partitions: std::ops::Range<usize>,
     context: Arc<TaskContext>,
     metrics: Metrics,
+    /// Output streams that may hold windows at once.
     consumers: usize,
+    /// Whether the probe streams share this build (`CollectLeft` mode).
     consumers_share_build: bool,
     route: bool,
     planned_out_of_core: bool,
     who: String,
-) -> Result<Built> {
-    let input = collect(&left, partitions, &layout, &gpu, &context).await?;
-    let (rows, bytes) = match &input {
-        BuildInput::Host(h) => (h.iter().map(RecordBatch::num_rows).sum(), h.iter().map(batch_bytes).sum()),
-        BuildInput::Device(d) => (d.num_rows(), d.byte_size() as u64),
-    };
-    timeline::mark(&who, || format!("build input of {rows} rows collected"));
-    // Partitioned mode runs one join per partition at the same time: each gets its share. Of
-    // the limit, only what other operators do not hold now is there for this build.
-    let available = gpu.memory().limit().saturating_sub(gpu.memory().used());
-    let (limit, streams) = match consumers_share_build {
-        true => (available, consumers),
-        false => (available / consumers.max(1) as u64, 1),
-    };
-    let spill = !fits_in_memory(bytes, limit) || (planned_out_of_core && !consumers_share_build);
-    if layout.no_spill.is_none() && spill {
-        // Partitioned into host memory: device input comes back to the host first.
-        let host = match input {
-            BuildInput::Host(h) => h,
-            BuildInput::Device(d) => vec![blocking(move || d.download()).await?],
+}
+
+impl BuildJob {
+    /// Collects the build side (partitions `partitions` of `left`) and prepares it: on the device
+    /// when its state fits under the memory limit, else partitioned into pinned host memory for
+    /// an out-of-core join whose output goes to `consumers` streams at once. In `Partitioned`
+    /// mode each partition's join gets a share of the limit, and when the plan expects the join
+    /// to run out of core (`planned_out_of_core`) every partition does, so that all their device
+    /// work takes turns for the device's out-of-core work slots (a partition joined in memory
+    /// would not). When device memory runs out on the way (and `gpu.cpu_fallback` is on), the
+    /// build goes to DataFusion's join instead, which then serves every probe partition.
+    async fn run(self, left: Arc<dyn ExecutionPlan>, partitions: std::ops::Range<usize>) -> Result<Built> {
+        let input = collect(&left, partitions, &self.layout, &self.context).await?;
+        let (rows, bytes): (usize, u64) = match &input {
+            BuildInput::Host(h) => (h.iter().map(RecordBatch::num_rows).sum(), h.iter().map(batch_bytes).sum()),
+            BuildInput::Device(d) => {
+                (d.iter().map(DeviceBatch::num_rows).sum(), d.iter().map(|b| b.byte_size() as u64).sum())
+            }
         };
+        timeline::mark(&self.who, || format!("build input of {rows} rows collected"));
+        // Partitioned mode runs one join per partition at the same time: each gets its share. Of
+        // the limit, only what other operators do not hold now is there for this build.
+        let available = self.gpu.memory().available();
+        let (limit, streams) = match self.consumers_share_build {
+            true => (available, self.consumers),
+            false => (available / self.consumers.max(1) as u64, 1),
+        };
+        let spill = !fits_in_memory(bytes, limit) || (self.planned_out_of_core && !self.consumers_share_build);
+        let (result, for_cpu) = if self.layout.no_spill.is_none() && spill {
+            // Partitioned into host memory: device input comes back to the host first.
+            let host = input.into_host().await?;
+            let keep = host.clone();
+            (self.spill(host, rows, bytes, limit, streams).await, BuildInput::Host(keep))
+        } else {
+            self.in_memory(input, rows).await
+        };
+        match result {
+            Ok(built) => Ok(built),
+            Err(e) if self.cfg.cpu_fallback && recoverable_on_cpu(&e) => {
+                let host = for_cpu.into_host().await?;
+                self.on_cpu(host, &e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// DataFusion's join over the build rows `host`, for every probe partition of a shared build
+    /// (or this partition's), after the GPU's `failed`.
+    fn on_cpu(&self, host: Vec<RecordBatch>, failed: &DataFusionError) -> Result<Built> {
+        timeline::mark(&self.who, || format!("the build goes to the CPU after: {failed}"));
+        log::debug!("a GPU join's build goes to DataFusion's join: {failed}");
+        self.metrics.cpu_fallbacks.add(1);
+        let probes = if self.consumers_share_build { self.consumers } else { 1 };
+        let cpu = CpuJoin::new(hash_join(&self.join)?, &self.layout.sides(), host, probes)?;
+        Ok(Built::OnCpu(Arc::new(cpu)))
+    }
+
+    /// Partitions the build rows `host` into pinned host memory for an out-of-core join.
+    async fn spill(&self, host: Vec<RecordBatch>, rows: usize, bytes: u64, limit: u64, streams: usize) -> Result<Built> {
+        let (gpu, layout, metrics) = (&self.gpu, &self.layout, &self.metrics);
         let out_row = row_width(&layout.spec.schema).max(1);
-        let sizes = SpillSizes::new(bytes, limit, streams, route, out_row, cfg.batch_rows as u64);
+        let sizes = SpillSizes::new(bytes, limit, streams, self.route, out_row, self.cfg.batch_rows as u64);
         metrics.spill_partitions.add(sizes.partitions());
         // The chunks are dealt to as many partitioning passes as may run at once, so that one
         // chunk's upload overlaps another's download; their partitions are merged after.
@@ -943,7 +1035,7 @@ async fn build_side(
         }
         let mut passes = Vec::with_capacity(workers);
         for mine in dealt {
-            let (gpu, layout, metrics) = (Arc::clone(&gpu), Arc::clone(&layout), metrics.clone());
+            let (gpu, layout, metrics) = (Arc::clone(gpu), Arc::clone(layout), metrics.clone());
             let slot = gpu.split_slot().await?;
             passes.push(blocking(move || -> Result<SpilledSide> {
                 let _t = metrics.build_time.timer();
@@ -966,54 +1058,91 @@ async fn build_side(
             build.absorb(pass.await?, 0)?;
         }
         metrics.spill_bytes.add(build.bytes as usize);
-        timeline::mark(&who, || format!("build partitioned into pinned memory ({} bytes)", build.bytes));
-        let participants = if consumers_share_build { consumers } else { 1 };
-        return Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))));
+        timeline::mark(&self.who, || format!("build partitioned into pinned memory ({} bytes)", build.bytes));
+        let participants = if self.consumers_share_build { self.consumers } else { 1 };
+        Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))))
     }
-    // The output windows every probe stream may hold at once (a few each, see `probe_chunk`)
-    // take at most a quarter of the memory limit: under a small limit, windows shrink.
-    // A window holds its output rows and a pair of positions (16 bytes) per row.
-    let in_flight = consumers.max(1) as u64 * crate::join::triton::WINDOWS_PER_STREAM;
-    let window_rows = rows_within_limit(&gpu, in_flight, row_width(&layout.spec.schema) + 16);
-    let spec = build_spec(&layout, estimate.as_deref(), rows, &gpu, &cfg, Some(window_rows));
-    metrics.ran(spec.algorithm);
-    let build_time = metrics.build_time.clone();
-    let _t = build_time.timer();
-    let dev = match input {
-        // The batches go up in groups, each assembled in the pinned staging buffers as it is
-        // copied, and are concatenated on the device: no host-side concatenation of the whole
-        // build (single-threaded, about 0.2 s per GiB) before the upload.
-        BuildInput::Host(batches) => {
-            let mut uploader = ChunkUploader::new(
-                Arc::clone(&gpu),
-                usize::MAX,
-                metrics.upload_time.clone(),
-                metrics.pack_time.clone(),
-            );
-            for b in batches {
-                if uploader.push(b).await?.is_some() {
-                    return Err(DataFusionError::Internal("a build upload split into chunks".into()));
+
+    /// Uploads (or concatenates) the build input and builds it on the device; also returns what
+    /// DataFusion's join would need if that fails (the host rows, or the device rows to download).
+    async fn in_memory(&self, input: BuildInput, rows: usize) -> (Result<Built>, BuildInput) {
+        let (gpu, layout, metrics) = (&self.gpu, &self.layout, &self.metrics);
+        // The output windows every probe stream may hold at once (a few each, see `probe_chunk`)
+        // take at most a quarter of the memory limit: under a small limit, windows shrink.
+        // A window holds its output rows and a pair of positions (16 bytes) per row.
+        let in_flight = self.consumers.max(1) as u64 * crate::join::triton::WINDOWS_PER_STREAM;
+        let window_rows = rows_within_limit(gpu, in_flight, row_width(&layout.spec.schema) + 16);
+        let spec = build_spec(layout, self.estimate.as_deref(), rows, gpu, &self.cfg, Some(window_rows));
+        metrics.ran(spec.algorithm);
+        let build_time = metrics.build_time.clone();
+        let _t = build_time.timer();
+        let (kept, dev, for_cpu) = match input {
+            // The batches go up in groups, each assembled in the pinned staging buffers as it is
+            // copied, and are concatenated on the device: no host-side concatenation of the whole
+            // build (single-threaded, about 0.2 s per GiB) before the upload.
+            BuildInput::Host(batches) => {
+                let kept = match self.cfg.cpu_fallback {
+                    true => KeptBuild::keep(&batches, self.context.memory_pool()),
+                    false => None,
+                };
+                let for_cpu = BuildInput::Host(batches.clone());
+                (kept, self.upload(batches).await, for_cpu)
+            }
+            BuildInput::Device(parts) => {
+                let (gpu, schema) = (Arc::clone(gpu), Arc::clone(&layout.build_schema));
+                let concat = blocking(move || {
+                    let stream = gpu.stream();
+                    let dev = DeviceBatch::concat(&gpu, &stream, schema, &parts).and_then(|dev| {
+                        // The build runs on its own stream: the concatenation (or the one part) must be done.
+                        dev.stream().synchronize().gpu("waiting for the build input")?;
+                        Ok(dev)
+                    });
+                    Ok((dev, parts))
+                })
+                .await;
+                match concat {
+                    // The concatenated rows are the build's: a copy for the CPU costs nothing.
+                    Ok((Ok(dev), _parts)) => (None, Ok(dev.clone()), BuildInput::Device(vec![dev])),
+                    Ok((Err(e), parts)) => (None, Err(e), BuildInput::Device(parts)),
+                    Err(e) => return (Err(e), BuildInput::Host(Vec::new())),
                 }
             }
-            match uploader.finish().await? {
-                Some(dev) => dev,
-                None => {
-                    let (gpu, schema) = (Arc::clone(&gpu), Arc::clone(&layout.build_schema));
-                    blocking(move || DeviceBatch::upload(&gpu, &gpu.stream(), &RecordBatch::new_empty(schema))).await?
-                }
+        };
+        let dev = match dev {
+            Ok(dev) => dev,
+            Err(e) => return (Err(e), for_cpu),
+        };
+        let (gpu, metrics, who) = (Arc::clone(gpu), metrics.clone(), self.who.clone());
+        let built = blocking(move || {
+            // The build continues on the stream its input was made on.
+            let stream = Arc::clone(dev.stream());
+            timeline::mark(&who, || format!("build input uploaded; building with {}", spec.algorithm));
+            let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
+            metrics.add_phases(&build.times);
+            Ok(Built::Memory(Arc::new(build), kept))
+        })
+        .await;
+        (built, for_cpu)
+    }
+
+    /// The host build rows on the device, uploaded in groups (see [`ChunkUploader`]).
+    async fn upload(&self, batches: Vec<RecordBatch>) -> Result<DeviceBatch> {
+        let gpu = &self.gpu;
+        let mut uploader =
+            ChunkUploader::new(Arc::clone(gpu), usize::MAX, self.metrics.upload_time.clone(), self.metrics.pack_time.clone());
+        for b in batches {
+            if uploader.push(b).await?.is_some() {
+                return Err(DataFusionError::Internal("a build upload split into chunks".into()));
             }
         }
-        BuildInput::Device(dev) => dev,
-    };
-    blocking(move || {
-        // The build continues on the stream its input was made on.
-        let stream = Arc::clone(dev.stream());
-        timeline::mark(&who, || format!("build input uploaded; building with {}", spec.algorithm));
-        let build = JoinBuild::new(Arc::clone(&gpu), &stream, spec, dev)?;
-        metrics.add_phases(&build.times);
-        Ok(Built::Memory(Arc::new(build)))
-    })
-    .await
+        match uploader.finish().await? {
+            Some(dev) => Ok(dev),
+            None => {
+                let (gpu, schema) = (Arc::clone(gpu), Arc::clone(&self.layout.build_schema));
+                blocking(move || DeviceBatch::upload(&gpu, &gpu.stream(), &RecordBatch::new_empty(schema))).await
+            }
+        }
+    }
 }
 
 /// The columns of a GPU child's batch that the probe uses (shared, not copied).
@@ -1066,7 +1195,8 @@ impl OutOfCoreProbe {
     /// Reads the whole probe input into host partitions and hands them over; the last stream
     /// to do so starts the driver ([`OutOfCoreProbe::drive`]), which sends this stream's output
     /// to `tx`. Returns when the join has ended.
-    async fn run(self, probe: Probe, tx: &mpsc::Sender<Result<DeviceBatch>>, arrival: Arrival<Handover>) -> Result<()> {
+    /// This stream's probe input, partitioned into host memory.
+    async fn read_probe(&self, probe: Probe) -> Result<SpilledSide> {
         let sizes = self.ooc.sizes;
         let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
         match probe {
@@ -1115,6 +1245,18 @@ impl OutOfCoreProbe {
                 }
             }
         }
+        Ok(side)
+    }
+
+    async fn run(self, probe: Probe, tx: &mpsc::Sender<Result<JoinOutput>>, arrival: Arrival<Handover>) -> Result<()> {
+        let side = match self.read_probe(probe).await {
+            Ok(side) => side,
+            Err(e) => {
+                // Every stream stops with this error (its kind kept: a device memory error stays one).
+                self.ooc.meeting.fail_with(&e);
+                return Err(e);
+            }
+        };
         timeline::mark("out-of-core", || format!("a probe stream handed over {} rows", side.rows));
         let meeting = Arc::clone(&self.ooc.meeting);
         let wait = self.metrics.handover_wait_time.clone();
@@ -1124,7 +1266,7 @@ impl OutOfCoreProbe {
             let task = SpawnedTask::spawn(async move {
                 let outcome = match self.drive(entries).await {
                     Ok(()) => Outcome::Finished,
-                    Err(e) => Outcome::Failed(e.to_string()),
+                    Err(e) => Outcome::Failed { why: e.to_string(), memory: recoverable_on_cpu(&e) },
                 };
                 guard.0.end(outcome);
             });
@@ -1355,7 +1497,7 @@ impl Prefetch {
 /// The output streams of an out-of-core join, as its driver sees them: each probe stream's
 /// sender and metrics, `None` once its consumer has gone.
 struct Outputs {
-    targets: Vec<Option<(mpsc::Sender<Result<DeviceBatch>>, Metrics)>>,
+    targets: Vec<Option<(mpsc::Sender<Result<JoinOutput>>, Metrics)>>,
     /// Where the next unrouted batch is offered first, among the fed streams.
     next: usize,
     /// Streams that unrouted batches go to: the first this many still reading
@@ -1397,7 +1539,7 @@ impl Outputs {
                             }
                         },
                     };
-                    match ready.and_then(|()| tx.start_send(Ok(b))) {
+                    match ready.and_then(|()| tx.start_send(Ok(JoinOutput::Device(b)))) {
                         Ok(()) => {
                             m.sent(rows);
                             self.next = self.next.wrapping_add(k + 1);
@@ -1433,30 +1575,45 @@ enum Probe {
 /// Probes one device chunk of probe rows on `stream`, recording its rows and phase times, and
 /// sends each output window to `tx` as it is made, waiting while the channel is full: the
 /// join's output in device memory is then the windows in flight, not the chunk's whole fan-out.
-/// Runs on a blocking thread.
+/// Also returns how many windows it sent: a chunk that failed before its first can be joined
+/// again elsewhere. Runs on a blocking thread.
 fn probe_chunk(
     build: &JoinBuild,
     metrics: &Metrics,
     stream: &Arc<CudaStream>,
     chunk: &DeviceBatch,
-    tx: &mut mpsc::Sender<Result<DeviceBatch>>,
-) -> Result<()> {
+    tx: &mut mpsc::Sender<Result<JoinOutput>>,
+) -> (Result<()>, usize) {
     metrics.probe_rows.add(chunk.num_rows());
     let mut times = PhaseTimes::default();
+    let mut sent = 0;
     let out = build.probe_into(stream, chunk, &mut times, &mut |b| {
         metrics.sent(b.num_rows());
-        futures::executor::block_on(tx.send(Ok(b)))
+        sent += 1;
+        futures::executor::block_on(tx.send(Ok(JoinOutput::Device(b))))
             .map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))
     });
     metrics.add_phases(&times);
-    out
+    (out, sent)
 }
 
 /// Passes output batches to the stream, counting them.
-async fn send(tx: &mut mpsc::Sender<Result<DeviceBatch>>, metrics: &Metrics, outputs: Vec<DeviceBatch>) -> Result<()> {
+async fn send(tx: &mut mpsc::Sender<Result<JoinOutput>>, metrics: &Metrics, outputs: Vec<JoinOutput>) -> Result<()> {
     for o in outputs {
         metrics.sent(o.num_rows());
         tx.send(Ok(o)).await.map_err(|_| DataFusionError::Execution("GPU join output dropped".into()))?;
+    }
+    Ok(())
+}
+
+/// Passes the output of DataFusion's join to the stream, counting it.
+async fn forward(
+    tx: &mut mpsc::Sender<Result<JoinOutput>>,
+    metrics: &Metrics,
+    mut out: SendableRecordBatchStream,
+) -> Result<()> {
+    while let Some(b) = out.next().await.transpose()? {
+        send(tx, metrics, vec![JoinOutput::Host(b)]).await?;
     }
     Ok(())
 }
@@ -1482,10 +1639,226 @@ fn read_ahead<T: Send + 'static>(
     Box::pin(TaskStream::new(rx, task, "a GPU join's probe read-ahead"))
 }
 
-impl GpuExec for GpuHashJoinExec {
-    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+/// Probe rows a partition had not joined when its device work failed: host batches, or the
+/// device chunk that failed.
+enum Unjoined {
+    Host(Vec<RecordBatch>),
+    Device(DeviceBatch),
+}
+
+/// The probe side of one partition, after its build.
+struct PartitionRun {
+    gpu: Arc<Gpu>,
+    /// The `HashJoinExec` the GPU join replaces.
+    join: Arc<dyn ExecutionPlan>,
+    layout: Arc<Layout>,
+    cfg: GpuConfig,
+    context: Arc<TaskContext>,
+    metrics: Metrics,
+    mode: PartitionMode,
+    shared: Arc<Shared>,
+    partition: usize,
+    /// Rows per probe chunk of host input.
+    chunk_rows: usize,
+    who: String,
+}
+
+impl PartitionRun {
+    /// The probe rows of `probe` after `head`, on the host in the probe columns' layout (device
+    /// batches downloaded), for DataFusion's join.
+    fn host_probe(&self, head: Vec<RecordBatch>, probe: Probe) -> SendableRecordBatchStream {
+        let schema = Arc::clone(&self.layout.probe_schema);
+        let rest: Pin<Box<dyn Stream<Item = Result<RecordBatch>> + Send>> = match probe {
+            Probe::Host(stream) => {
+                let cols = self.layout.probe_cols.clone();
+                Box::pin(stream.map(move |b| Ok(b?.project(&cols)?)))
+            }
+            Probe::Device(stream) => {
+                let layout = Arc::clone(&self.layout);
+                Box::pin(stream.then(move |d| {
+                    let layout = Arc::clone(&layout);
+                    async move {
+                        let d = probe_columns(&layout, &d?)?;
+                        blocking(move || d.download()).await
+                    }
+                }))
+            }
+        };
+        let rows = futures::stream::iter(head.into_iter().map(Ok)).chain(rest);
+        Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+    }
+
+    /// This partition on DataFusion's join `cpu` (probe partition `at` of it), after its build
+    /// went there.
+    async fn on_cpu(self, cpu: &CpuJoin, at: usize, probe: Probe, tx: &mut mpsc::Sender<Result<JoinOutput>>) -> Result<()> {
+        timeline::mark(&self.who, || "probed by DataFusion's join".into());
+        let out = cpu.execute(at, self.host_probe(Vec::new(), probe), Arc::clone(&self.context))?;
+        forward(tx, &self.metrics, out).await
+    }
+
+    /// Probes the device build `build` with `probe`'s rows, chunk by chunk. When a chunk fails
+    /// for want of device memory before any of its output was sent, and the rows already joined
+    /// do not decide build rows (or there are none), the partition's remaining rows go to
+    /// DataFusion's join over the kept build rows (`kept`).
+    async fn probe(
+        self,
+        build: Arc<JoinBuild>,
+        kept: Option<Arc<KeptBuild>>,
+        probe: Probe,
+        tx: &mut mpsc::Sender<Result<JoinOutput>>,
+    ) -> Result<()> {
+        let who = &self.who;
+        if build.probe_is_moot() {
+            // Nothing to output: the probe input is dropped unread, as DataFusion's join
+            // drops it (its operators' errors must not surface here when they do not there).
+            timeline::mark(who, || "empty build: the probe side is not read".into());
+            if self.mode == PartitionMode::CollectLeft {
+                self.shared.probe_done();
+            }
+            return Ok(());
+        }
+        let kept = kept.filter(|_| self.cfg.cpu_fallback);
+        let mut joined_any = false;
+        let stopped = match probe {
+            Probe::Device(mut stream) => {
+                let mut stop = None;
+                while let Some(dev) = stream.next().await.transpose()? {
+                    if dev.num_rows() == 0 {
+                        continue;
+                    }
+                    timeline::mark(who, || format!("probe device batch of {} rows arrived", dev.num_rows()));
+                    let chunk = probe_columns(&self.layout, &dev)?;
+                    let (build, m, mut out, c) = (Arc::clone(&build), self.metrics.clone(), tx.clone(), chunk.clone());
+                    // On the stream that produced the batch, so the probe follows it.
+                    let (joined, sent) = blocking(move || Ok(probe_chunk(&build, &m, c.stream(), &c, &mut out))).await?;
+                    match joined {
+                        Ok(()) => joined_any = true,
+                        Err(e) => {
+                            stop = Some((e, sent, Unjoined::Device(chunk)));
+                            break;
+                        }
+                    }
+                }
+                stop.map(|(e, sent, unjoined)| (e, sent, unjoined, Probe::Device(stream)))
+            }
+            Probe::Host(mut stream) => {
+                // Probe rows go to the device as they arrive; each full chunk is probed.
+                let mut uploader = ChunkUploader::new(
+                    Arc::clone(&self.gpu),
+                    self.chunk_rows,
+                    self.metrics.upload_time.clone(),
+                    self.metrics.pack_time.clone(),
+                );
+                // The batches of the chunk being gathered, while the CPU may need them.
+                let mut unjoined: Vec<RecordBatch> = Vec::new();
+                let (mut first, mut stop) = (true, None);
+                loop {
+                    let next = stream.next().await.transpose()?;
+                    let done = next.is_none();
+                    let chunk = match next {
+                        Some(b) => {
+                            if std::mem::take(&mut first) {
+                                timeline::mark(who, || format!("first probe batch of {} rows arrived", b.num_rows()));
+                            }
+                            let b = b.project(&self.layout.probe_cols)?;
+                            if kept.is_some() {
+                                unjoined.push(b.clone());
+                            }
+                            uploader.push(b).await
+                        }
+                        None => uploader.finish().await,
+                    };
+                    let chunk = match chunk {
+                        Ok(Some(chunk)) => chunk,
+                        Ok(None) if done => break,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            stop = Some((e, 0));
+                            break;
+                        }
+                    };
+                    timeline::mark(who, || format!("probe chunk of {} rows on the device", chunk.num_rows()));
+                    let (build, m, w, mut out) = (Arc::clone(&build), self.metrics.clone(), who.clone(), tx.clone());
+                    let (joined, sent) = blocking(move || {
+                        let joined = probe_chunk(&build, &m, chunk.stream(), &chunk, &mut out);
+                        timeline::mark(&w, || "probe chunk joined".into());
+                        Ok(joined)
+                    })
+                    .await?;
+                    match joined {
+                        Ok(()) => {
+                            joined_any = true;
+                            unjoined.clear();
+                        }
+                        Err(e) => {
+                            stop = Some((e, sent));
+                            break;
+                        }
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                stop.map(|(e, sent)| (e, sent, Unjoined::Host(unjoined), Probe::Host(stream)))
+            }
+        };
+        let emits = build.spec().emits_build_rows();
+        if let Some((failed, sent, unjoined, rest)) = stopped {
+            // DataFusion's join can take the rest of the partition when nothing of the failed
+            // chunk was sent and the build rows decided at the end depend on no rows joined here
+            // (or on none of any other partition's, in Partitioned mode before the first chunk).
+            let takes_over = !emits || (self.mode == PartitionMode::Partitioned && !joined_any);
+            let kept = match &kept {
+                Some(k) if sent == 0 && takes_over && recoverable_on_cpu(&failed) => Arc::clone(k),
+                _ => return Err(failed),
+            };
+            drop(build);
+            timeline::mark(who, || format!("the rest of the probe goes to the CPU after: {failed}"));
+            log::debug!("GPU join partition {} finishes on DataFusion's join: {failed}", self.partition);
+            self.metrics.cpu_fallbacks.add(1);
+            let head = match unjoined {
+                Unjoined::Host(batches) => batches,
+                Unjoined::Device(chunk) => vec![blocking(move || chunk.download()).await?],
+            };
+            let cpu = CpuJoin::new(hash_join(&self.join)?, &self.layout.sides(), kept.batches.clone(), 1)?;
+            let out = cpu.execute(0, self.host_probe(head, rest), Arc::clone(&self.context))?;
+            forward(tx, &self.metrics, out).await?;
+            if self.mode == PartitionMode::CollectLeft {
+                // No build rows to emit (see `takes_over`): only the count of partitions.
+                self.shared.probe_done();
+            }
+            return Ok(());
+        }
+        timeline::mark(who, || "probe input ended".into());
+        let last = match self.mode {
+            PartitionMode::CollectLeft => self.shared.probe_done(),
+            _ => true,
+        };
+        if last && emits {
+            let (gpu, m) = (Arc::clone(&self.gpu), self.metrics.clone());
+            let outputs = blocking(move || {
+                let mut times = PhaseTimes::default();
+                let out = build.finish(&gpu.stream(), &mut times)?;
+                m.add_phases(&times);
+                Ok(out)
+            })
+            .await?;
+            send(tx, &self.metrics, outputs.into_iter().map(JoinOutput::Device).collect()).await?;
+        }
+        Ok(())
+    }
+}
+
+impl GpuHashJoinExec {
+    /// The output of partition `partition`: device batches, and host ones where DataFusion's
+    /// join finished the work.
+    fn execute_output(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<JoinOutput>> + Send>>> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_config(&cfg)?;
+        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
         let hj = self.hash_join()?;
         let mode = self.mode()?;
         let (left, right) = (Arc::clone(hj.left()), Arc::clone(hj.right()));
@@ -1533,122 +1906,60 @@ impl GpuExec for GpuHashJoinExec {
             }
             other => other,
         };
-        let (mut tx, rx) = mpsc::channel::<Result<DeviceBatch>>(2);
+        let job = BuildJob {
+            gpu: Arc::clone(&gpu),
+            join: Arc::clone(&self.join),
+            layout: Arc::clone(&layout),
+            estimate: estimate.clone(),
+            cfg: cfg.clone(),
+            context: Arc::clone(&context),
+            metrics: metrics.clone(),
+            // Output streams that may hold windows at once: every probe partition (in
+            // Partitioned mode each runs a join of its own, at the same time).
+            consumers: probe_partitions,
+            consumers_share_build: mode == PartitionMode::CollectLeft,
+            route,
+            planned_out_of_core,
+            who: who.clone(),
+        };
+        let run = PartitionRun {
+            gpu: Arc::clone(&gpu),
+            join: Arc::clone(&self.join),
+            layout: Arc::clone(&layout),
+            cfg: cfg.clone(),
+            context,
+            metrics: metrics.clone(),
+            mode,
+            shared: Arc::clone(&shared),
+            partition,
+            chunk_rows,
+            who: who.clone(),
+        };
+        let (mut tx, rx) = mpsc::channel::<Result<JoinOutput>>(2);
         let task = SpawnedTask::spawn(async move {
             let result = async {
-                // Output streams that may hold windows at once: every probe partition (in
-                // Partitioned mode each runs a join of its own, at the same time).
-                let consumers = probe_partitions;
-                let build_fut = build_side(
-                    Arc::clone(&gpu),
-                    Arc::clone(&layout),
-                    estimate.clone(),
-                    cfg.clone(),
-                    left,
-                    build_partitions,
-                    Arc::clone(&context),
-                    metrics.clone(),
-                    consumers,
-                    mode == PartitionMode::CollectLeft,
-                    route,
-                    planned_out_of_core,
-                    who.clone(),
-                );
                 let built = if mode == PartitionMode::CollectLeft {
                     let init = || {
                         shared.remaining.store(probe_partitions, Ordering::SeqCst);
-                        build_fut
+                        job.run(left, build_partitions)
                     };
                     shared.build.get_or_start(init).await?
                 } else {
-                    build_fut.await?
+                    job.run(left, build_partitions).await?
                 };
                 timeline::mark(&who, || "build ready".into());
-                let build = match built {
-                    Built::Memory(b) => b,
+                match built {
+                    Built::Memory(build, kept) => run.probe(build, kept, probe, &mut tx).await,
+                    Built::OnCpu(cpu) => {
+                        let at = if mode == PartitionMode::CollectLeft { partition } else { 0 };
+                        run.on_cpu(&cpu, at, probe, &mut tx).await
+                    }
                     Built::Spilled(ooc) => {
                         let arrival = Arrival::new(&ooc.meeting);
                         let job = OutOfCoreProbe { ooc, gpu, layout, estimate, cfg, metrics, route };
-                        return job.run(probe, &tx, arrival).await;
+                        job.run(probe, &tx, arrival).await
                     }
-                };
-                if build.probe_is_moot() {
-                    // Nothing to output: the probe input is dropped unread, as DataFusion's join
-                    // drops it (its operators' errors must not surface here when they do not there).
-                    timeline::mark(&who, || "empty build: the probe side is not read".into());
-                    if mode == PartitionMode::CollectLeft {
-                        shared.probe_done();
-                    }
-                    return Ok(());
                 }
-                let mut probe = match probe {
-                    Probe::Host(stream) => stream,
-                    Probe::Device(mut stream) => {
-                        while let Some(dev) = stream.next().await.transpose()? {
-                            if dev.num_rows() == 0 {
-                                continue;
-                            }
-                            timeline::mark(&who, || format!("probe device batch of {} rows arrived", dev.num_rows()));
-                            let chunk = probe_columns(&layout, &dev)?;
-                            let (build, m, mut out) = (Arc::clone(&build), metrics.clone(), tx.clone());
-                            // On the stream that produced the batch, so the probe follows it.
-                            blocking(move || probe_chunk(&build, &m, chunk.stream(), &chunk, &mut out)).await?;
-                        }
-                        Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(Arc::clone(
-                            &layout.probe_schema,
-                        ))) as SendableRecordBatchStream
-                    }
-                };
-                // Probe rows go to the device as they arrive; each full chunk is probed.
-                let mut uploader = ChunkUploader::new(
-                    Arc::clone(&gpu),
-                    chunk_rows,
-                    metrics.upload_time.clone(),
-                    metrics.pack_time.clone(),
-                );
-                let mut first = true;
-                loop {
-                    let chunk = match probe.next().await.transpose()? {
-                        Some(b) => {
-                            if std::mem::take(&mut first) {
-                                timeline::mark(&who, || format!("first probe batch of {} rows arrived", b.num_rows()));
-                            }
-                            match uploader.push(b.project(&layout.probe_cols)?).await? {
-                                Some(chunk) => chunk,
-                                None => continue,
-                            }
-                        }
-                        None => match uploader.finish().await? {
-                            Some(chunk) => chunk,
-                            None => break,
-                        },
-                    };
-                    timeline::mark(&who, || format!("probe chunk of {} rows on the device", chunk.num_rows()));
-                    let (build, m, w, mut out) = (Arc::clone(&build), metrics.clone(), who.clone(), tx.clone());
-                    blocking(move || {
-                        let joined = probe_chunk(&build, &m, chunk.stream(), &chunk, &mut out);
-                        timeline::mark(&w, || "probe chunk joined".into());
-                        joined
-                    })
-                    .await?;
-                }
-                timeline::mark(&who, || "probe input ended".into());
-                let last = match mode {
-                    PartitionMode::CollectLeft => shared.probe_done(),
-                    _ => true,
-                };
-                if last && build.spec().emits_build_rows() {
-                    let (gpu, build2, m) = (Arc::clone(&gpu), Arc::clone(&build), metrics.clone());
-                    let outputs = blocking(move || {
-                        let mut times = PhaseTimes::default();
-                        let out = build2.finish(&gpu.stream(), &mut times)?;
-                        m.add_phases(&times);
-                        Ok(out)
-                    })
-                    .await?;
-                    send(&mut tx, &metrics, outputs).await?;
-                }
-                Ok::<(), DataFusionError>(())
             }
             .await;
             if let Err(e) = result {
@@ -1656,6 +1967,24 @@ impl GpuExec for GpuHashJoinExec {
             }
         });
         Ok(Box::pin(TaskStream::new(rx, task, "a GPU hash join")))
+    }
+}
+
+impl GpuExec for GpuHashJoinExec {
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        let out = self.execute_output(partition, context)?;
+        // Rows DataFusion's join made on the host go up to the GPU parent, batch by batch.
+        Ok(Box::pin(out.then(move |o| {
+            let gpu = Arc::clone(&gpu);
+            async move {
+                match o? {
+                    JoinOutput::Device(b) => Ok(b),
+                    JoinOutput::Host(b) => blocking(move || DeviceBatch::upload(&gpu, &gpu.stream(), &b)).await,
+                }
+            }
+        })))
     }
 }
 

@@ -6,12 +6,16 @@
 //! directly (no round trip through the host); a CPU child is uploaded on the way.
 
 pub mod aggregate;
+pub mod cpu_join;
 pub mod fallback;
 pub mod filter_project;
 pub mod fuse;
 pub mod join;
 pub mod once;
 pub mod placement;
+pub mod query;
+#[cfg(test)]
+mod recovery_tests;
 pub mod replay;
 pub mod task_stream;
 pub mod timeline;
@@ -86,6 +90,18 @@ pub(crate) fn blocking<T: Send + 'static>(
 ) -> impl std::future::Future<Output = Result<T>> + Send + 'static {
     let task = tokio::task::spawn_blocking(f);
     async move { task.await.map_err(|e| DataFusionError::Execution(format!("GPU: a transfer task failed: {e}")))? }
+}
+
+/// Fewest rows a probe chunk, output window or aggregate chunk is cut to under a small memory
+/// limit: below this, launches cost more than the rows.
+const MIN_MEMORY_ROWS: u64 = 8192;
+
+/// Rows of `row_bytes` each that `holders` buffers held at once may have within a quarter of
+/// the session's memory limit (at least [`MIN_MEMORY_ROWS`]): the size probe chunks, output
+/// windows and aggregate chunks are cut to, so that a small limit shrinks them rather than
+/// fails them.
+pub(crate) fn rows_within_limit(gpu: &crate::device::Gpu, holders: u64, row_bytes: u64) -> u64 {
+    (gpu.memory().most() / 4 / holders.max(1) / row_bytes.max(1)).max(MIN_MEMORY_ROWS)
 }
 
 /// Downloads every device batch of `stream`, for a CPU consumer.

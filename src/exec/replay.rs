@@ -5,16 +5,21 @@
 //! replayed (its GPU error then stands).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
-use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{Stream, StreamExt};
+
+use super::DeviceBatchStream;
+use crate::columns::DeviceBatch;
 
 struct Kept {
     /// The input, until [`Replay::take`] hands it on.
@@ -129,6 +134,121 @@ impl Stream for Tee {
 impl RecordBatchStream for Tee {
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
+    }
+}
+
+/// The device input of a GPU operator's partition, kept (shared, not copied) until its first
+/// chunk is done (`done` turns non-zero), so that DataFusion's operator can take the partition
+/// over when the device runs out of memory before then: the kept batches and the rest of the
+/// input go to it downloaded.
+pub struct DeviceReplay {
+    kept: Arc<Mutex<DeviceKept>>,
+}
+
+struct DeviceKept {
+    input: Option<DeviceBatchStream>,
+    ended: bool,
+    batches: Vec<DeviceBatch>,
+    /// Set once the operator's first chunk is done: nothing is kept from then on.
+    done: Arc<AtomicUsize>,
+    input_failed: bool,
+}
+
+impl DeviceReplay {
+    pub fn new(input: DeviceBatchStream, done: Arc<AtomicUsize>) -> (DeviceReplay, DeviceBatchStream) {
+        let kept = Arc::new(Mutex::new(DeviceKept { input: Some(input), ended: false, batches: Vec::new(), done, input_failed: false }));
+        let tee = futures::stream::poll_fn({
+            let kept = Arc::clone(&kept);
+            move |cx| {
+                let mut k = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if k.ended {
+                    return Poll::Ready(None);
+                }
+                let Some(input) = k.input.as_mut() else { return Poll::Ready(None) };
+                let item = ready!(input.poll_next_unpin(cx));
+                let keep = k.done.load(Ordering::SeqCst) == 0;
+                match &item {
+                    Some(Ok(b)) if keep => k.batches.push(b.clone()),
+                    Some(Ok(_)) => k.batches.clear(),
+                    Some(Err(_)) => k.input_failed = true,
+                    None => k.ended = true,
+                }
+                Poll::Ready(item)
+            }
+        });
+        (DeviceReplay { kept }, Box::pin(tee))
+    }
+
+    /// Whether the input itself returned an error.
+    pub fn input_failed(&self) -> bool {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).input_failed
+    }
+
+    /// Every batch read so far, then the rest of the input, downloaded (rows of `schema`);
+    /// `None` once the first chunk was done. The stream that read the input must have been
+    /// dropped.
+    pub fn take_on_host(self, schema: SchemaRef) -> Option<SendableRecordBatchStream> {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.done.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        let batches = std::mem::take(&mut kept.batches);
+        let rest: DeviceBatchStream = match (kept.input.take(), kept.ended) {
+            (Some(input), false) => input,
+            _ => Box::pin(futures::stream::empty()),
+        };
+        let all = futures::stream::iter(batches.into_iter().map(Ok)).chain(rest).then(|b: Result<DeviceBatch>| async move {
+            let b = b?;
+            super::blocking(move || b.download()).await
+        });
+        Some(Box::pin(RecordBatchStreamAdapter::new(schema, all)))
+    }
+}
+
+/// A partition stream handed to DataFusion's operator by a GPU exec that gives it work: executed
+/// once, it yields the stream handed over (by [`HandedStream::new`] or later by
+/// [`HandedStream::hand`]).
+pub struct HandedStream {
+    schema: SchemaRef,
+    stream: Mutex<Option<SendableRecordBatchStream>>,
+}
+
+impl HandedStream {
+    pub fn new(schema: SchemaRef, stream: SendableRecordBatchStream) -> Self {
+        HandedStream { schema, stream: Mutex::new(Some(stream)) }
+    }
+
+    /// A stream of `schema` to be handed over before it is executed.
+    pub fn slot(schema: SchemaRef) -> Self {
+        HandedStream { schema, stream: Mutex::new(None) }
+    }
+
+    pub fn hand(&self, stream: SendableRecordBatchStream) {
+        *self.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+    }
+}
+
+impl std::fmt::Debug for HandedStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandedStream").field("schema", &self.schema).finish_non_exhaustive()
+    }
+}
+
+impl PartitionStream for HandedStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        match self.stream.lock().ok().and_then(|mut s| s.take()) {
+            Some(s) => s,
+            None => Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                futures::stream::once(async {
+                    Err(DataFusionError::Internal("a GPU exec's input for the CPU was read twice, or never handed over".into()))
+                }),
+            )),
+        }
     }
 }
 

@@ -104,6 +104,10 @@ pub struct FuzzReport {
     pub cpu_errors: usize,
     /// Queries whose plan with the rule had at least one GPU operator.
     pub on_gpu: usize,
+    /// Queries answered by DataFusion's plan after the GPU plan ran out of device memory.
+    pub cpu_reruns: usize,
+    /// Queries where some operator's work went to DataFusion's operator for want of device memory.
+    pub cpu_fallbacks: usize,
     pub failures: Vec<Failure>,
     /// Why no GPU was used, when none was.
     pub no_gpu: Option<String>,
@@ -118,11 +122,14 @@ impl FuzzReport {
     /// The run in one line: seed, counts of each outcome, time.
     pub fn summary(&self, seed: u64) -> String {
         format!(
-            "seed {seed}: {} queries, {} compared, {} with GPU operators, {} mismatches, {} GPU-only errors, \
-             {} panics, {} hangs, {} rejected by DataFusion itself; {:.1} s{}",
+            "seed {seed}: {} queries, {} compared, {} with GPU operators ({} with an operator's work finished on \
+             the CPU, {} run again on the CPU), {} mismatches, {} GPU-only errors, {} panics, {} hangs, {} rejected \
+             by DataFusion itself; {:.1} s{}",
             self.queries,
             self.compared,
             self.on_gpu,
+            self.cpu_fallbacks,
+            self.cpu_reruns,
             self.count(FailureKind::Mismatch),
             self.count(FailureKind::GpuError),
             self.count(FailureKind::GpuPanic),
@@ -185,17 +192,34 @@ fn gpu_settings(shape: Shape, memory_limit: &str) -> Vec<String> {
     ]
 }
 
-/// Plans and runs `sql`: its rows, and whether the plan has a GPU operator.
-async fn answer(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, bool)> {
+/// How a query ran with the rule: whether its plan had a GPU operator, whether DataFusion's
+/// operators finished some of the work, whether DataFusion's plan ran it again.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ran {
+    on_gpu: bool,
+    fallbacks: bool,
+    rerun: bool,
+}
+
+/// The sum of the metric `name` over `plan`'s nodes.
+fn metric_sum(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>, name: &str) -> usize {
+    let mine = plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize());
+    mine + plan.children().into_iter().map(|c| metric_sum(c, name)).sum::<usize>()
+}
+
+/// Plans and runs `sql`: its rows, and how it ran.
+async fn answer(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, Ran)> {
     let df = ctx.sql(sql).await?;
     let plan = df.create_physical_plan().await?;
     let on_gpu = displayable(plan.as_ref()).indent(false).to_string().contains("Gpu");
-    let rows = collect(plan, ctx.task_ctx()).await?;
-    Ok((rows, on_gpu))
+    let rows = collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    let ran =
+        Ran { on_gpu, fallbacks: metric_sum(&plan, "cpu_fallbacks") > 0, rerun: metric_sum(&plan, "cpu_reruns") > 0 };
+    Ok((rows, ran))
 }
 
 enum GpuOutcome {
-    Answer(Vec<RecordBatch>, bool),
+    Answer(Vec<RecordBatch>, Ran),
     Error(DataFusionError),
     Panic(String),
     Hang,
@@ -214,7 +238,7 @@ async fn gpu_answer(ctx: &SessionContext, sql: &str, timeout: Duration) -> GpuOu
         Ok(Err(e)) if e.is_panic() => GpuOutcome::Panic(panic_message(e.into_panic().as_ref())),
         Ok(Err(e)) => GpuOutcome::Error(DataFusionError::Execution(format!("the query task ended: {e}"))),
         Ok(Ok(Err(e))) => GpuOutcome::Error(e),
-        Ok(Ok(Ok((rows, on_gpu)))) => GpuOutcome::Answer(rows, on_gpu),
+        Ok(Ok(Ok((rows, ran)))) => GpuOutcome::Answer(rows, ran),
     }
 }
 
@@ -299,9 +323,11 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                 set(&gpu, &s).await?;
             }
             let (kind, detail) = match gpu_answer(&gpu, &sql, timeout).await {
-                GpuOutcome::Answer(rows, on_gpu) => {
+                GpuOutcome::Answer(rows, ran) => {
                     report.compared += 1;
-                    report.on_gpu += on_gpu as usize;
+                    report.on_gpu += ran.on_gpu as usize;
+                    report.cpu_fallbacks += ran.fallbacks as usize;
+                    report.cpu_reruns += ran.rerun as usize;
                     match compare(&expected, &rows) {
                         Ok(()) => continue,
                         Err(diff) => (FailureKind::Mismatch, diff),

@@ -172,6 +172,8 @@ pub enum OutputColumn {
 #[derive(Debug, Clone)]
 pub struct FilterSpec {
     pub source: String,
+    /// The values of the kernel's literals (its `lits` parameter).
+    pub literals: Vec<u64>,
     pub columns: Vec<OutputColumn>,
     /// Whether the kernel can report an arrow error (decimal overflow).
     pub may_fail: bool,
@@ -811,7 +813,8 @@ impl JoinBuild {
         let keep = gpu.alloc(stream, n as usize, "join filter results")?;
         let err = gpu.alloc_filled(stream, 4, 0, "join filter error flag")?;
         let func = gpu.kernels().generated_function("filter", &f.source, "join_filter")?;
-        // join_filter(const u32* rb, const u32* rp, u64 n, const u64* cols, u8* keep, u32* err)
+        let lits = crate::expr::upload_literals(gpu, stream, &f.literals)?;
+        // join_filter(const u32* rb, const u32* rp, u64 n, const u64* cols, const u64* lits, u8* keep, u32* err)
         gpu.launch_function(
             stream,
             &func,
@@ -822,6 +825,7 @@ impl JoinBuild {
                 ptr(rp, stream),
                 KArg::U64(n),
                 ptr(&cols, stream),
+                crate::device::opt_ptr(lits.as_ref(), stream),
                 ptr(&keep, stream),
                 ptr(&err, stream),
             ],

@@ -337,6 +337,8 @@ fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize, keep_repartitions: bool)
         placement: PlacementSetting::Always,
         join_algorithm: JoinAlgorithmSetting::Fixed(algorithm),
         batch_rows,
+        // The GPU's own answer or error: no rerun on the CPU to hide it.
+        cpu_fallback: false,
         ..Default::default()
     };
     gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg))
@@ -688,6 +690,7 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
                 memory_limit: crate::config::ByteSize::Bytes(limit),
                 // Partitioned cases keep one join per partition, each under its share of the limit.
                 join_repartition: true,
+                cpu_fallback: false,
                 ..Default::default()
             };
             let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));
@@ -697,7 +700,7 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
             if gpu_plan.downcast_ref::<GpuHashJoinExec>().is_none() {
                 return Err("the join stayed on the CPU".to_string());
             }
-            let gpu = crate::device::Gpu::for_config(&GpuConfig::from_options(ctx.state().config_options()))
+            let gpu = crate::device::Gpu::for_session(&GpuConfig::from_options(ctx.state().config_options()), &ctx.session_id())
                 .map_err(|e| e.to_string())?;
             gpu.memory().reset_peak();
             let parts = datafusion::physical_plan::collect_partitioned(Arc::clone(&gpu_plan), ctx.task_ctx())

@@ -433,7 +433,17 @@ struct MeetingState<T> {
 pub enum Outcome {
     Running,
     Finished,
-    Failed(String),
+    /// Failed for `why`; `memory` when device memory ran out (the error stays a
+    /// `ResourcesExhausted` one for every stream, which the execs may recover from).
+    Failed { why: String, memory: bool },
+}
+
+/// `why` as the error a failed join gives its streams.
+fn failed(why: String, memory: bool) -> datafusion::error::DataFusionError {
+    match memory {
+        true => crate::error::device_memory_error(why),
+        false => gpu_error(why),
+    }
 }
 
 impl<T> Meeting<T> {
@@ -445,17 +455,17 @@ impl<T> Meeting<T> {
         })
     }
 
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<(String, bool)> {
         match &*self.outcome.borrow() {
-            Outcome::Failed(why) => Some(why.clone()),
+            Outcome::Failed { why, memory } => Some((why.clone(), *memory)),
             _ => None,
         }
     }
 
     /// Hands over one stream's `entry`; every entry comes back to the last stream expected.
     pub fn arrive(&self, entry: T) -> Result<Option<Vec<T>>> {
-        if let Some(why) = self.failure() {
-            return Err(gpu_error(format!("another probe stream of this out-of-core join failed: {why}")));
+        if let Some((why, memory)) = self.failure() {
+            return Err(failed(format!("another probe stream of this out-of-core join failed: {why}"), memory));
         }
         let mut s = self.state.lock().map_err(|_| gpu_error("the out-of-core join's meeting lock is poisoned"))?;
         s.entries.push(entry);
@@ -486,7 +496,12 @@ impl<T> Meeting<T> {
 
     /// Stops every stream with `why`.
     pub fn fail(&self, why: &str) {
-        self.end(Outcome::Failed(why.to_string()));
+        self.end(Outcome::Failed { why: why.to_string(), memory: false });
+    }
+
+    /// Stops every stream with the error `e`.
+    pub fn fail_with(&self, e: &datafusion::error::DataFusionError) {
+        self.end(Outcome::Failed { why: e.to_string(), memory: crate::error::recoverable_on_cpu(e) });
     }
 
     /// Waits for the join's end: an error when it failed.
@@ -498,7 +513,7 @@ impl<T> Meeting<T> {
             .map_err(|_| gpu_error("the out-of-core join stopped without an outcome"))?
             .clone();
         match outcome {
-            Outcome::Failed(why) => Err(gpu_error(format!("the out-of-core join failed: {why}"))),
+            Outcome::Failed { why, memory } => Err(failed(format!("the out-of-core join failed: {why}"), memory)),
             _ => Ok(()),
         }
     }

@@ -8,7 +8,7 @@ pub mod repartition;
 
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -23,6 +23,7 @@ use crate::config::GpuConfig;
 use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, fmt_seconds, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
+use crate::exec::query::GpuQueryExec;
 use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
 
@@ -39,6 +40,11 @@ impl GpuOptimizerRule {
 
 /// Removes annotations from an earlier run of the rule, so that running it again is idempotent.
 fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    // A plan the rule placed before: DataFusion's plan it kept for a rerun.
+    let plan = match (plan.as_ref() as &dyn std::any::Any).downcast_ref::<GpuQueryExec>() {
+        Some(q) => Arc::clone(q.cpu_plan()),
+        None => plan,
+    };
     plan.transform_up(|node| {
         if node.name() == CPU_FALLBACK_NAME
             && let Some(child) = node.children().first()
@@ -76,7 +82,22 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             return Ok(plan);
         }
         crate::exec::timeline::mark("rule", || "starts".into());
-        eligibility::with_shared_statistics(|| self.place(plan, config, cfg))
+        let fallback = cfg.cpu_fallback;
+        let placed = eligibility::with_shared_statistics(|| self.place(Arc::clone(&plan), config, cfg))?;
+        // With GPU operators in it, a query that runs out of device memory where no operator
+        // could finish on the CPU runs again on DataFusion's plan (not a plan that writes:
+        // a rerun would write twice).
+        let mut gpu_ops = false;
+        let mut writes = false;
+        placed.apply(|n| {
+            gpu_ops |= crate::exec::as_gpu_exec(n).is_some() || on_the_gpu(n);
+            writes |= n.name() == "DataSinkExec";
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        Ok(match fallback && gpu_ops && !writes {
+            true => Arc::new(GpuQueryExec::new(placed, plan)),
+            false => placed,
+        })
     }
 
     fn name(&self) -> &str {

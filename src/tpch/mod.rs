@@ -4,6 +4,7 @@
 
 pub mod chart;
 pub mod compare;
+pub mod concurrency;
 pub mod data;
 pub mod queries;
 pub mod runner;
