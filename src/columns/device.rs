@@ -724,9 +724,15 @@ mod registry_tests {
         registry.shrink_to(0);
         assert_eq!(registry.registered_bytes(), 0);
         // A session whose limit is 0 stages every upload, registering nothing.
-        let none = gpu.with_config(&crate::config::GpuConfig { host_register_limit: "0".parse().unwrap(), ..Default::default() }).unwrap();
+        let none = gpu
+            .with_config(&crate::config::GpuConfig { host_register_limit: "0".parse().unwrap(), ..Default::default() })
+            .unwrap();
         for round in 0..3 {
-            assert_eq!(DeviceBatch::upload(&none, &stream, &batch).unwrap().download().unwrap(), batch, "round {round}");
+            assert_eq!(
+                DeviceBatch::upload(&none, &stream, &batch).unwrap().download().unwrap(),
+                batch,
+                "round {round}"
+            );
         }
         assert_eq!(registry.registered_bytes(), 0);
         assert!(gpu.register_limit() == DEFAULT_REGISTER_LIMIT);

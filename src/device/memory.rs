@@ -218,7 +218,10 @@ impl MemoryBudget {
             *left -= 1;
             return None;
         }
-        Some(device_memory_error(format!("{what} needs {} of device memory, refused by fault injection", human_bytes(bytes))))
+        Some(device_memory_error(format!(
+            "{what} needs {} of device memory, refused by fault injection",
+            human_bytes(bytes)
+        )))
     }
 
     fn reserve_within(self: &Arc<Self>, bytes: u64, what: &str, most: Duration) -> Result<Reservation> {
@@ -245,11 +248,8 @@ impl MemoryBudget {
                     return Err(self.refusal(bytes, what, Some(waited)));
                 }
                 let seen = *releases;
-                let (guard, timeout) = self
-                    .room
-                    .freed
-                    .wait_timeout(releases, STALL.min(most - waited))
-                    .unwrap_or_else(|e| e.into_inner());
+                let (guard, timeout) =
+                    self.room.freed.wait_timeout(releases, STALL.min(most - waited)).unwrap_or_else(|e| e.into_inner());
                 releases = guard;
                 if timeout.timed_out() && *releases == seen {
                     if self.try_take(bytes) {

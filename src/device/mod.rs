@@ -517,8 +517,9 @@ mod tests {
         let _l = gpu_lock();
         let Some(gpu) = gpu_or_skip("gpu_streams_option_and_no_event_tracking") else { return };
         assert!(!gpu.context().is_event_tracking(), "cudarc's event tracking must be off");
-        let distinct =
-            |g: &super::Gpu, n: usize| (0..4 * n).map(|_| g.stream().cu_stream() as usize).collect::<HashSet<_>>().len();
+        let distinct = |g: &super::Gpu, n: usize| {
+            (0..4 * n).map(|_| g.stream().cu_stream() as usize).collect::<HashSet<_>>().len()
+        };
         let with = |streams: usize| gpu.with_config(&GpuConfig { streams, ..GpuConfig::default() }).unwrap();
         let three = with(3);
         assert_eq!(three.active_streams(), 3);

@@ -25,7 +25,6 @@ use datafusion::common::{JoinSide, NullEquality, Statistics};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
@@ -35,6 +34,7 @@ use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
     Partitioning, PhysicalExpr, PlanProperties,
@@ -1020,7 +1020,14 @@ impl BuildJob {
     }
 
     /// Partitions the build rows `host` into pinned host memory for an out-of-core join.
-    async fn spill(&self, host: Vec<RecordBatch>, rows: usize, bytes: u64, limit: u64, streams: usize) -> Result<Built> {
+    async fn spill(
+        &self,
+        host: Vec<RecordBatch>,
+        rows: usize,
+        bytes: u64,
+        limit: u64,
+        streams: usize,
+    ) -> Result<Built> {
         let (gpu, layout, metrics) = (&self.gpu, &self.layout, &self.metrics);
         let out_row = row_width(&layout.spec.schema).max(1);
         let sizes = SpillSizes::new(bytes, limit, streams, self.route, out_row, self.cfg.batch_rows as u64);
@@ -1128,8 +1135,12 @@ impl BuildJob {
     /// The host build rows on the device, uploaded in groups (see [`ChunkUploader`]).
     async fn upload(&self, batches: Vec<RecordBatch>) -> Result<DeviceBatch> {
         let gpu = &self.gpu;
-        let mut uploader =
-            ChunkUploader::new(Arc::clone(gpu), usize::MAX, self.metrics.upload_time.clone(), self.metrics.pack_time.clone());
+        let mut uploader = ChunkUploader::new(
+            Arc::clone(gpu),
+            usize::MAX,
+            self.metrics.upload_time.clone(),
+            self.metrics.pack_time.clone(),
+        );
         for b in batches {
             if uploader.push(b).await?.is_some() {
                 return Err(DataFusionError::Internal("a build upload split into chunks".into()));
@@ -1690,7 +1701,13 @@ impl PartitionRun {
 
     /// This partition on DataFusion's join `cpu` (probe partition `at` of it), after its build
     /// went there.
-    async fn on_cpu(self, cpu: &CpuJoin, at: usize, probe: Probe, tx: &mut mpsc::Sender<Result<JoinOutput>>) -> Result<()> {
+    async fn on_cpu(
+        self,
+        cpu: &CpuJoin,
+        at: usize,
+        probe: Probe,
+        tx: &mut mpsc::Sender<Result<JoinOutput>>,
+    ) -> Result<()> {
         timeline::mark(&self.who, || "probed by DataFusion's join".into());
         let out = cpu.execute(at, self.host_probe(Vec::new(), probe), Arc::clone(&self.context))?;
         forward(tx, &self.metrics, out).await
@@ -1730,7 +1747,8 @@ impl PartitionRun {
                     let chunk = probe_columns(&self.layout, &dev)?;
                     let (build, m, mut out, c) = (Arc::clone(&build), self.metrics.clone(), tx.clone(), chunk.clone());
                     // On the stream that produced the batch, so the probe follows it.
-                    let (joined, sent) = blocking(move || Ok(probe_chunk(&build, &m, c.stream(), &c, &mut out))).await?;
+                    let (joined, sent) =
+                        blocking(move || Ok(probe_chunk(&build, &m, c.stream(), &c, &mut out))).await?;
                     match joined {
                         Ok(()) => joined_any = true,
                         Err(e) => {

@@ -25,8 +25,7 @@ use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricB
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PhysicalExpr, PlanProperties,
-    execute_stream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PhysicalExpr, PlanProperties, execute_stream,
 };
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
@@ -225,5 +224,96 @@ async fn drive(
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_plan::collect;
+    use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+    use crate::error::device_memory_error;
+    use crate::exec::replay::HandedStream;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]))
+    }
+
+    fn batch(values: &[i64]) -> RecordBatch {
+        RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from(values.to_vec()))]).unwrap()
+    }
+
+    /// A plan of `partitions` partitions, each yielding `items` once.
+    fn source(partitions: Vec<Vec<Result<RecordBatch>>>) -> Arc<dyn ExecutionPlan> {
+        let streams = partitions
+            .into_iter()
+            .map(|items| {
+                let s = RecordBatchStreamAdapter::new(schema(), futures::stream::iter(items));
+                Arc::new(HandedStream::new(schema(), Box::pin(s))) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        Arc::new(StreamingTableExec::try_new(schema(), streams, None, Vec::new(), false, None).unwrap())
+    }
+
+    fn values(batches: &[RecordBatch]) -> Vec<i64> {
+        let mut v: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn reruns(plan: &GpuQueryExec) -> usize {
+        plan.metrics().and_then(|m| m.sum_by_name("cpu_reruns")).map_or(0, |v| v.as_usize())
+    }
+
+    /// A GPU plan that runs out of device memory after some output (held back) is answered by
+    /// DataFusion's plan alone, whatever its partition counts; one that ends well keeps its own
+    /// answer; any other error stands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_query_out_of_device_memory_runs_again_on_datafusions_plan() {
+        let ctx = SessionContext::new();
+        let cpu =
+            || MemorySourceConfig::try_new_exec(&[vec![batch(&[1, 2])], vec![batch(&[3])]], schema(), None).unwrap();
+        let failing = source(vec![
+            vec![Ok(batch(&[10, 20]))],
+            vec![Ok(batch(&[30])), Err(device_memory_error("a joined column needs 1MiB"))],
+        ]);
+        let q = Arc::new(GpuQueryExec::new(failing, cpu()));
+        assert_eq!(q.properties().output_partitioning().partition_count(), 1);
+        let got = collect(Arc::clone(&q) as Arc<dyn ExecutionPlan>, ctx.task_ctx()).await.unwrap();
+        assert_eq!(values(&got), vec![1, 2, 3], "DataFusion's rows only, none of the GPU's held back");
+        assert_eq!(reruns(&q), 1);
+
+        let fine = source(vec![vec![Ok(batch(&[10, 20]))], vec![Ok(batch(&[30]))]]);
+        let q = Arc::new(GpuQueryExec::new(fine, cpu()));
+        let got = collect(Arc::clone(&q) as Arc<dyn ExecutionPlan>, ctx.task_ctx()).await.unwrap();
+        assert_eq!((values(&got), reruns(&q)), (vec![10, 20, 30], 0));
+
+        let broken = source(vec![vec![Err(crate::error::gpu_error("a kernel failed"))]]);
+        let q = Arc::new(GpuQueryExec::new(broken, cpu()));
+        let err = collect(Arc::clone(&q) as Arc<dyn ExecutionPlan>, ctx.task_ctx()).await.unwrap_err();
+        assert!(err.to_string().contains("a kernel failed"), "{err}");
+        assert_eq!(reruns(&q), 0);
+    }
+
+    /// Output past the hold-back is sent: a later device memory error then stands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_error_after_output_was_sent_stands() {
+        let ctx = SessionContext::new();
+        let big: Vec<i64> = (0..(HOLD_BACK_BYTES as i64 / 8 + 1024)).collect();
+        let failing = source(vec![vec![Ok(batch(&big)), Err(device_memory_error("a joined column needs 1MiB"))]]);
+        let cpu = MemorySourceConfig::try_new_exec(&[vec![batch(&[1])]], schema(), None).unwrap();
+        let q = Arc::new(GpuQueryExec::new(failing, cpu));
+        let err = collect(Arc::clone(&q) as Arc<dyn ExecutionPlan>, ctx.task_ctx()).await.unwrap_err();
+        assert!(err.to_string().contains("a joined column"), "{err}");
+        assert_eq!(reruns(&q), 0);
     }
 }

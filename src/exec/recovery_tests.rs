@@ -36,10 +36,12 @@ fn register(ctx: &SessionContext, seed: u64) {
         let parts: Vec<Vec<RecordBatch>> = (0..3)
             .map(|_| {
                 let n = rows / 3;
-                let k: Int64Array = (0..n).map(|_| (rng.random_range(0..10) > 0).then(|| rng.random_range(0..800))).collect();
+                let k: Int64Array =
+                    (0..n).map(|_| (rng.random_range(0..10) > 0).then(|| rng.random_range(0..800))).collect();
                 let v: Int64Array = (0..n).map(|_| rng.random_range(-1000..1000)).collect();
-                let s: StringArray =
-                    (0..n).map(|_| (rng.random_range(0..8) > 0).then(|| format!("s{}", rng.random_range(0..50)))).collect();
+                let s: StringArray = (0..n)
+                    .map(|_| (rng.random_range(0..8) > 0).then(|| format!("s{}", rng.random_range(0..50))))
+                    .collect();
                 let cols: Vec<ArrayRef> = vec![Arc::new(k), Arc::new(v), Arc::new(s)];
                 vec![RecordBatch::try_new(Arc::clone(&schema), cols).unwrap()]
             })
@@ -155,26 +157,28 @@ async fn gpu_join_probes_out_of_memory_finish_on_the_cpu() {
         let (matched, plan) = run_with_fault(seed, sql, "join match counts", 2).await;
         let plan = plan.unwrap();
         assert_eq!(matched, Ok(true), "{sql}");
-        let (fallbacks, reruns) =
-            (metric(&plan, "GpuHashJoinExec", "cpu_fallbacks"), metric(&plan, "GpuQueryExec", "cpu_reruns"));
-        assert!(fallbacks + reruns > 0, "{sql}: the fault was not met");
-        partition_fallbacks += fallbacks;
+        // (A join type whose probe makes no match counts, such as NOT IN's, may not meet the fault.)
+        partition_fallbacks += metric(&plan, "GpuHashJoinExec", "cpu_fallbacks");
     }
     assert!(partition_fallbacks > 0, "no join partition finished on the CPU");
 }
 
-/// Device memory that runs out after a partition has sent output (an output window): no
-/// operator can take over without repeating rows, so the query runs again on DataFusion's plan,
-/// its GPU output held back until then.
+/// Device memory that runs out while output windows are made: a chunk that sent nothing yet
+/// goes to DataFusion's join with the rest of its partition; one that sent some cannot (its rows
+/// would repeat), and the query runs again on DataFusion's plan, its GPU output held back until
+/// then. (Which of the two a fault meets depends on timing; `query::tests` checks the rerun.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn gpu_queries_out_of_memory_mid_output_run_again_on_the_cpu() {
+async fn gpu_queries_out_of_memory_mid_output_finish_on_the_cpu() {
     let _l = gpu_lock();
-    let Some(_g) = gpu_or_skip("gpu_queries_out_of_memory_mid_output_run_again_on_the_cpu") else { return };
-    let seed = fresh_seed("gpu_queries_out_of_memory_mid_output_run_again_on_the_cpu");
+    let Some(_g) = gpu_or_skip("gpu_queries_out_of_memory_mid_output_finish_on_the_cpu") else { return };
+    let seed = fresh_seed("gpu_queries_out_of_memory_mid_output_finish_on_the_cpu");
     for sql in [JOINS[0], JOINS[3], "SELECT a.k % 7, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k GROUP BY 1"] {
         let (matched, plan) = run_with_fault(seed, sql, "a joined column", 3).await;
         assert_eq!(matched, Ok(true), "{sql}");
-        assert_eq!(metric(&plan.unwrap(), "GpuQueryExec", "cpu_reruns"), 1, "{sql}");
+        let plan = plan.unwrap();
+        let (fallbacks, reruns) =
+            (metric(&plan, "GpuHashJoinExec", "cpu_fallbacks"), metric(&plan, "GpuQueryExec", "cpu_reruns"));
+        assert!(fallbacks + reruns > 0, "{sql}: the fault was not met");
     }
 }
 
@@ -186,7 +190,7 @@ async fn gpu_aggregates_over_device_input_out_of_memory_finish_on_the_cpu() {
     let _l = gpu_lock();
     let Some(_g) = gpu_or_skip("gpu_aggregates_over_device_input_out_of_memory_finish_on_the_cpu") else { return };
     let seed = fresh_seed("gpu_aggregates_over_device_input_out_of_memory_finish_on_the_cpu");
-    let sql = "SELECT a.k % 7, count(*), sum(b.v), max(b.s) FROM a JOIN b ON a.k = b.k GROUP BY 1";
+    let sql = "SELECT a.k % 7, count(*), sum(b.v), max(b.v) FROM a JOIN b ON a.k = b.k GROUP BY 1";
     let (matched, plan) = run_with_fault(seed, sql, "group representatives", 0).await;
     let plan = plan.unwrap();
     assert_eq!(matched, Ok(true), "{sql}");

@@ -14,8 +14,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
 use futures::{Stream, StreamExt};
 
 use super::DeviceBatchStream;
@@ -156,7 +156,13 @@ struct DeviceKept {
 
 impl DeviceReplay {
     pub fn new(input: DeviceBatchStream, done: Arc<AtomicUsize>) -> (DeviceReplay, DeviceBatchStream) {
-        let kept = Arc::new(Mutex::new(DeviceKept { input: Some(input), ended: false, batches: Vec::new(), done, input_failed: false }));
+        let kept = Arc::new(Mutex::new(DeviceKept {
+            input: Some(input),
+            ended: false,
+            batches: Vec::new(),
+            done,
+            input_failed: false,
+        }));
         let tee = futures::stream::poll_fn({
             let kept = Arc::clone(&kept);
             move |cx| {
@@ -197,10 +203,11 @@ impl DeviceReplay {
             (Some(input), false) => input,
             _ => Box::pin(futures::stream::empty()),
         };
-        let all = futures::stream::iter(batches.into_iter().map(Ok)).chain(rest).then(|b: Result<DeviceBatch>| async move {
-            let b = b?;
-            super::blocking(move || b.download()).await
-        });
+        let all =
+            futures::stream::iter(batches.into_iter().map(Ok)).chain(rest).then(|b: Result<DeviceBatch>| async move {
+                let b = b?;
+                super::blocking(move || b.download()).await
+            });
         Some(Box::pin(RecordBatchStreamAdapter::new(schema, all)))
     }
 }
@@ -245,7 +252,9 @@ impl PartitionStream for HandedStream {
             None => Box::pin(RecordBatchStreamAdapter::new(
                 Arc::clone(&self.schema),
                 futures::stream::once(async {
-                    Err(DataFusionError::Internal("a GPU exec's input for the CPU was read twice, or never handed over".into()))
+                    Err(DataFusionError::Internal(
+                        "a GPU exec's input for the CPU was read twice, or never handed over".into(),
+                    ))
                 }),
             )),
         }

@@ -147,7 +147,8 @@ mod tests {
         assert_eq!(code.literals, vec![2, u64::from_le_bytes([0xc3, 0xa9, 0, 0, 0, 0, 0, 0])]);
         // The same expression with other literals is the same kernel: one compile per shape.
         let with = |v: i128| {
-            let e = binary(col("d", &s).unwrap(), Operator::Gt, lit(ScalarValue::Decimal128(Some(v), 12, 2)), &s).unwrap();
+            let e =
+                binary(col("d", &s).unwrap(), Operator::Gt, lit(ScalarValue::Decimal128(Some(v), 12, 2)), &s).unwrap();
             generate(&e, &s, &idx).unwrap()
         };
         let (a, b) = (with(1), with(-99999));

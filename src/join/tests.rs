@@ -700,8 +700,11 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
             if gpu_plan.downcast_ref::<GpuHashJoinExec>().is_none() {
                 return Err("the join stayed on the CPU".to_string());
             }
-            let gpu = crate::device::Gpu::for_session(&GpuConfig::from_options(ctx.state().config_options()), &ctx.session_id())
-                .map_err(|e| e.to_string())?;
+            let gpu = crate::device::Gpu::for_session(
+                &GpuConfig::from_options(ctx.state().config_options()),
+                &ctx.session_id(),
+            )
+            .map_err(|e| e.to_string())?;
             gpu.memory().reset_peak();
             let parts = datafusion::physical_plan::collect_partitioned(Arc::clone(&gpu_plan), ctx.task_ctx())
                 .await

@@ -435,7 +435,10 @@ pub enum Outcome {
     Finished,
     /// Failed for `why`; `memory` when device memory ran out (the error stays a
     /// `ResourcesExhausted` one for every stream, which the execs may recover from).
-    Failed { why: String, memory: bool },
+    Failed {
+        why: String,
+        memory: bool,
+    },
 }
 
 /// `why` as the error a failed join gives its streams.

@@ -23,8 +23,8 @@ use crate::config::GpuConfig;
 use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, fmt_seconds, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
-use crate::exec::query::GpuQueryExec;
 use crate::exec::join::{gathered_input, removable_repartition};
+use crate::exec::query::GpuQueryExec;
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
 
 /// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the

@@ -10,10 +10,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+use super::Suite;
 use super::compare::compare;
 use super::data::{self, Progresses};
 use super::queries::{self, Query};
-use super::Suite;
 use crate::config::GpuConfig;
 use crate::session::gpu_session_context;
 
@@ -166,9 +166,9 @@ pub async fn run(o: &ConcurrencyOptions) -> Result<ConcurrencyReport> {
         let mut gpu_config = config.clone().with_option_extension(GpuConfig::default());
         gpu_config.options_mut().set("gpu.memory_limit", &limit)?;
         for setting in &o.gpu_set {
-            let (key, value) = setting.split_once('=').ok_or_else(|| {
-                DataFusionError::Configuration(format!("--gpu-set takes KEY=VALUE, not '{setting}'"))
-            })?;
+            let (key, value) = setting
+                .split_once('=')
+                .ok_or_else(|| DataFusionError::Configuration(format!("--gpu-set takes KEY=VALUE, not '{setting}'")))?;
             gpu_config.options_mut().set(key.trim(), value.trim())?;
         }
         let ctx = gpu_session_context(gpu_config);
