@@ -59,6 +59,8 @@ pub struct MemoryBudget {
     /// Fault injection ([`MemoryBudget::fail_after`]): requests whose purpose contains the text
     /// are refused once this many of them were granted.
     faults: std::sync::Mutex<Option<(String, usize)>>,
+    /// Whether `faults` is set: requests take its lock only then.
+    faulty: std::sync::atomic::AtomicBool,
 }
 
 impl MemoryBudget {
@@ -72,6 +74,7 @@ impl MemoryBudget {
             parent: None,
             room: Arc::new(Room::default()),
             faults: std::sync::Mutex::new(None),
+            faulty: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -86,6 +89,7 @@ impl MemoryBudget {
             parent: Some(Arc::clone(parent)),
             room: Arc::clone(&parent.room),
             faults: std::sync::Mutex::new(None),
+            faulty: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -205,10 +209,15 @@ impl MemoryBudget {
     /// requests whose purpose (`what`) contains `text` are refused, as if the limit had been
     /// reached, once `after` of them were granted (`None` stops it).
     pub fn fail_after(&self, fault: Option<(&str, usize)>) {
-        *self.faults.lock().unwrap_or_else(|e| e.into_inner()) = fault.map(|(t, n)| (t.to_string(), n));
+        let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        *faults = fault.map(|(t, n)| (t.to_string(), n));
+        self.faulty.store(faults.is_some(), Ordering::SeqCst);
     }
 
     fn injected(&self, bytes: u64, what: &str) -> Option<datafusion::error::DataFusionError> {
+        if !self.faulty.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
         let (text, left) = faults.as_mut()?;
         if !what.contains(text.as_str()) {
@@ -421,6 +430,19 @@ mod tests {
         };
         assert_eq!(budget.reserve(200, "moving").unwrap().bytes(), 200);
         churn.join().unwrap();
+    }
+
+    /// Fault injection refuses the requests it names after the first few, and no others.
+    #[test]
+    fn injected_faults_refuse_the_requests_they_name() {
+        let budget = Arc::new(MemoryBudget::new(1000));
+        budget.fail_after(Some(("hash table", 1)));
+        assert!(budget.reserve(10, "the join's hash table").is_ok());
+        let err = budget.reserve(10, "the join's hash table").unwrap_err();
+        assert!(crate::error::recoverable_on_cpu(&err) && err.to_string().contains("fault injection"), "{err}");
+        assert!(budget.reserve(10, "join keys").is_ok());
+        budget.fail_after(None);
+        assert!(budget.reserve(10, "the join's hash table").is_ok());
     }
 
     /// A session's budget counts against its device's: each refuses what its own limit cannot
