@@ -14,6 +14,7 @@ use super::Suite;
 use super::compare::compare;
 use super::data::{self, Progresses};
 use super::queries::{self, Query};
+use super::runner::apply_settings;
 use crate::config::GpuConfig;
 use crate::session::gpu_session_context;
 
@@ -165,12 +166,7 @@ pub async fn run(o: &ConcurrencyOptions) -> Result<ConcurrencyReport> {
         let limit = limits[s % limits.len()].clone();
         let mut gpu_config = config.clone().with_option_extension(GpuConfig::default());
         gpu_config.options_mut().set("gpu.memory_limit", &limit)?;
-        for setting in &o.gpu_set {
-            let (key, value) = setting
-                .split_once('=')
-                .ok_or_else(|| DataFusionError::Configuration(format!("--gpu-set takes KEY=VALUE, not '{setting}'")))?;
-            gpu_config.options_mut().set(key.trim(), value.trim())?;
-        }
+        apply_settings(&mut gpu_config, &o.gpu_set)?;
         let ctx = gpu_session_context(gpu_config);
         data::register(&ctx, &tables)?;
         sessions.push((s, limit, ctx));

@@ -242,6 +242,17 @@ async fn load(suite: Suite, o: &SuiteBenchOptions, partitions: usize, bars: bool
     }
 }
 
+/// Sets each `KEY=VALUE` of `settings` (the runners' `--gpu-set`) on `config`.
+pub fn apply_settings(config: &mut SessionConfig, settings: &[String]) -> Result<()> {
+    for setting in settings {
+        let (key, value) = setting
+            .split_once('=')
+            .ok_or_else(|| DataFusionError::Configuration(format!("--gpu-set takes KEY=VALUE, not '{setting}'")))?;
+        config.options_mut().set(key.trim(), value.trim())?;
+    }
+    Ok(())
+}
+
 /// Runs `suite` as `o` says. Per-query failures are recorded in the report, not returned.
 pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<SuiteReport> {
     let selected: Vec<Query> = queries::select(suite, &o.queries)?;
@@ -288,12 +299,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     let gpu_min_rows = gpu_cfg.min_rows;
     let cpu_ctx = SessionContext::new_with_config(config.clone());
     let mut gpu_config = config.with_option_extension(gpu_cfg);
-    for setting in &o.gpu_set {
-        let (key, value) = setting
-            .split_once('=')
-            .ok_or_else(|| DataFusionError::Configuration(format!("--gpu-set takes KEY=VALUE, not '{setting}'")))?;
-        gpu_config.options_mut().set(key.trim(), value.trim())?;
-    }
+    apply_settings(&mut gpu_config, &o.gpu_set)?;
     let gpu_ctx = gpu_session_context(gpu_config);
     data::register(&cpu_ctx, &tables)?;
     data::register(&gpu_ctx, &tables)?;
