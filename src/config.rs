@@ -189,9 +189,9 @@ gpu_options! {
         pub enable: bool, default = true
         /// CUDA ordinal of the GPU to use.
         pub device: usize, default = 0
-        /// Most device memory the GPU operators may hold at once (e.g. '8G'); 'auto' takes 90% of the memory free when the device is first used.
+        /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's own budget, 90% of the memory free when it is first used, which every session's budget also counts against. A request that fits under the limit but not next to what others hold waits for their releases; it is refused only when it can never fit or nothing was released for 0.5 s while it waited.
         pub memory_limit: ByteSize, default = ByteSize::Auto
-        /// A GPU aggregate whose device memory runs out (over gpu.memory_limit, or refused by the driver), or whose dictionary batches overflow their key type when combined, finishes its partition on DataFusion's own aggregate: it keeps the host input it has read, reserved from DataFusion's memory pool, and replays it there (EXPLAIN ANALYZE counts such partitions in cpu_fallbacks). false fails the query instead.
+        /// When device memory runs out (over gpu.memory_limit, or refused by the driver), DataFusion's own operators finish the work: a GPU join's build goes to DataFusion's hash join, which then probes every partition; a join partition's remaining probe rows go there when nothing of the failed chunk was sent and no build rows decided at the end depend on them; a GPU aggregate replays its host input (kept, reserved from DataFusion's memory pool), or its device input until its first chunk is grouped, through DataFusion's aggregate (also when dictionary batches overflow their key type). Where none can, the query runs again on DataFusion's plan (GpuQueryExec holds its output back, up to 64 MiB). EXPLAIN ANALYZE counts cpu_fallbacks and cpu_reruns. false fails the query instead.
         pub cpu_fallback: bool, default = true
         /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead (which reads the rows as they arrive and is dropped once they reach this count).
         pub min_rows: usize, default = 100_000

@@ -46,7 +46,7 @@ use super::cpu_join::{CpuJoin, Sides};
 use super::once::OnceShared;
 use super::task_stream::TaskStream;
 use super::upload::{ChunkUploader, batch_bytes};
-use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, rows_within_limit, timeline};
+use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_for_cpu, rows_within_limit, timeline};
 use crate::columns::DeviceBatch;
 use crate::columns::concat::can_concat;
 use crate::config::GpuConfig;
@@ -668,12 +668,7 @@ impl ExecutionPlan for GpuHashJoinExec {
         let out = self.execute_output(partition, context)?;
         let batches = out.then(|o| async move {
             match o? {
-                JoinOutput::Device(b) => {
-                    let rows = b.num_rows();
-                    let out = blocking(move || b.download()).await;
-                    timeline::mark("download", || format!("{rows} rows downloaded for a CPU parent"));
-                    out
-                }
+                JoinOutput::Device(b) => download_for_cpu(b).await,
                 JoinOutput::Host(b) => Ok(b),
             }
         });
@@ -1088,7 +1083,10 @@ impl BuildJob {
             // copied, and are concatenated on the device: no host-side concatenation of the whole
             // build (single-threaded, about 0.2 s per GiB) before the upload.
             BuildInput::Host(batches) => {
-                let kept = match self.cfg.cpu_fallback {
+                // Kept only where a probe partition could use them (see `PartitionRun::probe`):
+                // not for a shared build whose build rows are decided at the end.
+                let usable = !(self.consumers_share_build && layout.spec.emits_build_rows());
+                let kept = match self.cfg.cpu_fallback && usable {
                     true => KeptBuild::keep(&batches, self.context.memory_pool()),
                     false => None,
                 };
@@ -1203,9 +1201,6 @@ impl OutOfCoreProbe {
         .await
     }
 
-    /// Reads the whole probe input into host partitions and hands them over; the last stream
-    /// to do so starts the driver ([`OutOfCoreProbe::drive`]), which sends this stream's output
-    /// to `tx`. Returns when the join has ended.
     /// This stream's probe input, partitioned into host memory.
     async fn read_probe(&self, probe: Probe) -> Result<SpilledSide> {
         let sizes = self.ooc.sizes;
@@ -1259,6 +1254,9 @@ impl OutOfCoreProbe {
         Ok(side)
     }
 
+    /// Reads the whole probe input into host partitions and hands them over; the last stream
+    /// to do so starts the driver ([`OutOfCoreProbe::drive`]), which sends this stream's output
+    /// to `tx`. Returns when the join has ended.
     async fn run(self, probe: Probe, tx: &mpsc::Sender<Result<JoinOutput>>, arrival: Arrival<Handover>) -> Result<()> {
         let side = match self.read_probe(probe).await {
             Ok(side) => side,

@@ -104,17 +104,28 @@ pub(crate) fn rows_within_limit(gpu: &crate::device::Gpu, holders: u64, row_byte
     (gpu.memory().most() / 4 / holders.max(1) / row_bytes.max(1)).max(MIN_MEMORY_ROWS)
 }
 
+/// Downloads `batch` for a CPU consumer.
+pub(crate) async fn download_for_cpu(batch: DeviceBatch) -> Result<datafusion::arrow::record_batch::RecordBatch> {
+    let rows = batch.num_rows();
+    let out = blocking(move || batch.download()).await;
+    timeline::mark("download", || format!("{rows} rows downloaded for a CPU parent"));
+    out
+}
+
 /// Downloads every device batch of `stream`, for a CPU consumer.
 pub fn download_stream(
     schema: datafusion::arrow::datatypes::SchemaRef,
     stream: DeviceBatchStream,
 ) -> SendableRecordBatchStream {
-    let batches = stream.then(|b| async move {
-        let b = b?;
-        let rows = b.num_rows();
-        let out = blocking(move || b.download()).await;
-        timeline::mark("download", || format!("{rows} rows downloaded for a CPU parent"));
-        out
-    });
+    let batches = stream.then(|b| async move { download_for_cpu(b?).await });
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}
+
+/// The sum of metric `name` over the nodes of `plan` (only those named `exec`, when given).
+pub fn metric_total(plan: &Arc<dyn ExecutionPlan>, exec: Option<&str>, name: &str) -> usize {
+    let mine = match exec.is_none_or(|e| plan.name() == e) {
+        true => plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize()),
+        false => 0,
+    };
+    mine + plan.children().into_iter().map(|c| metric_total(c, exec, name)).sum::<usize>()
 }

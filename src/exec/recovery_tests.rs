@@ -87,11 +87,7 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
 
 /// The sum of metric `name` over the nodes named `exec` in `plan`.
 fn metric(plan: &Arc<dyn ExecutionPlan>, exec: &str, name: &str) -> usize {
-    let mine = match plan.name() == exec {
-        true => plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize()),
-        false => 0,
-    };
-    mine + plan.children().into_iter().map(|c| metric(c, exec, name)).sum::<usize>()
+    super::metric_total(plan, Some(exec), name)
 }
 
 /// Runs `sql` with device memory requests for `what` refused after `after` were granted;

@@ -25,6 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::device::probe;
+use crate::exec::metric_total;
 use crate::exec::task_stream::panic_message;
 use crate::session::{gpu_session_context, with_gpu_options};
 use crate::tpch::compare::compare;
@@ -201,20 +202,17 @@ struct Ran {
     rerun: bool,
 }
 
-/// The sum of the metric `name` over `plan`'s nodes.
-fn metric_sum(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>, name: &str) -> usize {
-    let mine = plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize());
-    mine + plan.children().into_iter().map(|c| metric_sum(c, name)).sum::<usize>()
-}
-
 /// Plans and runs `sql`: its rows, and how it ran.
 async fn answer(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, Ran)> {
     let df = ctx.sql(sql).await?;
     let plan = df.create_physical_plan().await?;
     let on_gpu = displayable(plan.as_ref()).indent(false).to_string().contains("Gpu");
     let rows = collect(Arc::clone(&plan), ctx.task_ctx()).await?;
-    let ran =
-        Ran { on_gpu, fallbacks: metric_sum(&plan, "cpu_fallbacks") > 0, rerun: metric_sum(&plan, "cpu_reruns") > 0 };
+    let ran = Ran {
+        on_gpu,
+        fallbacks: metric_total(&plan, None, "cpu_fallbacks") > 0,
+        rerun: metric_total(&plan, None, "cpu_reruns") > 0,
+    };
     Ok((rows, ran))
 }
 
