@@ -211,7 +211,7 @@ gpu_options! {
         pub streams: usize, default = 16
         /// GPU join algorithm: auto (the cost model chooses, at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur, smj_gftr.
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
-        /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows.
+        /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows, but at least 16,384 (fewer only when gpu.memory_limit asks for smaller batches): each batch costs launches whatever its size.
         pub batch_rows: usize, default = 1 << 22
         /// Device batches a GPU join reads ahead from a GPU probe input (a filter and projection the device evaluates over a scan, another GPU join) while its build is collected and built, so the probe side's scan and filtering overlap the build instead of starting after it; 0 starts reading the probe only once the build is ready. Not for joins planned out of core.
         pub probe_read_ahead: usize, default = 1

@@ -56,7 +56,9 @@ use crate::error::{CudaResultExt, recoverable_on_cpu};
 use crate::join::filter::generate as generate_filter;
 use crate::join::keys::KeyPlan;
 use crate::join::triton::{Arrival, DriverGuard, Group, Meeting, Outcome, SpillSizes, SpilledSide, fits_in_memory};
-use crate::join::{FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
+use crate::join::{
+    FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes, window_bound,
+};
 use crate::rule::eligibility::row_width;
 
 /// The join's device-side description, fixed when the rule places the exec.
@@ -512,7 +514,7 @@ impl GpuHashJoinExec {
                 ordered,
                 null_aware: hj.null_aware,
                 filter,
-                batch_rows: cfg.batch_rows.max(1) as u64,
+                batch_rows: window_bound(cfg.batch_rows),
             }),
             choice,
         })
@@ -1025,7 +1027,7 @@ impl BuildJob {
     ) -> Result<Built> {
         let (gpu, layout, metrics) = (&self.gpu, &self.layout, &self.metrics);
         let out_row = row_width(&layout.spec.schema).max(1);
-        let sizes = SpillSizes::new(bytes, limit, streams, self.route, out_row, self.cfg.batch_rows as u64);
+        let sizes = SpillSizes::new(bytes, limit, streams, self.route, out_row, window_bound(self.cfg.batch_rows));
         metrics.spill_partitions.add(sizes.partitions());
         // The chunks are dealt to as many partitioning passes as may run at once, so that one
         // chunk's upload overlaps another's download; their partitions are merged after.

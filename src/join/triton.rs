@@ -669,4 +669,19 @@ mod tests {
             assert!(held <= 3 * (limit / 8), "{s:?}");
         }
     }
+
+    #[test]
+    fn windows_hold_a_floor_of_rows_unless_the_limit_asks_for_fewer() {
+        use crate::join::{MIN_WINDOW_ROWS, window_bound};
+        // gpu.batch_rows below the floor gives windows of the floor; above it, of batch_rows.
+        assert_eq!(window_bound(100), MIN_WINDOW_ROWS);
+        assert_eq!(window_bound(0), MIN_WINDOW_ROWS);
+        assert_eq!(window_bound(1 << 22), 1 << 22);
+        // With a large limit, gpu.batch_rows = 100 no longer makes 100-row windows ...
+        let big = SpillSizes::new(1 << 36, 64 << 30, 16, false, 16, window_bound(100));
+        assert_eq!(big.window_rows, MIN_WINDOW_ROWS);
+        // ... while a small limit still shrinks them below the floor.
+        let small = SpillSizes::new(100, 1 << 20, 16, false, 1000, window_bound(100));
+        assert!(small.window_rows < MIN_WINDOW_ROWS, "{small:?}");
+    }
 }
