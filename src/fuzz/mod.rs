@@ -58,6 +58,10 @@ pub struct FuzzOptions {
     /// Stop after this many failures (0: run every query).
     #[arg(long, default_value_t = 0)]
     pub max_failures: usize,
+    /// Run only query N of this seed's run (its tables and query are drawn as in the whole run),
+    /// printing its repro first: replays a failure a longer run reported.
+    #[arg(long)]
+    pub only: Option<usize>,
     /// Show a progress bar (set by the CLI when stderr is a terminal).
     #[arg(skip)]
     pub progress: bool,
@@ -271,8 +275,10 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
     if let Some(dir) = &opts.repro_dir {
         std::fs::create_dir_all(dir)?;
     }
+    // With --only N, the run draws queries 0..=N and runs the last.
+    let queries = opts.only.map_or(opts.queries, |n| n + 1);
     let bar = match opts.progress {
-        true => indicatif::ProgressBar::new(opts.queries as u64),
+        true => indicatif::ProgressBar::new(queries as u64),
         false => indicatif::ProgressBar::hidden(),
     };
     bar.set_style(
@@ -285,7 +291,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
     };
     let timeout = Duration::from_secs(opts.timeout_s.max(1));
     let mut index = 0usize;
-    while index < opts.queries {
+    while index < queries {
         let shape = Shape {
             partitions: rng.random_range(1..=4),
             batch_size: [7usize, 64, 1000, 8192][rng.random_range(0..4)],
@@ -301,14 +307,19 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
             register(&gpu, t, shape.partitions)?;
         }
         for _ in 0..opts.queries_per_tables.max(1) {
-            if index >= opts.queries {
+            if index >= queries {
                 break;
             }
             let sql = queries::query(&mut rng, &tables);
             let memory_limit = &limits[index % limits.len()];
             index += 1;
-            report.queries += 1;
             bar.inc(1);
+            match opts.only {
+                Some(n) if n != index - 1 => continue,
+                Some(_) => println!("{}", repro(opts, index - 1, shape, memory_limit, &tables, &sql)?),
+                None => {}
+            }
+            report.queries += 1;
             let expected = match answer(&cpu, &sql).await {
                 Ok((rows, _)) => rows,
                 Err(e) => {
@@ -362,7 +373,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
             report.failures.push(failure);
             bar.set_message(format!("{} failed", report.failures.len()));
             if opts.max_failures > 0 && report.failures.len() >= opts.max_failures {
-                index = opts.queries;
+                index = queries;
                 break;
             }
         }
@@ -393,6 +404,19 @@ mod tests {
             report.failures.iter().map(|f| format!("{:?}: {}\n{}\n{}", f.kind, f.sql, f.detail, f.repro)).collect();
         assert!(failures.is_empty(), "{}", failures.join("\n\n"));
         assert!(report.compared > report.queries / 2, "{}", report.summary(seed));
+    }
+
+    /// `--only N` draws the run's tables and queries up to N and runs query N alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_runs_one_query_of_the_run() {
+        let _g = crate::testing::gpu_lock();
+        let seed = crate::testing::fresh_seed("only_runs_one_query_of_the_run");
+        let opts =
+            FuzzOptions { queries: 3, seed, max_rows: 50, queries_per_tables: 4, only: Some(6), ..Default::default() };
+        let report = run(&opts).await.expect("the fuzzer runs");
+        assert_eq!(report.queries, 1, "{}", report.summary(seed));
+        assert_eq!(report.compared + report.cpu_errors, 1, "{}", report.summary(seed));
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
     }
 
     /// A table's repro SQL rebuilds it in DataFusion with the same types and rows: NULLs, NaN,
