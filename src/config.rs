@@ -189,11 +189,11 @@ gpu_options! {
         pub enable: bool, default = true
         /// CUDA ordinal of the GPU to use.
         pub device: usize, default = 0
-        /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's own budget, 90% of the memory free when it is first used, which every session's budget also counts against. A request that fits under the limit but not next to what others hold waits for their releases; it is refused only when it can never fit or nothing was released for 0.5 s while it waited.
+        /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's own budget, 90% of the memory free when it is first used, which every session's budget also counts against. A request that fits under the limit but not next to what others hold waits for their releases; it is refused only when it can never fit or nothing was released for 0.5 s while it waited, and the work then finishes on the CPU (gpu.cpu_fallback). Probe chunks, output windows and aggregate chunks shrink under a small limit. A join whose build side would need more (about 3x its size, by the plan's statistics) runs out of core, partitioned through pinned host memory (EXPLAIN shows out_of_core=[...]), or stays on the CPU with the reason when it cannot (NOT IN, ordered output, dictionary columns).
         pub memory_limit: ByteSize, default = ByteSize::Auto
         /// When device memory runs out (over gpu.memory_limit, or refused by the driver), DataFusion's own operators finish the work: a GPU join's build goes to DataFusion's hash join, which then probes every partition; a join partition's remaining probe rows go there when nothing of the failed chunk was sent and no build rows decided at the end depend on them; a GPU aggregate replays its host input (kept, reserved from DataFusion's memory pool), or its device input until its first chunk is grouped, through DataFusion's aggregate (also when dictionary batches overflow their key type). Where none can, the query runs again on DataFusion's plan (GpuQueryExec holds its output back, up to 64 MiB). EXPLAIN ANALYZE counts cpu_fallbacks and cpu_reruns. false fails the query instead.
         pub cpu_fallback: bool, default = true
-        /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead (which reads the rows as they arrive and is dropped once they reach this count).
+        /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead (which reads the rows as they arrive and is dropped once they reach this count; EXPLAIN ANALYZE counts cpu_partitions). 0 turns both off.
         pub min_rows: usize, default = 100_000
         /// Size of each pinned host staging buffer used for host-to-device copies.
         pub staging_buffer_size: ByteSize, default = ByteSize::Bytes(32 << 20)
@@ -209,7 +209,7 @@ gpu_options! {
         pub streaming_stores: bool, default = false
         /// CUDA streams the GPU operators' partitions take round-robin (1 to 64). Partitions that share a stream wait for each other's work at every synchronisation.
         pub streams: usize, default = 16
-        /// GPU join algorithm: auto (the cost model chooses, at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur, smj_gftr.
+        /// GPU join algorithm: auto (the cost model chooses, at plan time from the statistics and again at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen; GFTR without statistics), or phj_gfur, phj_gftr, smj_gfur, smj_gftr. A join whose plan relies on its probe order always takes npj, which keeps it.
         pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows, but at least 16,384 (fewer only when gpu.memory_limit asks for smaller batches): each batch costs launches whatever its size.
         pub batch_rows: usize, default = 1 << 22
@@ -217,7 +217,7 @@ gpu_options! {
         pub probe_read_ahead: usize, default = 1
         /// GPU group-by algorithm: auto (the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators), sort (a radix sort of the keys gives group ids) or partition (radix partitions of the keys, each numbered and aggregated in shared memory).
         pub aggregate_algorithm: AggregateAlgorithmSetting, default = AggregateAlgorithmSetting::Auto
-        /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers included, beats the CPU's; EXPLAIN shows both) or always (every eligible operator over gpu.min_rows on the GPU).
+        /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers of inputs not already on the device included, beats the CPU's, or when neither the statistics nor the plan's shape give an input size; EXPLAIN shows both estimates) or always (every eligible operator over gpu.min_rows on the GPU).
         pub placement: PlacementSetting, default = PlacementSetting::Cost
         /// With gpu.placement = cost, an operator goes to the GPU only when the model expects it to run at least this many times faster there than on the CPU, transfers included: 1.0 takes any expected gain; more keeps near ties, where the model's error decides, on the CPU.
         pub min_speedup: f64, default = 1.0
@@ -229,7 +229,7 @@ gpu_options! {
         pub default_selectivity_for_unbounded_filters: bool, default = true
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
         pub profile_dir: String, default = String::new()
-        /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones; false keeps them on the CPU.
+        /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones: arithmetic (Decimal128 with arrow's scales and overflow errors), comparisons, AND/OR, CASE, IN, casts, [NOT] LIKE whose only wildcard is %, and date_part/EXTRACT of a date's year, month or day. EXPLAIN shows what was fused, or why an expression stayed on the CPU; false keeps them all on the CPU.
         pub fuse_expressions: bool, default = true
         /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate or join on the GPU too. Each partition measures the bottom filter on its first 65536 rows: when it keeps less than gpu.host_filter_below of them the host keeps filtering before the upload (a selective filter shrinks the upload more than it costs), otherwise rows are uploaded unfiltered and only the GPU filters them. false leaves the filters to DataFusion on the CPU.
         pub fuse_filters: bool, default = true
@@ -261,9 +261,45 @@ impl GpuConfig {
     }
 }
 
+/// `docs/options.md`: every `gpu.*` option with its default and meaning, from the declarations
+/// above (which `SHOW ALL` and `information_schema.df_settings` also read).
+pub fn options_markdown() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "# Options\n\n\
+         <!-- Generated from src/config.rs; do not edit. After changing an option there, run\n     \
+         DFG_UPDATE_DOCS=1 cargo test --release options_doc_is_current -->\n\n\
+         Set with `SET gpu.<name> = <value>` in SQL, or on the `SessionConfig`\n\
+         (`SessionConfig::new().with_option_extension(GpuConfig { .. })`). `SHOW ALL` lists them with\n\
+         their current values.\n\n\
+         | option | default | meaning |\n|---|---|---|\n",
+    );
+    for e in GpuConfig::default().entries() {
+        let default = e.value.as_deref().unwrap_or("(none)");
+        let _ = writeln!(out, "| `{}` | `{default}` | {} |", e.key, e.description.replace('|', "\\|"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/options.md is what `options_markdown` makes of the declarations; with
+    /// `DFG_UPDATE_DOCS=1` the test writes it first.
+    #[test]
+    fn options_doc_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/options.md");
+        let want = options_markdown();
+        if std::env::var_os("DFG_UPDATE_DOCS").is_some() {
+            std::fs::write(&path, &want).expect("writing docs/options.md");
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/options.md is stale: run `DFG_UPDATE_DOCS=1 cargo test --release options_doc_is_current`"
+        );
+    }
 
     #[test]
     fn byte_sizes_parse_and_print() {
