@@ -1,4 +1,4 @@
-// Grouped aggregation (seed 002, hash group-by, Algorithm 1): group ids from a global table of
+// Grouped aggregation (Wu et al. 2025, hash group-by, Algorithm 1): group ids from a global table of
 // key words, then per-group accumulators updated by atomics, in shared memory when the groups of
 // a block fit (one flush per block), in global memory otherwise.
 //
@@ -337,7 +337,7 @@ extern "C" __global__ void gb_collisions(const u32* __restrict__ flags, const u8
 }
 
 // ---------------------------------------------------------------------------------------------
-// Partition group-by (seed 002): rows radix-partitioned on their mixed key words, so a key's
+// Partition group-by (Wu et al. 2025): rows radix-partitioned on their mixed key words, so a key's
 // rows share one partition; one block per partition numbers the partition's keys in a
 // shared-memory table. Partition p's groups get ids goff[p] + 0..counts[p], so group ids are
 // clustered by position and the reductions accumulate in shared memory (MODE_RANGED).

@@ -163,7 +163,7 @@ SCATTER(radix_scatter_k64_v64, u64, u64, 8)
 // A pass that moves the keys and several value arrays through one stable permutation: the tile
 // is ranked once, then the keys and each value array in turn are reordered through shared
 // memory and written out coalesced. This is GFTR's transformation of every payload column with
-// its keys (seed 002), without ranking (or re-reading the keys) once per column.
+// its keys (Wu et al. 2025), without ranking (or re-reading the keys) once per column.
 // vals_in / vals_out hold `nv` device addresses; bit j of `wide` says value array j has 8-byte
 // values (else 4). A null vals_in[j] stands for the identity (value = input index, 4 bytes):
 // the row ids of a first pass, never written to memory before it. keys_out may be null on a

@@ -1,4 +1,4 @@
-// Out-of-core join (seed 000, Triton join): the partition of each row, and device concatenation
+// Out-of-core join (Lutz et al. 2022, Triton join): the partition of each row, and device concatenation
 // of the pieces a partition was spilled in (device pieces, or row ranges of host chunks).
 #include "common.cuh"
 

@@ -6,7 +6,7 @@
 //! are equal keys. Wide words are hashes: each row is confirmed against its group's
 //! representative, and rows whose hash collided with another key take another round.
 //!
-//! - Hash: a global open-addressing table of key words (seed 002, Algorithm 1's first step).
+//! - Hash: a global open-addressing table of key words (Wu et al. 2025, Algorithm 1's first step).
 //!   With few groups (up to 4096) one pass gives every row its dense id,
 //!   through a per-block shared-memory cache in front of the table; a single narrow key column
 //!   is read directly, without its key words. More groups take the general rounds: insert,
@@ -32,7 +32,7 @@ use crate::primitives::select::{iota, select_where};
 pub enum GroupIdMethod {
     Hash,
     Sort,
-    /// Radix partitions numbered in shared memory (seed 002's partition group-by, with GFTR).
+    /// Radix partitions numbered in shared memory (Wu et al.'s partition group-by, with GFTR).
     Partition,
 }
 

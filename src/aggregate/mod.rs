@@ -1,4 +1,4 @@
-//! The GPU group-by (seed 002, section on grouped aggregation): group ids ([`groups`]), then
+//! The GPU group-by (Wu et al. 2025, section on grouped aggregation): group ids ([`groups`]), then
 //! per-group reductions ([`reduce`]); [`layout`] maps DataFusion's `AggregateExec` (every mode)
 //! onto them.
 //!

@@ -1,4 +1,4 @@
-//! Partition group-by with GFTR (seed 002, §4.2): the rows' mixed key words are radix
+//! Partition group-by with GFTR (Wu et al. 2025, §4.2): the rows' mixed key words are radix
 //! partitioned (the join's stable radix passes, [`radix_sort_multi`]) so that every key's rows
 //! share one partition of a few hundred rows, and the aggregated columns travel through the same
 //! passes (GFTR); one thread block per partition numbers the partition's keys in a shared-memory

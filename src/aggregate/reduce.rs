@@ -1,4 +1,4 @@
-//! Per-group accumulators (seed 002, Algorithm 1's second step): one pass per reduction over
+//! Per-group accumulators (Wu et al. 2025, Algorithm 1's second step): one pass per reduction over
 //! the rows and their group ids, by atomics in shared memory when a block's accumulators for
 //! every group fit there (flushed once per block), in global memory otherwise
 //! (kernels/groupby.cu, `agg_*`).
@@ -104,7 +104,7 @@ const RANGED_ITEMS: u64 = 4;
 /// Where a reduction keeps its accumulators (kernels/groupby.cu, `MODE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accumulation {
-    /// Global atomics only (the ablation of seed 002's shared-memory variant).
+    /// Global atomics only (the ablation of Wu et al.'s shared-memory variant).
     Global,
     /// Every group's accumulator in each block's shared memory when they fit, else global.
     Shared,

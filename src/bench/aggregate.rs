@@ -1,4 +1,4 @@
-//! `datafusion-gpu bench aggregate`: the group-by workload of seed 002 on device-resident data.
+//! `datafusion-gpu bench aggregate`: the group-by workload of Wu et al. 2025 on device-resident data.
 //!
 //! 2^log_rows rows of a key column (Int32 or Int64, uniform over `2^c` values for each swept
 //! cardinality c) and `aggs` Int32 value columns; the query is `SELECT k, SUM(v0), .. GROUP BY

@@ -1,4 +1,4 @@
-//! `datafusion-gpu bench join`: the join workload of seed 002 on device-resident data.
+//! `datafusion-gpu bench join`: the join workload of Wu et al. 2025 on device-resident data.
 //!
 //! R holds 2^log_r unique keys, shuffled; S holds 2^log_s foreign keys, each in R with
 //! probability `match_ratio` (else outside R); each side has `payloads` Int32 columns. The join
@@ -445,7 +445,7 @@ impl fmt::Display for JoinReport {
         write!(
             f,
             "(Gtup/s: (|R| + |S|) / time; phases in ms, each ended by a synchronisation; GFTR payloads move in the key's radix \
-             passes, so their cost is in transform (seed 002 counts it as materialisation); floor: inputs read once and the output written once at the device-copy \
+             passes, so their cost is in transform (Wu et al. 2025 counts it as materialisation); floor: inputs read once and the output written once at the device-copy \
              bandwidth; vs cpu: CPU time / this time)"
         )
     }

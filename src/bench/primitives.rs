@@ -125,7 +125,7 @@ pub fn run(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<Pri
     Ok(PrimitivesReport { device: gpu.info().name.clone(), copy_bandwidth: doc.device_copy, runs, rows })
 }
 
-/// `B_G / B_R` on this device, by seed 002's Table 1 experiment: a gather of `2^log2_rows` 4-byte
+/// `B_G / B_R` on this device, by Wu et al.'s Table 1 experiment: a gather of `2^log2_rows` 4-byte
 /// values at random positions against one at consecutive positions (same instructions).
 pub fn random_penalty(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<f64> {
     let n = 1u64 << log2_rows;

@@ -45,7 +45,7 @@ pub struct SweepOptions {
     /// log2 of |S| for the joins.
     #[arg(long, value_delimiter = ',', default_value = "16,19,22,25,28")]
     pub join_sizes: Vec<u32>,
-    /// log2 of |S| / |R|: 1 is seed 002's |R| = |S| / 2; larger values give the small builds
+    /// log2 of |S| / |R|: 1 is Wu et al.'s |R| = |S| / 2; larger values give the small builds
     /// and long probes of star and snowflake joins (a dimension table against a fact table),
     /// without which the CPU's build and probe terms cannot be told apart.
     #[arg(long, value_delimiter = ',', default_value = "1")]
@@ -199,7 +199,7 @@ async fn join_point(
 ) -> Result<Point> {
     let log_r = log_s.saturating_sub(shift.max(1)).max(4);
     let (r_rows, s_rows) = (1u64 << log_r, 1u64 << log_s);
-    // Seed 002's shape keeps the seeds (and data) of earlier sweeps.
+    // Wu et al.'s shape keeps the seeds (and data) of earlier sweeps.
     let half = log_r + 1 == log_s;
     let seed = o.runs.seed ^ log_s as u64 ^ if half { 0 } else { (log_r as u64) << 8 };
     let (r, s, matches) = join_bench::relations(c, r_rows, s_rows, seed)?;

@@ -1,4 +1,4 @@
-//! The out-of-core join benchmark (`datafusion-gpu bench triton`): seed 000's setting on PCIe.
+//! The out-of-core join benchmark (`datafusion-gpu bench triton`): Lutz et al.'s setting on PCIe.
 //! R (unique keys, shuffled) and S (foreign keys into R), one Int32 payload each, in host memory;
 //! DataFusion's `HashJoinExec` (CollectLeft, as `bench join`'s CPU baseline) placed by the GPU rule
 //! with `gpu.memory_limit` lowered so that the build state is 2x, 4x and 8x the limit, so the join

@@ -116,14 +116,14 @@ enum BenchCommand {
         #[arg(long, default_value = "32M")]
         staging: ByteSize,
     },
-    /// The join workload of seed 002 on device-resident data: every GPU join algorithm with its
+    /// The join workload of Wu et al. 2025 on device-resident data: every GPU join algorithm with its
     /// phases, the bandwidth floor, and DataFusion's CPU hash join on the same data.
     Join(JoinBenchOptions),
-    /// Out-of-core joins (seed 000, Triton join): a join whose build state is 2x, 4x and 8x the
+    /// Out-of-core joins (Lutz et al. 2022, Triton join): a join whose build state is 2x, 4x and 8x the
     /// lowered memory limit, from host memory, against the PCIe bound, the in-memory GPU join
     /// and DataFusion's CPU join.
     Triton(TritonBenchOptions),
-    /// The group-by workload of seed 002 on device-resident data: every GPU group-by algorithm
+    /// The group-by workload of Wu et al. 2025 on device-resident data: every GPU group-by algorithm
     /// with its phases over a sweep of group counts, the bandwidth floor, and DataFusion's CPU
     /// aggregate on the same data.
     Aggregate(AggregateBenchOptions),

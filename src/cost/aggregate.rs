@@ -1,8 +1,8 @@
-//! Group-by costs: hash and sort group-by priced with seed 002's terms, DataFusion's CPU
+//! Group-by costs: hash and sort group-by priced with Wu et al.'s terms, DataFusion's CPU
 //! `AggregateExec`, and the choice among them.
 //!
 //! GPU features, in seconds at the profile's bandwidths: launch groups (one per input chunk),
-//! group ids, and the aggregation. Hash group ids are seed 002's dictionary encoding `D(N, g)`
+//! group ids, and the aggregation. Hash group ids are Wu et al.'s dictionary encoding `D(N, g)`
 //! priced with the tables our kernels use ([`hash_ids`]); sort group ids are an LSD radix sort
 //! of (key word, row id) over every bit of the word. The aggregation reads the values once and
 //! updates accumulators in shared memory when a block's groups fit (48 KiB), else at random in
@@ -85,7 +85,7 @@ impl AggregateShape {
 /// Hash group ids as [`crate::aggregate::groups`] makes them: the one-pass kernel reads the keys
 /// and writes the ids when it holds the groups; otherwise, after its failed attempt, every table
 /// tried ([`hash_table_attempts`]) reads the keys, inserts each row at random in the memory
-/// level that holds the table, and writes the ids. Seed 002's `D(N, g)` prices one table of `g`
+/// level that holds the table, and writes the ids. Wu et al.'s `D(N, g)` prices one table of `g`
 /// keys; ours of twice the rows misses the L2 at any group count past the bounded tables'
 /// (H100, 2026-11-23: 2^27 rows took 7 ms at 2^16 groups, 20 ms at 2^22).
 fn hash_ids(n: f64, g: f64, k: f64, profile: &Profile) -> f64 {

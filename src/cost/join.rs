@@ -1,4 +1,4 @@
-//! Join costs: each GPU algorithm's phases priced with seed 002's byte counts, the CPU's
+//! Join costs: each GPU algorithm's phases priced with Wu et al.'s byte counts, the CPU's
 //! `HashJoinExec`, and the choice among them.
 //!
 //! Every GPU model has four features, in seconds at the profile's bandwidths: the number of
@@ -172,7 +172,7 @@ mod tests {
         }
     }
 
-    /// With every coefficient at 1 (each phase at its floor), the features reproduce seed 002's
+    /// With every coefficient at 1 (each phase at its floor), the features reproduce Wu et al.'s
     /// byte counts: GFTR's transformation moves the payloads with the keys, GFUR's
     /// materialisation gathers them at random.
     #[test]
@@ -201,7 +201,7 @@ mod tests {
     }
 
     /// With equal coefficients the model takes GFTR for many payload bytes at a high match ratio
-    /// and GFUR at a low one, as seed 002's §4.1.4 does.
+    /// and GFUR at a low one, as Wu et al.'s §4.1.4 does.
     #[test]
     fn gftr_or_gfur_by_match_ratio() {
         let mut p = Profile::h100();

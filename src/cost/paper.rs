@@ -1,12 +1,12 @@
 //! The cost formulas of the papers, written as code with the papers' names.
 //!
-//! Seed 002 ("Efficiently Processing Joins and Grouped Aggregations on GPUs", §4 and Table 1/2):
+//! Wu et al. 2025 ("Efficiently Processing Joins and Grouped Aggregations on GPUs", §4 and Table 1/2):
 //! `B_G` is the sequential global-memory bandwidth, `B_R = B_G / 24` the bandwidth of random
 //! 4-byte accesses, `B_M` the bandwidth of the memory level that holds a hash table's hot
 //! entries; `N` input tuples, `g` groups, `M` matched tuples, `p` payload columns, `k` key bytes.
 //! Every function returns seconds for bandwidths in bytes per second (or a decision).
 //!
-//! Seed 000 (Triton join, §3) gives the transfer terms of a join whose state does not fit on the
+//! Lutz et al. 2022 (Triton join, §3) gives the transfer terms of a join whose state does not fit on the
 //! device: the data a GPU-partitioned join moves over the interconnect, and the CPU
 //! partitioning rate a CPU-partitioned one would need.
 //!
@@ -16,10 +16,10 @@
 /// `B_G / B_R` measured on the A100 (Table 1: an unclustered gather 8.52x slower than a
 /// clustered one, with the same instructions).
 pub const RANDOM_PENALTY_A100: f64 = 24.0;
-/// `B_L1 / B_G` and `B_L2 / B_G` as seed 002 states them for the A100.
+/// `B_L1 / B_G` and `B_L2 / B_G` as Wu et al. 2025 states them for the A100.
 pub const L1_RATIO_A100: f64 = 12.0;
 pub const L2_RATIO_A100: f64 = 4.5;
-/// Capacities seed 002 assigns to the A100's L1 (per SM) and L2 when placing a hash table.
+/// Capacities Wu et al. 2025 assigns to the A100's L1 (per SM) and L2 when placing a hash table.
 pub const L1_BYTES_A100: f64 = 192.0 * 1024.0;
 pub const L2_BYTES_A100: f64 = 40.0 * 1024.0 * 1024.0;
 /// The A100's `B_G` the paper plugs in (theoretical maximum).
@@ -89,7 +89,7 @@ pub fn phj_gfur_minus_gftr(n: f64, m: f64, p: f64, b_g: f64) -> f64 {
 }
 
 /// Radix passes of 8 bits for `g` distinct codes: `ceil(bitlen(g - 1) / 8)`, at least one (the
-/// notes on seed 002, §9.7: `bitlen(g-1)`, not `log2 g`).
+/// notes on Wu et al. 2025, §9.7: `bitlen(g-1)`, not `log2 g`).
 pub fn radix_passes(g: f64) -> f64 {
     let g = g.max(1.0) as u64;
     let bits = 64 - g.saturating_sub(1).leading_zeros();
@@ -117,7 +117,7 @@ pub struct MemoryLevels {
 }
 
 impl MemoryLevels {
-    /// The A100 values seed 002 uses.
+    /// The A100 values Wu et al. 2025 uses.
     pub const A100: MemoryLevels = MemoryLevels {
         l1_bytes: L1_BYTES_A100,
         l1_ratio: L1_RATIO_A100,
@@ -158,7 +158,7 @@ pub fn dictionary_min_payloads(n: f64, g: f64, k: f64, b_g: f64, levels: &Memory
     Some((d / saved_per_column).floor() as u32 + 1)
 }
 
-/// Seed 000 §3: the bytes a GPU-partitioned out-of-core join moves over the interconnect when a
+/// Lutz et al. 2022 §3: the bytes a GPU-partitioned out-of-core join moves over the interconnect when a
 /// fraction `cached` of the partitioned state stays on the device: the first pass reads all `d`
 /// bytes and spills the rest, the second pass reads the spilled part back.
 pub fn triton_transfer_bytes(d: f64, cached: f64) -> (f64, f64) {
@@ -166,13 +166,13 @@ pub fn triton_transfer_bytes(d: f64, cached: f64) -> (f64, f64) {
     ((2.0 - c) * d, (1.0 - c) * d)
 }
 
-/// Seed 000 §3: the CPU partitioning rate (bytes/s) a CPU-partitioned join needs to keep an
+/// Lutz et al. 2022 §3: the CPU partitioning rate (bytes/s) a CPU-partitioned join needs to keep an
 /// interconnect of `link` bytes/s busy when the working set is a fraction `alpha` of the data.
 pub fn cpu_partitioning_rate_needed(alpha: f64, link: f64) -> f64 {
     link / alpha
 }
 
-/// Seed 000 §3: first-pass radix bits so that two partitions of both sides fit in half of the
+/// Lutz et al. 2022 §3: first-pass radix bits so that two partitions of both sides fit in half of the
 /// device memory `c`: the smallest `b` with `2 (|R| + |S|) / 2^b < c / 2`.
 pub fn triton_first_pass_bits(r_bytes: f64, s_bytes: f64, c: f64) -> u32 {
     let mut b = 0;
@@ -265,7 +265,7 @@ mod tests {
         assert_eq!(radix_passes(1.0), 1.0);
     }
 
-    /// Seed 000 §3: 12 GiB/s at alpha = 1/4 needs 48 GiB/s of CPU partitioning; a join moving D
+    /// Lutz et al. 2022 §3: 12 GiB/s at alpha = 1/4 needs 48 GiB/s of CPU partitioning; a join moving D
     /// bytes with half of its state cached reads 1.5 D and writes 0.5 D over the link.
     #[test]
     fn triton_terms() {

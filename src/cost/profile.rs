@@ -42,7 +42,7 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// The memory levels a hash table can sit in on this device: seed 002's L1 and L2 bandwidth
+    /// The memory levels a hash table can sit in on this device: Wu et al.'s L1 and L2 bandwidth
     /// ratios (L2 at 3x `B_G`, the value that reproduces its Table 2), this device's L2 size, and
     /// the shared memory of a block as the L1 share one table gets.
     pub fn memory_levels(&self) -> MemoryLevels {

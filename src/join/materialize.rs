@@ -1,6 +1,6 @@
 //! Building output columns on the device (kernels/materialize.cu).
 //!
-//! - GFUR (gather from untransformed relations, seed 002): a column is gathered at row ids;
+//! - GFUR (gather from untransformed relations, Wu et al. 2025): a column is gathered at row ids;
 //!   NULL_ROW gives NULL (the missing side of an outer join). Every column type the device layer
 //!   holds is handled: fixed width, Boolean, strings, dictionaries, with validity.
 //! - GFTR (gather from transformed relations): a non-null fixed-width column that was moved

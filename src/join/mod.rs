@@ -1,4 +1,4 @@
-//! GPU equi-joins over device batches: the algorithms of seed 002 (NPJ, PHJ and SMJ, the last
+//! GPU equi-joins over device batches: the algorithms of Wu et al. 2025 (NPJ, PHJ and SMJ, the last
 //! two with GFUR or GFTR materialisation) behind one driver that gives DataFusion's semantics for
 //! every join type. No DataFusion plan types here: `exec::join` adapts this to `HashJoinExec`.
 //!

@@ -1,4 +1,4 @@
-//! NPJ: the non-partitioned hash join (seed 002's cuDF-style baseline). One global
+//! NPJ: the non-partitioned hash join (Wu et al.'s cuDF-style baseline). One global
 //! open-addressing table of the distinct build keys; each entry holds the run of its build rows
 //! in a CSR array (or, when every build key is unique, the row itself). The probe side keeps its
 //! order, so its gathers are clustered; the build side's are random.

@@ -1,4 +1,4 @@
-//! PHJ: the radix-partitioned hash join of seed 002 (§4.1.4). Both sides are partitioned by a
+//! PHJ: the radix-partitioned hash join of Wu et al. 2025 (§4.1.4). Both sides are partitioned by a
 //! stable radix sort on the low `bits` bits of their key words (mixed, so the bits are
 //! uniform); each partition pair is joined by thread blocks with a chained hash table of the
 //! build rows in shared memory. A work unit is one build sub-partition of at most

@@ -1,7 +1,7 @@
 //! The transformation phase of the sort-merge and partitioned joins: a side's (key, row) pairs
 //! moved through stable LSD radix passes on the low `end_bit` bits of the key (all bits: a
 //! sort; the partition bits: a radix partition). With GFTR, each payload column that can be is
-//! moved through the same passes, so that materialisation reads it in order (seed 002, §4.1.4);
+//! moved through the same passes, so that materialisation reads it in order (Wu et al. 2025, §4.1.4);
 //! all of them travel together, ranked once per tile and pass.
 
 use std::sync::Arc;
@@ -21,7 +21,7 @@ pub struct Transformed {
     pub keys: DeviceBuffer,
     /// Row at each transformed position; `None` when the join needs no row ids of this side
     /// (every output column of it moved with the keys, and no filter, flag or key check reads
-    /// its rows): seed 002's GFTR without the row-id column.
+    /// its rows): Wu et al.'s GFTR without the row-id column.
     pub perm: Option<DeviceBuffer>,
     pub items: u64,
     /// GFTR payloads: (column index in the side's batch, its values in transformed order).

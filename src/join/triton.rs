@@ -1,4 +1,4 @@
-//! The out-of-core join of seed 000 (Triton join), adapted to PCIe: when the build side's state
+//! The out-of-core join of Lutz et al. 2022 (Triton join), adapted to PCIe: when the build side's state
 //! would not fit under `gpu.memory_limit`, both sides are radix-partitioned on the GPU by the top
 //! bits of their key words and the partitions are kept in pinned host memory; then each
 //! partition's build rows come back to the device, are prepared by the in-memory algorithm

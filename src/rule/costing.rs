@@ -39,7 +39,7 @@ const OUT_OF_CORE_STEP_SECONDS: f64 = 0.8e-3;
 /// The estimate of a GPU join, or `None` when neither the statistics nor the plan's shape
 /// bound its input sizes ([`bounded_rows`]). With
 /// `out_of_core_limit` (the memory limit its build exceeds) the join runs out of core and pays
-/// seed 000's transfers: both sides down to host memory once and up again.
+/// Lutz et al.'s transfers: both sides down to host memory once and up again.
 ///
 /// With `gpu` (the device the plan runs on), an input side that scans tables in its pinned
 /// memory, directly or through filters and projections the device evaluates
