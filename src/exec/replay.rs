@@ -203,12 +203,8 @@ impl DeviceReplay {
             (Some(input), false) => input,
             _ => Box::pin(futures::stream::empty()),
         };
-        let all =
-            futures::stream::iter(batches.into_iter().map(Ok)).chain(rest).then(|b: Result<DeviceBatch>| async move {
-                let b = b?;
-                super::blocking(move || b.download()).await
-            });
-        Some(Box::pin(RecordBatchStreamAdapter::new(schema, all)))
+        let all: DeviceBatchStream = Box::pin(futures::stream::iter(batches.into_iter().map(Ok)).chain(rest));
+        Some(super::download_stream(schema, all))
     }
 }
 
