@@ -65,6 +65,11 @@ impl GpuQueryExec {
         &self.cpu
     }
 
+    /// This node over `input` (merged already), with the same CPU plan and fresh metrics.
+    fn over(&self, input: Arc<dyn ExecutionPlan>) -> GpuQueryExec {
+        GpuQueryExec { input, cpu: Arc::clone(&self.cpu), metrics: ExecutionPlanMetricsSet::new() }
+    }
+
     /// The GPU plan below the merge of its partitions.
     fn gpu_plan(&self) -> &Arc<dyn ExecutionPlan> {
         match self.input.downcast_ref::<CoalescePartitionsExec>() {
@@ -117,16 +122,11 @@ impl ExecutionPlan for GpuQueryExec {
     }
 
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = single_child(children, QUERY_EXEC_NAME)?;
-        Ok(Arc::new(GpuQueryExec { input, cpu: Arc::clone(&self.cpu), metrics: ExecutionPlanMetricsSet::new() }))
+        Ok(Arc::new(self.over(single_child(children, QUERY_EXEC_NAME)?)))
     }
 
     fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(GpuQueryExec {
-            input: Arc::clone(&self.input),
-            cpu: Arc::clone(&self.cpu),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(self.over(Arc::clone(&self.input))))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
