@@ -8,10 +8,6 @@ use std::any::Any;
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit};
 use datafusion::error::{DataFusionError, Result};
 
-use crate::aggregate::AggregateAlgorithmSetting;
-use crate::cost::PlacementSetting;
-use crate::join::JoinAlgorithmSetting;
-
 /// A byte count written like `512M`, `8GiB`, `1073741824` or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ByteSize {
@@ -111,6 +107,186 @@ pub fn human_bytes(b: u64) -> String {
         }
     }
     format!("{b}B")
+}
+
+// The settings whose values are enums of their own.
+
+/// A GPU join algorithm with its materialisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JoinAlgorithm {
+    /// Non-partitioned hash join: one global table; probe side in order.
+    Npj,
+    /// Radix-partitioned hash join, gathering at row ids.
+    PhjGfur,
+    /// Radix-partitioned hash join, payloads partitioned with the keys.
+    PhjGftr,
+    /// Sort-merge join, gathering at row ids.
+    SmjGfur,
+    /// Sort-merge join, payloads sorted with the keys.
+    SmjGftr,
+}
+
+impl JoinAlgorithm {
+    pub const ALL: [JoinAlgorithm; 5] = [
+        JoinAlgorithm::Npj,
+        JoinAlgorithm::PhjGfur,
+        JoinAlgorithm::PhjGftr,
+        JoinAlgorithm::SmjGfur,
+        JoinAlgorithm::SmjGftr,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinAlgorithm::Npj => "npj",
+            JoinAlgorithm::PhjGfur => "phj_gfur",
+            JoinAlgorithm::PhjGftr => "phj_gftr",
+            JoinAlgorithm::SmjGfur => "smj_gfur",
+            JoinAlgorithm::SmjGftr => "smj_gftr",
+        }
+    }
+
+    /// Whether payloads are transformed with the keys.
+    pub fn gftr(self) -> bool {
+        matches!(self, JoinAlgorithm::PhjGftr | JoinAlgorithm::SmjGftr)
+    }
+}
+
+impl FromStr for JoinAlgorithm {
+    type Err = DataFusionError;
+
+    /// One algorithm by name (`npj`, `phj_gfur`, ...), not a family or `auto`.
+    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
+        let t = s.trim().to_ascii_lowercase();
+        JoinAlgorithm::ALL.iter().copied().find(|a| a.name() == t).ok_or_else(|| {
+            let names = JoinAlgorithm::ALL.map(|a| a.name()).join(", ");
+            DataFusionError::Configuration(format!("unknown join algorithm '{s}'; choose one of {names}"))
+        })
+    }
+}
+
+impl fmt::Display for JoinAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The `gpu.join_algorithm` option: an algorithm, a family whose materialisation is chosen, or
+/// `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JoinAlgorithmSetting {
+    #[default]
+    Auto,
+    Phj,
+    Smj,
+    Fixed(JoinAlgorithm),
+}
+
+impl JoinAlgorithmSetting {
+    pub const NAMES: &'static str = "auto, npj, phj, smj, phj_gfur, phj_gftr, smj_gfur, smj_gftr";
+}
+
+impl FromStr for JoinAlgorithmSetting {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
+        let t = s.trim().to_ascii_lowercase();
+        Ok(match t.as_str() {
+            "auto" | "" => JoinAlgorithmSetting::Auto,
+            "phj" => JoinAlgorithmSetting::Phj,
+            "smj" => JoinAlgorithmSetting::Smj,
+            _ => match t.parse::<JoinAlgorithm>() {
+                Ok(a) => JoinAlgorithmSetting::Fixed(a),
+                Err(_) => {
+                    return Err(DataFusionError::Configuration(format!(
+                        "unknown gpu.join_algorithm '{s}'; choose one of {}",
+                        Self::NAMES
+                    )));
+                }
+            },
+        })
+    }
+}
+
+impl fmt::Display for JoinAlgorithmSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinAlgorithmSetting::Auto => f.write_str("auto"),
+            JoinAlgorithmSetting::Phj => f.write_str("phj"),
+            JoinAlgorithmSetting::Smj => f.write_str("smj"),
+            JoinAlgorithmSetting::Fixed(a) => f.write_str(a.name()),
+        }
+    }
+}
+
+/// `gpu.aggregate_algorithm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AggregateAlgorithmSetting {
+    /// Hash group-by until the cost model chooses.
+    #[default]
+    Auto,
+    Hash,
+    Sort,
+    Partition,
+}
+
+impl FromStr for AggregateAlgorithmSetting {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(AggregateAlgorithmSetting::Auto),
+            "hash" => Ok(AggregateAlgorithmSetting::Hash),
+            "sort" => Ok(AggregateAlgorithmSetting::Sort),
+            "partition" => Ok(AggregateAlgorithmSetting::Partition),
+            _ => Err(DataFusionError::Configuration(format!(
+                "unknown gpu.aggregate_algorithm '{s}'; choose one of auto, hash, sort, partition"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for AggregateAlgorithmSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AggregateAlgorithmSetting::Auto => "auto",
+            AggregateAlgorithmSetting::Hash => "hash",
+            AggregateAlgorithmSetting::Sort => "sort",
+            AggregateAlgorithmSetting::Partition => "partition",
+        })
+    }
+}
+
+/// The `gpu.placement` option: whether the cost model decides where an eligible operator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlacementSetting {
+    /// The GPU when its estimate (transfers included) beats the CPU's, or when no estimate exists.
+    #[default]
+    Cost,
+    /// Every eligible operator over `gpu.min_rows` on the GPU (for testing the GPU path).
+    Always,
+}
+
+impl std::str::FromStr for PlacementSetting {
+    type Err = datafusion::error::DataFusionError;
+
+    fn from_str(s: &str) -> datafusion::error::Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cost" | "" => Ok(PlacementSetting::Cost),
+            "always" => Ok(PlacementSetting::Always),
+            _ => Err(datafusion::error::DataFusionError::Configuration(format!(
+                "unknown gpu.placement '{s}'; choose cost (the cost model decides) or always (every eligible operator on the GPU)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for PlacementSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PlacementSetting::Cost => "cost",
+            PlacementSetting::Always => "always",
+        })
+    }
 }
 
 /// Declares the options struct, its defaults, and DataFusion's `ExtensionOptions` with the keys

@@ -27,6 +27,7 @@ pub mod join;
 pub mod primitives;
 pub mod rule;
 pub mod session;
+pub mod timeline;
 pub mod tpch;
 
 #[cfg(test)]

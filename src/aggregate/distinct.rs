@@ -20,7 +20,7 @@ use super::reduce::filter_column;
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
-use crate::join::materialize::{GatherSpec, decode_dictionary, gather_columns};
+use crate::primitives::materialize::{GatherSpec, decode_dictionary, gather_columns};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::{compose, select_where};
 

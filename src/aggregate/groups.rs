@@ -1,7 +1,7 @@
 //! Group ids: every input row gets the dense id of its group (`0..groups`), and every group a
 //! representative row whose key columns become the group's output keys (kernels/groupby.cu).
 //!
-//! Keys are folded into key words as for joins ([`crate::join::keys`]), with NULL equal to NULL
+//! Keys are folded into key words as for joins ([`crate::primitives::keys`]), with NULL equal to NULL
 //! (NULL forms its own group, as in SQL's GROUP BY). Narrow words are bijective, so equal words
 //! are equal keys. Wide words are hashes: each row is confirmed against its group's
 //! representative, and rows whose hash collided with another key take another round.
@@ -22,7 +22,7 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
-use crate::join::keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, single_narrow, verify_pairs};
+use crate::primitives::keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, single_narrow, verify_pairs};
 use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_pairs};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::{iota, select_where};
@@ -310,7 +310,7 @@ fn one_pass_group_ids(
     let mut args = match source {
         WordSource::Words(keys) => vec![ptr(keys, stream)],
         WordSource::Column { col, null_mode, .. } => vec![
-            ptr(crate::join::keys::buffer(col, 0)?, stream),
+            ptr(crate::primitives::keys::buffer(col, 0)?, stream),
             opt_ptr(col.validity.as_ref(), stream),
             KArg::U32(null_mode),
         ],

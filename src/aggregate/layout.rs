@@ -33,8 +33,8 @@ use super::distinct::DistinctSpec;
 use super::reduce::{AccOp, Reduction};
 use crate::columns::is_supported as can_upload;
 use crate::columns::is_supported_list;
-use crate::join::keys::KeyColumnKind;
-use crate::join::materialize::can_gather;
+use crate::primitives::keys::KeyColumnKind;
+use crate::primitives::materialize::can_gather;
 
 /// Which aggregate function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,60 +15,20 @@ pub mod reduce;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
-use datafusion::error::DataFusionError;
 
 pub use distinct::{DistinctSpec, distinct_lists};
 pub use groups::{CollisionTest, GroupIdMethod, GroupIds, group_ids};
 pub use reduce::{AccOp, Accumulation, Reduction, reduce};
 
 use crate::columns::DeviceColumn;
+pub use crate::config::AggregateAlgorithmSetting;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{CudaResultExt, Result};
-use crate::join::materialize::{GatherSpec, gather_columns};
-
-/// `gpu.aggregate_algorithm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AggregateAlgorithmSetting {
-    /// Hash group-by until the cost model chooses.
-    #[default]
-    Auto,
-    Hash,
-    Sort,
-    Partition,
-}
-
-impl FromStr for AggregateAlgorithmSetting {
-    type Err = DataFusionError;
-
-    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(AggregateAlgorithmSetting::Auto),
-            "hash" => Ok(AggregateAlgorithmSetting::Hash),
-            "sort" => Ok(AggregateAlgorithmSetting::Sort),
-            "partition" => Ok(AggregateAlgorithmSetting::Partition),
-            _ => Err(DataFusionError::Configuration(format!(
-                "unknown gpu.aggregate_algorithm '{s}'; choose one of auto, hash, sort, partition"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for AggregateAlgorithmSetting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AggregateAlgorithmSetting::Auto => "auto",
-            AggregateAlgorithmSetting::Hash => "hash",
-            AggregateAlgorithmSetting::Sort => "sort",
-            AggregateAlgorithmSetting::Partition => "partition",
-        })
-    }
-}
+use crate::primitives::materialize::{GatherSpec, gather_columns};
 
 impl AggregateAlgorithmSetting {
     /// The group-id method of this setting.

@@ -27,9 +27,9 @@ use super::{GroupByOptions, GroupByOutput, GroupByTimes, GroupIdMethod, Reductio
 use crate::columns::DeviceColumn;
 use crate::device::{Gpu, KArg, ptr};
 use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::join::keys::{KeyEncoding, verify_pairs};
-use crate::join::materialize::{GatherSpec, gather_columns};
-use crate::join::phj::boundaries;
+use crate::primitives::keys::{KeyEncoding, verify_pairs};
+use crate::primitives::materialize::{GatherSpec, gather_columns};
+use crate::primitives::radix::boundaries;
 use crate::primitives::radix::{KeyWidth, SortValues, ValueWidth, radix_sort_multi};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::select_where;

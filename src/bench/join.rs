@@ -30,8 +30,8 @@ use crate::columns::DeviceBatch;
 use crate::device::Gpu;
 use crate::device::doctor::{self, DoctorOptions};
 use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::join::keys::KeyPlan;
 use crate::join::{JoinAlgorithm, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
+use crate::primitives::keys::KeyPlan;
 
 /// The benchmark's options, also its command-line arguments (`datafusion-gpu bench join`).
 #[derive(Debug, Clone, clap::Args)]

@@ -20,11 +20,11 @@ use cudarc::driver::CudaStream;
 use datafusion::arrow::buffer::{BooleanBuffer, Buffer};
 use datafusion::arrow::datatypes::DataType;
 
+use super::bitmap_bytes;
 use super::{DeviceColumn, HostColumn, download_columns, pack, unpack, upload_columns};
 use crate::device::transfer::UploadPiece;
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
-use crate::primitives::select::bitmap_bytes;
 
 /// Whether [`upload_row_ranges`] handles columns of type `dt`.
 pub fn can_concat(dt: &DataType) -> bool {

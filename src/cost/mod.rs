@@ -18,6 +18,7 @@ pub mod join;
 pub mod paper;
 pub mod profile;
 
+pub use crate::config::PlacementSetting;
 use datafusion::arrow::datatypes::{DataType, Schema};
 
 pub use profile::Profile;
@@ -81,39 +82,6 @@ pub fn upload_seconds(bytes: f64, batches: f64, profile: &Profile) -> f64 {
 
 pub fn download_seconds(bytes: f64, profile: &Profile) -> f64 {
     profile.coefficients("transfer").get(2).copied().unwrap_or(0.0) * bytes
-}
-
-/// The `gpu.placement` option: whether the cost model decides where an eligible operator runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PlacementSetting {
-    /// The GPU when its estimate (transfers included) beats the CPU's, or when no estimate exists.
-    #[default]
-    Cost,
-    /// Every eligible operator over `gpu.min_rows` on the GPU (for testing the GPU path).
-    Always,
-}
-
-impl std::str::FromStr for PlacementSetting {
-    type Err = datafusion::error::DataFusionError;
-
-    fn from_str(s: &str) -> datafusion::error::Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "cost" | "" => Ok(PlacementSetting::Cost),
-            "always" => Ok(PlacementSetting::Always),
-            _ => Err(datafusion::error::DataFusionError::Configuration(format!(
-                "unknown gpu.placement '{s}'; choose cost (the cost model decides) or always (every eligible operator on the GPU)"
-            ))),
-        }
-    }
-}
-
-impl std::fmt::Display for PlacementSetting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            PlacementSetting::Cost => "cost",
-            PlacementSetting::Always => "always",
-        })
-    }
 }
 
 /// What the model says of one operator: the GPU's estimate (algorithm, transfers) and the CPU's.

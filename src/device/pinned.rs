@@ -79,7 +79,7 @@ impl Drop for Chunk {
                 }
             }
         }
-        crate::exec::timeline::mark("pinned pool", || {
+        crate::timeline::mark("pinned pool", || {
             format!("freed {} in {:.2} ms", human_bytes(self.size as u64), t.elapsed().as_secs_f64() * 1e3)
         });
         self.pool.allocated.fetch_sub(self.size as u64, Ordering::SeqCst);
@@ -216,7 +216,7 @@ impl PinnedPool {
             unsafe { libc::munmap(ptr, size) };
             return None;
         }
-        crate::exec::timeline::mark("pinned pool", || {
+        crate::timeline::mark("pinned pool", || {
             format!("mapped and registered {} in {:.2} ms", human_bytes(size as u64), t.elapsed().as_secs_f64() * 1e3)
         });
         Some(self.track(ptr as usize, size, Backing::Registered, true))
@@ -242,7 +242,7 @@ impl PinnedPool {
                 human_bytes(size as u64)
             ))
         })?;
-        crate::exec::timeline::mark("pinned pool", || {
+        crate::timeline::mark("pinned pool", || {
             format!("allocated {} in {:.2} ms", human_bytes(size as u64), t.elapsed().as_secs_f64() * 1e3)
         });
         Ok(self.track(ptr as usize, size, Backing::Driver, held))

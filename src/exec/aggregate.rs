@@ -275,7 +275,7 @@ impl GpuAggregateExec {
             Some(f) => &f.input,
             None => aggregate(&self.agg).ok()?.input(),
         };
-        if crate::rule::eligibility::exact_rows(node).is_some() {
+        if super::statistics::exact_rows(node).is_some() {
             return None;
         }
         // A CPU fallback names the operator it keeps; a GPU aggregate hands its output over on
@@ -421,7 +421,7 @@ impl GpuAggregateExec {
         let chunk_rows = cfg.batch_rows.max(1).min(rows_within_limit(
             &gpu,
             2 * context.session_config().target_partitions() as u64,
-            crate::rule::eligibility::row_width(&self.layout.upload_schema),
+            crate::columns::row_width(&self.layout.upload_schema),
         ) as usize);
         Ok(Run {
             gpu,

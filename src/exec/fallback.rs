@@ -5,6 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::Statistics;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::Result;
@@ -14,7 +15,56 @@ use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
 
 use super::single_child;
-use crate::rule::FallbackReason;
+
+/// Why an operator stays on the CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FallbackReason {
+    /// No usable GPU (driver, NVRTC, device or ordinal missing).
+    NoDevice(String),
+    /// Estimated input rows below `gpu.min_rows`.
+    BelowMinRows { rows: usize, min_rows: usize },
+    /// A key or value of a type the GPU path does not handle.
+    UnsupportedType { what: String, data_type: DataType },
+    /// An expression the GPU path cannot evaluate.
+    UnsupportedExpression { what: String, expr: String },
+    /// A feature of the operator the GPU path does not handle, in words.
+    Unsupported(String),
+    /// The join's build side, by the plan's statistics, would not fit under `gpu.memory_limit`.
+    OverMemoryLimit { build_bytes: u64, need_bytes: u64, limit: u64 },
+    /// The cost model estimates the CPU faster (its estimates, in words).
+    Cost(String),
+}
+
+impl fmt::Display for FallbackReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FallbackReason::NoDevice(r) => write!(f, "no GPU ({r})"),
+            FallbackReason::BelowMinRows { rows, min_rows } => {
+                write!(f, "about {rows} input rows, below gpu.min_rows = {min_rows}")
+            }
+            FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
+            FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
+            FallbackReason::Unsupported(what) => write!(f, "{what}"),
+            FallbackReason::Cost(estimates) => {
+                write!(
+                    f,
+                    "the cost model expects the CPU to be faster: {estimates} (SET gpu.placement = 'always' puts it on the GPU anyway)"
+                )
+            }
+            FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit } => {
+                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+                write!(
+                    f,
+                    "the build side holds about {:.2} GiB (estimated); building on the GPU needs about {:.2} GiB, \
+                     over gpu.memory_limit = {:.2} GiB (raise gpu.memory_limit, or use a GPU with more memory)",
+                    gib(*build_bytes),
+                    gib(*need_bytes),
+                    gib(*limit)
+                )
+            }
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct CpuFallbackExec {

@@ -76,7 +76,7 @@ impl GpuFilterProjectExec {
 }
 
 /// The input sides of a GPU join (`build`, `probe`) whose filters and projections run on the
-/// device, as [`crate::rule::join_inputs`] placed them (a build side's below its coalesce).
+/// device, as the rule's `join_inputs` placed them (a build side's below its coalesce).
 pub fn device_computed_sides(join: &Arc<dyn ExecutionPlan>) -> Vec<&'static str> {
     let is_fused = |p: &Arc<dyn ExecutionPlan>| p.downcast_ref::<GpuFilterProjectExec>().is_some();
     let mut sides = Vec::new();

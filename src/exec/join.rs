@@ -49,17 +49,17 @@ use super::upload::{ChunkUploader, batch_bytes};
 use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_for_cpu, rows_within_limit, timeline};
 use crate::columns::DeviceBatch;
 use crate::columns::concat::can_concat;
+use crate::columns::row_width;
 use crate::config::GpuConfig;
 use crate::cost::join::JoinEstimate;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{CudaResultExt, recoverable_on_cpu};
 use crate::join::filter::generate as generate_filter;
-use crate::join::keys::KeyPlan;
 use crate::join::triton::{Arrival, DriverGuard, Group, Meeting, Outcome, SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{
     FilterSpec, JoinAlgorithm, JoinAlgorithmSetting, JoinBuild, JoinSpec, OutputColumn, PhaseTimes, window_bound,
 };
-use crate::rule::eligibility::row_width;
+use crate::primitives::keys::KeyPlan;
 
 /// The join's device-side description, fixed when the rule places the exec.
 #[derive(Debug, Clone)]
@@ -2014,7 +2014,7 @@ mod tests {
     use datafusion::datasource::memory::MemorySourceConfig;
 
     use super::*;
-    use crate::join::keys::KeyEncoding;
+    use crate::primitives::keys::KeyEncoding;
 
     /// The probe's read-ahead pulls `ahead` items of its input before anything reads them, then
     /// waits; it hands every item over in order, and stops reading at the first error.

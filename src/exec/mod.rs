@@ -17,8 +17,9 @@ pub mod query;
 #[cfg(test)]
 mod recovery_tests;
 pub mod replay;
+pub mod statistics;
 pub mod task_stream;
-pub mod timeline;
+pub use crate::timeline;
 pub mod upload;
 
 use std::pin::Pin;

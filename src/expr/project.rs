@@ -21,7 +21,7 @@ use super::{overflow_error, upload_column_addresses, upload_literals};
 use crate::columns::{DeviceColumn, is_supported};
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
-use crate::join::materialize::{GatherSpec, can_gather, gather_columns};
+use crate::primitives::materialize::{GatherSpec, can_gather, gather_columns};
 use crate::primitives::select::{bitmap_bytes, select_where};
 use crate::primitives::upload_slice;
 

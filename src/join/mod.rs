@@ -16,8 +16,8 @@
 //! partition by partition through pinned host memory ([`triton`]).
 
 pub mod filter;
-pub mod keys;
-pub mod materialize;
+pub use crate::primitives::keys;
+pub use crate::primitives::materialize;
 pub mod npj;
 pub mod phj;
 pub mod smj;
@@ -27,8 +27,6 @@ pub mod triton;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -36,9 +34,9 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaStream;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::JoinType;
-use datafusion::error::DataFusionError;
 
 use crate::columns::{DeviceBatch, DeviceColumn};
+pub use crate::config::{JoinAlgorithm, JoinAlgorithmSetting};
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{CudaResultExt, Result, gpu_error};
 use crate::primitives::gather;
@@ -49,65 +47,6 @@ use materialize::{GatherSpec, can_transform, gather_columns, null_column};
 use npj::NpjBuild;
 use transform::{Transformed, transform_with_payloads};
 
-/// A GPU join algorithm with its materialisation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum JoinAlgorithm {
-    /// Non-partitioned hash join: one global table; probe side in order.
-    Npj,
-    /// Radix-partitioned hash join, gathering at row ids.
-    PhjGfur,
-    /// Radix-partitioned hash join, payloads partitioned with the keys.
-    PhjGftr,
-    /// Sort-merge join, gathering at row ids.
-    SmjGfur,
-    /// Sort-merge join, payloads sorted with the keys.
-    SmjGftr,
-}
-
-impl JoinAlgorithm {
-    pub const ALL: [JoinAlgorithm; 5] = [
-        JoinAlgorithm::Npj,
-        JoinAlgorithm::PhjGfur,
-        JoinAlgorithm::PhjGftr,
-        JoinAlgorithm::SmjGfur,
-        JoinAlgorithm::SmjGftr,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            JoinAlgorithm::Npj => "npj",
-            JoinAlgorithm::PhjGfur => "phj_gfur",
-            JoinAlgorithm::PhjGftr => "phj_gftr",
-            JoinAlgorithm::SmjGfur => "smj_gfur",
-            JoinAlgorithm::SmjGftr => "smj_gftr",
-        }
-    }
-
-    /// Whether payloads are transformed with the keys.
-    pub fn gftr(self) -> bool {
-        matches!(self, JoinAlgorithm::PhjGftr | JoinAlgorithm::SmjGftr)
-    }
-}
-
-impl FromStr for JoinAlgorithm {
-    type Err = DataFusionError;
-
-    /// One algorithm by name (`npj`, `phj_gfur`, ...), not a family or `auto`.
-    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
-        let t = s.trim().to_ascii_lowercase();
-        JoinAlgorithm::ALL.iter().copied().find(|a| a.name() == t).ok_or_else(|| {
-            let names = JoinAlgorithm::ALL.map(|a| a.name()).join(", ");
-            DataFusionError::Configuration(format!("unknown join algorithm '{s}'; choose one of {names}"))
-        })
-    }
-}
-
-impl fmt::Display for JoinAlgorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// Pairs an output window holds at least, whatever `gpu.batch_rows` asks (only a memory limit
 /// makes windows smaller): every window costs a few launches and allocations, about 0.1 ms on an
 /// H100 whatever its size, so a result of 10^8 rows in windows of 100 would take minutes, and the
@@ -117,54 +56,6 @@ pub const MIN_WINDOW_ROWS: u64 = 1 << 14;
 /// The bound on an output window's pairs for a `gpu.batch_rows` setting.
 pub fn window_bound(batch_rows: usize) -> u64 {
     (batch_rows as u64).max(MIN_WINDOW_ROWS)
-}
-
-/// The `gpu.join_algorithm` option: an algorithm, a family whose materialisation is chosen, or
-/// `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum JoinAlgorithmSetting {
-    #[default]
-    Auto,
-    Phj,
-    Smj,
-    Fixed(JoinAlgorithm),
-}
-
-impl JoinAlgorithmSetting {
-    pub const NAMES: &'static str = "auto, npj, phj, smj, phj_gfur, phj_gftr, smj_gfur, smj_gftr";
-}
-
-impl FromStr for JoinAlgorithmSetting {
-    type Err = DataFusionError;
-
-    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
-        let t = s.trim().to_ascii_lowercase();
-        Ok(match t.as_str() {
-            "auto" | "" => JoinAlgorithmSetting::Auto,
-            "phj" => JoinAlgorithmSetting::Phj,
-            "smj" => JoinAlgorithmSetting::Smj,
-            _ => match t.parse::<JoinAlgorithm>() {
-                Ok(a) => JoinAlgorithmSetting::Fixed(a),
-                Err(_) => {
-                    return Err(DataFusionError::Configuration(format!(
-                        "unknown gpu.join_algorithm '{s}'; choose one of {}",
-                        Self::NAMES
-                    )));
-                }
-            },
-        })
-    }
-}
-
-impl fmt::Display for JoinAlgorithmSetting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            JoinAlgorithmSetting::Auto => f.write_str("auto"),
-            JoinAlgorithmSetting::Phj => f.write_str("phj"),
-            JoinAlgorithmSetting::Smj => f.write_str("smj"),
-            JoinAlgorithmSetting::Fixed(a) => f.write_str(a.name()),
-        }
-    }
 }
 
 /// Where an output column comes from.

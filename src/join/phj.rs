@@ -12,7 +12,7 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 use super::transform::Transformed;
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
-use crate::primitives::radix::KeyWidth;
+use crate::primitives::radix::{KeyWidth, boundaries};
 
 /// Build rows per work unit: the shared-memory table's entries (`PHJ_CAPACITY`).
 pub const CAPACITY: u64 = 4096;
@@ -47,29 +47,6 @@ pub fn offsets(
 ) -> Result<Vec<u32>> {
     let out = boundaries(gpu, stream, &side.keys, side.items, bits, width)?;
     gpu.read::<u32>(stream, &out, 0, (1usize << bits) + 1)
-}
-
-/// The `2^bits + 1` partition offsets of `n` key words radix-partitioned on their low `bits`
-/// bits, on the device (the join's and the partition group-by's).
-pub fn boundaries(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    keys: &DeviceBuffer,
-    n: u64,
-    bits: u32,
-    width: KeyWidth,
-) -> Result<DeviceBuffer> {
-    let parts = 1usize << bits;
-    let out = gpu.alloc(stream, (parts + 1) * 4, "partition offsets")?;
-    // phj_boundaries_kX(keys, n, bits, offsets): one thread per position 0..=n
-    gpu.launch_n(
-        stream,
-        "join",
-        &format!("phj_boundaries_{}", width.tag()),
-        n + 1,
-        &[ptr(keys, stream), KArg::U64(n), KArg::U32(bits), ptr(&out, stream)],
-    )?;
-    Ok(out)
 }
 
 /// The work units of a partition pair list: `[build begin, build length | ONLY, probe begin,

@@ -91,9 +91,11 @@ impl Trace {
     }
 }
 
-/// Device memory a build state takes per byte of build input (the plan-time memory check's
-/// factor, [`crate::rule::eligibility::BUILD_MEMORY_FACTOR`]).
-pub const STATE_FACTOR: u64 = crate::rule::eligibility::BUILD_MEMORY_FACTOR;
+/// Device memory a GPU build takes per byte of build input: the uploaded columns, their packed
+/// keys, the hash table or sorted copy, and the gathered build columns of an output chunk. A
+/// deliberately generous factor (the plan-time memory check uses it too): erring high keeps a
+/// join on the CPU or out of core, erring low makes it run out of memory at run time.
+pub const STATE_FACTOR: u64 = 3;
 /// Most partition bits: 4096 partitions.
 pub const MAX_BITS: u32 = 12;
 

@@ -1,8 +1,11 @@
 //! Safe wrappers of the kernel families that the join and group-by algorithms are written in:
-//! exclusive scan, stable radix passes (sort and partition), and gather. Each is a function over
-//! device buffers on one stream, tested alone against a CPU reference.
+//! exclusive scan, stable radix passes (sort and partition), selection, gather, key words
+//! (`keys`) and column materialisation (`materialize`). Each is a function over device buffers on
+//! one stream, tested against a CPU reference.
 
 pub mod gather;
+pub mod keys;
+pub mod materialize;
 pub mod radix;
 pub mod scan;
 pub mod select;

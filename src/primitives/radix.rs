@@ -294,3 +294,27 @@ pub(crate) fn radix_sort_multi_tiles(
     }
     moved.ok_or_else(|| gpu_error("a radix sort without a pass"))
 }
+
+/// The `2^bits + 1` partition offsets of `n` key words radix-partitioned on their low `bits`
+/// bits, on the device (the partitioned hash join's and the partition group-by's; the kernel is
+/// in the join family).
+pub fn boundaries(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &DeviceBuffer,
+    n: u64,
+    bits: u32,
+    width: KeyWidth,
+) -> Result<DeviceBuffer> {
+    let parts = 1usize << bits;
+    let out = gpu.alloc(stream, (parts + 1) * 4, "partition offsets")?;
+    // phj_boundaries_kX(keys, n, bits, offsets): one thread per position 0..=n
+    gpu.launch_n(
+        stream,
+        "join",
+        &format!("phj_boundaries_{}", width.tag()),
+        n + 1,
+        &[ptr(keys, stream), KArg::U64(n), KArg::U32(bits), ptr(&out, stream)],
+    )?;
+    Ok(out)
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, LaunchConfig};
 
 use super::scan::{ScanKind, exclusive_scan};
+pub use crate::columns::bitmap_bytes;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 
@@ -74,11 +75,6 @@ pub fn iota(gpu: &Gpu, stream: &Arc<CudaStream>, n: u64) -> Result<DeviceBuffer>
 pub fn set_flags(gpu: &Gpu, stream: &Arc<CudaStream>, idx: &DeviceBuffer, n: u64, flags: &DeviceBuffer) -> Result<()> {
     // set_flags(const u32* idx, u64 n, u8* flags)
     gpu.launch_n(stream, "select", "set_flags", n, &[ptr(idx, stream), KArg::U64(n), ptr(flags, stream)])
-}
-
-/// Bytes of a bitmap of `n` bits written in 32-bit words.
-pub fn bitmap_bytes(n: u64) -> usize {
-    (n.div_ceil(32) * 4) as usize
 }
 
 /// An LSB-first bitmap whose bit i is `flags[idx[i]] != 0` (`flags[i]` without `idx`).

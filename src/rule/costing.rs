@@ -20,8 +20,8 @@ use crate::device::Gpu;
 use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::{GpuAggregateExec, GpuFilterProjectExec, GpuHashJoinExec, as_gpu_exec};
 use crate::join::OutputColumn;
-use crate::join::keys::KeyEncoding;
 use crate::join::triton::SpillSizes;
+use crate::primitives::keys::KeyEncoding;
 
 fn key_bytes(encoding: KeyEncoding) -> f64 {
     match encoding {

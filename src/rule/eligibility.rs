@@ -1,7 +1,6 @@
 //! Whether an operator can run on the GPU, and if not, why: each check returns the reasons that
 //! EXPLAIN prints on the operator's `CpuFallbackExec`.
 
-use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
@@ -18,121 +17,20 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 
+pub use crate::columns::row_width;
+pub use crate::exec::fallback::FallbackReason;
+use crate::exec::statistics::statistics;
+pub use crate::exec::statistics::{estimated_rows, exact_rows, with_shared_statistics};
 use crate::exec::{GpuAggregateExec, GpuHashJoinExec};
 use crate::join::filter::generate as generate_filter;
-use crate::join::keys::KeyColumnKind;
-use crate::join::materialize::can_gather;
-use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
-
-/// Why an operator stays on the CPU.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FallbackReason {
-    /// No usable GPU (driver, NVRTC, device or ordinal missing).
-    NoDevice(String),
-    /// Estimated input rows below `gpu.min_rows`.
-    BelowMinRows { rows: usize, min_rows: usize },
-    /// A key or value of a type the GPU path does not handle.
-    UnsupportedType { what: String, data_type: DataType },
-    /// An expression the GPU path cannot evaluate.
-    UnsupportedExpression { what: String, expr: String },
-    /// A feature of the operator the GPU path does not handle, in words.
-    Unsupported(String),
-    /// The join's build side, by the plan's statistics, would not fit under `gpu.memory_limit`.
-    OverMemoryLimit { build_bytes: u64, need_bytes: u64, limit: u64 },
-    /// The cost model estimates the CPU faster (its estimates, in words).
-    Cost(String),
-}
-
-impl fmt::Display for FallbackReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FallbackReason::NoDevice(r) => write!(f, "no GPU ({r})"),
-            FallbackReason::BelowMinRows { rows, min_rows } => {
-                write!(f, "about {rows} input rows, below gpu.min_rows = {min_rows}")
-            }
-            FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
-            FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
-            FallbackReason::Unsupported(what) => write!(f, "{what}"),
-            FallbackReason::Cost(estimates) => {
-                write!(
-                    f,
-                    "the cost model expects the CPU to be faster: {estimates} (SET gpu.placement = 'always' puts it on the GPU anyway)"
-                )
-            }
-            FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit } => {
-                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-                write!(
-                    f,
-                    "the build side holds about {:.2} GiB (estimated); building on the GPU needs about {:.2} GiB, \
-                     over gpu.memory_limit = {:.2} GiB (raise gpu.memory_limit, or use a GPU with more memory)",
-                    gib(*build_bytes),
-                    gib(*need_bytes),
-                    gib(*limit)
-                )
-            }
-        }
-    }
-}
+use crate::primitives::keys::KeyColumnKind;
+use crate::primitives::materialize::can_gather;
 
 /// Key types the GPU join and group-by handle: integers, dates, times, timestamps, durations,
 /// Decimal128, Boolean, strings and binary, and dictionaries of these (the one list is
 /// [`KeyColumnKind::of`], which the device's key preparation uses).
 pub fn is_supported_key_type(dt: &DataType) -> bool {
     KeyColumnKind::of(dt).is_ok()
-}
-
-/// A statistics walk and the nodes it was asked about, held so that no node its cache knows by
-/// address is freed (and its address reused by a new node) while the walk lives.
-type SharedWalk = (StatisticsContext, Vec<Arc<dyn ExecutionPlan>>);
-
-thread_local! {
-    /// The statistics walk shared by one run of the rule ([`with_shared_statistics`]).
-    static SHARED: std::cell::RefCell<Option<SharedWalk>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` with one statistics walk for every estimate it asks for: each node's statistics are
-/// computed once instead of once per question (an in-memory table sums its batches' sizes on
-/// every call, and the rule asks about the inputs of every join and aggregate; the rule took
-/// 5-17 ms of a TPC-H SF10 query's planning). Only while the plan's nodes do not change under
-/// it: the cache knows nodes by address.
-pub fn with_shared_statistics<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            SHARED.with(|s| s.borrow_mut().take());
-        }
-    }
-    SHARED.with(|s| *s.borrow_mut() = Some((StatisticsContext::new(), Vec::new())));
-    let _reset = Reset;
-    f()
-}
-
-/// `plan`'s statistics: from the shared walk when one is running, else from a walk of its own.
-fn statistics(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<datafusion::common::Statistics>> {
-    let shared = SHARED.with(|s| {
-        let mut s = s.try_borrow_mut().ok()?;
-        let (ctx, held) = s.as_mut()?;
-        held.push(Arc::clone(plan));
-        Some(ctx.compute(plan.as_ref(), &StatisticsArgs::new()).ok())
-    });
-    match shared {
-        Some(stats) => stats,
-        None => StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new()).ok(),
-    }
-}
-
-/// Estimated output rows of `plan`, when its statistics give one.
-pub fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
-    statistics(plan)?.num_rows.get_value().copied()
-}
-
-/// Output rows of `plan` when DataFusion knows them exactly (a scan of an in-memory table), not
-/// an estimate.
-pub fn exact_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
-    match statistics(plan)?.num_rows {
-        datafusion::common::stats::Precision::Exact(n) => Some(n),
-        _ => None,
-    }
 }
 
 /// Output rows of `plan` for the cost model: DataFusion's estimate, else a bound from the
@@ -345,11 +243,9 @@ pub fn join_reasons(join: &HashJoinExec, min_rows: usize) -> Vec<FallbackReason>
     out
 }
 
-/// How much device memory a GPU build takes per byte of build input: the uploaded columns, their
-/// packed keys, the hash table or sorted copy, and the gathered build columns of an output chunk.
-/// A deliberately generous factor: erring high keeps a join on the CPU, erring low makes it fail
-/// at run time with an out-of-memory error.
-pub const BUILD_MEMORY_FACTOR: u64 = 3;
+/// How much device memory a GPU build takes per byte of build input (see
+/// [`crate::join::triton::STATE_FACTOR`]).
+pub const BUILD_MEMORY_FACTOR: u64 = crate::join::triton::STATE_FACTOR;
 
 /// The reason a join stays on the CPU because its build side would not fit under `limit` bytes of
 /// device memory, judged from the plan's statistics (no reason when they give no size).
@@ -374,12 +270,6 @@ pub fn build_memory_reason(join: &HashJoinExec, limit: u64) -> Option<FallbackRe
     };
     let need_bytes = build_bytes.saturating_mul(BUILD_MEMORY_FACTOR);
     (need_bytes > limit).then_some(FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit })
-}
-
-/// Bytes a row of `schema` takes, for sizing by row counts: fixed widths plus a validity byte,
-/// 16 bytes for a variable-width value.
-pub fn row_width(schema: &Schema) -> u64 {
-    schema.fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64 + 1).sum()
 }
 
 /// EXPLAIN's words for a join that runs out of core because of `over` (an

@@ -81,7 +81,7 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         if !cfg.enable {
             return Ok(plan);
         }
-        crate::exec::timeline::mark("rule", || "starts".into());
+        crate::timeline::mark("rule", || "starts".into());
         let fallback = cfg.cpu_fallback;
         let placed = eligibility::with_shared_statistics(|| self.place(Arc::clone(&plan), config, cfg))?;
         // With GPU operators in it, a query that runs out of device memory where no operator
@@ -136,7 +136,7 @@ impl GpuOptimizerRule {
         };
         let placer = Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref() };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
-        crate::exec::timeline::mark("rule", || "operators placed".into());
+        crate::timeline::mark("rule", || "operators placed".into());
         let plan = match cfg.join_repartition {
             true => plan,
             false => {
@@ -145,7 +145,7 @@ impl GpuOptimizerRule {
                     None => Some(g),
                 };
                 let plan = repartition::remove_join_repartitions(plan, config, &reprice)?;
-                crate::exec::timeline::mark("rule", || "join repartitions removed".into());
+                crate::timeline::mark("rule", || "join repartitions removed".into());
                 plan
             }
         };

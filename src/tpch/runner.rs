@@ -208,12 +208,12 @@ async fn run_once(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, 
 /// One timed run (planning included) and its physical plan, whose metrics are that run's.
 async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn ExecutionPlan>)> {
     let t = Instant::now();
-    crate::exec::timeline::mark("bench", || "timed run starts".into());
+    crate::timeline::mark("bench", || "timed run starts".into());
     let plan = ctx.sql(sql).await?.create_physical_plan().await?;
-    crate::exec::timeline::mark("bench", || "planned".into());
+    crate::timeline::mark("bench", || "planned".into());
     collect(Arc::clone(&plan), ctx.task_ctx()).await?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    crate::exec::timeline::mark("bench", || format!("timed run ends ({ms:.1} ms)"));
+    crate::timeline::mark("bench", || format!("timed run ends ({ms:.1} ms)"));
     Ok((ms, plan))
 }
 
