@@ -34,6 +34,8 @@ pub mod tpch;
 mod sqltests;
 #[cfg(test)]
 pub(crate) mod testing;
+#[cfg(test)]
+mod layers_tests;
 
 pub use config::GpuConfig;
 pub use rule::GpuOptimizerRule;
