@@ -31,11 +31,11 @@ pub mod timeline;
 pub mod tpch;
 
 #[cfg(test)]
+mod layers_tests;
+#[cfg(test)]
 mod sqltests;
 #[cfg(test)]
 pub(crate) mod testing;
-#[cfg(test)]
-mod layers_tests;
 
 pub use config::GpuConfig;
 pub use rule::GpuOptimizerRule;
