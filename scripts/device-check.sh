@@ -18,14 +18,17 @@ step() { # name, command...
     return $rc
 }
 
-tests=$(ls /tmp/b | grep -E '^datafusion_gpu-[0-9a-f]+$' | head -1)
+# Every carried test binary: the library's, the bench crate's and its integration tests, the CLI's.
+binaries=$(ls /tmp/b | grep -E '^[a-z_]+-[0-9a-f]{16}$')
 export XDG_CACHE_HOME=/tmp/dfg-cache
 # A GPU test fails, rather than skips, when the device or NVRTC cannot be loaded here.
 export DFG_REQUIRE_GPU=1
 rm -rf "$XDG_CACHE_HOME"
 step doctor-1 datafusion-gpu doctor          # empty kernel cache: NVRTC compiles
 step doctor-2 datafusion-gpu doctor          # a second process: disk-cache hit
-step tests "/tmp/b/$tests" --test-threads 4 ${1:-}
+for tests in $binaries; do
+    step "tests-$tests" "/tmp/b/$tests" --test-threads 4 ${1:-}
+done
 step transfer datafusion-gpu bench transfer
 # Extra transfer settings to compare, e.g. TRANSFER_VARIANTS="--staging 64M|--threads 8".
 IFS='|' read -ra variants <<< "${TRANSFER_VARIANTS:-}"
@@ -35,7 +38,7 @@ done
 step primitives datafusion-gpu bench primitives
 step demo datafusion-gpu demo
 
-echo "== test summary"; grep -E '^test result|FAILED|panicked|SKIPPED' "$out/tests.log" | head -40
+echo "== test summary"; grep -E '^test result|FAILED|panicked|SKIPPED' "$out"/tests-*.log | head -40
 echo "== doctor (second run)"; cat "$out/doctor-2.log"
 echo "== doctor kernel source, first run:"; grep 'copy kernels' "$out/doctor-1.log"
 echo "== transfer"; cat "$out/transfer.log"

@@ -13,15 +13,21 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 export XDG_CACHE_HOME=/tmp/dfg-cache
 # A GPU test fails, rather than skips, when the device or NVRTC cannot be loaded here.
 export DFG_REQUIRE_GPU=1
-tests=$(ls /tmp/b | grep -E '^datafusion_gpu-[0-9a-f]+$' | head -1)
+# Every carried test binary (`<crate or test target>-<hash>`): the library's, the bench crate's
+# and its integration tests, the CLI's. The library's join differential tests run last, apart.
+binaries=$(ls /tmp/b | grep -E '^[a-z_]+-[0-9a-f]{16}$')
 t0=$(date +%s)
 if [ "${TESTS:-}" != skip ]; then
-    # Everything but the join differential tests first, then those (about 5 minutes).
-    timeout "${TEST_TIMEOUT:-420}" "/tmp/b/$tests" --test-threads 4 --skip join::tests ${TESTS:-} > "$out/tests.log" 2>&1
-    echo "tests (other) rc=$? in $(( $(date +%s) - t0 )) s"
+    for tests in $binaries; do
+        timeout "${TEST_TIMEOUT:-420}" "/tmp/b/$tests" --test-threads 4 --skip join::tests ${TESTS:-} > "$out/tests-$tests.log" 2>&1
+        echo "tests ($tests) rc=$? in $(( $(date +%s) - t0 )) s"
+    done
     if [ "${JOIN_TESTS:-run}" != skip ]; then
-        timeout "${JOIN_TEST_TIMEOUT:-420}" "/tmp/b/$tests" --test-threads 2 join::tests ${TESTS:-} > "$out/tests-join.log" 2>&1
-        echo "tests (join) rc=$? in $(( $(date +%s) - t0 )) s"
+        for tests in $binaries; do
+            "/tmp/b/$tests" --list 2>/dev/null | grep -q '^join::tests::' || continue
+            timeout "${JOIN_TEST_TIMEOUT:-420}" "/tmp/b/$tests" --test-threads 2 join::tests ${TESTS:-} > "$out/tests-join.log" 2>&1
+            echo "tests (join, $tests) rc=$? in $(( $(date +%s) - t0 )) s"
+        done
     fi
 fi
 i=0
@@ -32,7 +38,7 @@ for b in "${benches[@]}"; do
     timeout "${BENCH_TIMEOUT:-300}" datafusion-gpu $b > "$out/bench$i.log" 2> "$out/bench$i.err"
     echo "bench $i ($b) rc=$? in $(( $(date +%s) - t1 )) s"
 done
-for log in "$out/tests.log" "$out/tests-join.log"; do
+for log in "$out"/tests-*.log; do
     [ -f "$log" ] || continue
     echo "== $(basename "$log")"
     grep -E '^test result|FAILED|panicked|differential:|compared' "$log" | head -30

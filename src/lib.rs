@@ -13,29 +13,26 @@
 #![cfg_attr(test, allow(clippy::await_holding_lock))]
 
 pub mod aggregate;
-pub mod bench;
 pub mod columns;
 pub mod config;
 pub mod cost;
-pub mod demo;
 pub mod device;
 pub mod error;
 pub mod exec;
 pub mod expr;
-pub mod fuzz;
 pub mod join;
 pub mod primitives;
 pub mod rule;
 pub mod session;
 pub mod timeline;
-pub mod tpch;
+
+/// Helpers of the GPU tests, shared with the benchmark crate's: random Arrow data, small plans,
+/// the GPU gate (`DFG_REQUIRE_GPU`) and the lock that serialises tests on the one device.
+#[doc(hidden)]
+pub mod testing;
 
 #[cfg(test)]
 mod layers_tests;
-#[cfg(test)]
-mod sqltests;
-#[cfg(test)]
-pub(crate) mod testing;
 
 pub use config::GpuConfig;
 pub use rule::GpuOptimizerRule;

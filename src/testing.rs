@@ -281,25 +281,3 @@ pub fn hash_join_on_first(
             .expect("hash join"),
     )
 }
-
-/// The physical plans of every TPC-H and SSB query over data generated at `sf`, in two
-/// partitions, as DataFusion plans them without the GPU rule: (suite, query, plan) for each
-/// statement that plans.
-pub async fn benchmark_plans(sf: f64) -> Vec<(crate::tpch::Suite, &'static str, Arc<dyn ExecutionPlan>)> {
-    use crate::tpch::{Suite, data, queries};
-    use datafusion::prelude::{SessionConfig, SessionContext};
-    let mut plans = Vec::new();
-    for suite in [Suite::Tpch, Suite::Ssb] {
-        let tables = data::generate(suite, sf, 1, 2, &data::Progresses::new(false)).expect("generated data");
-        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-        data::register(&ctx, &tables).expect("registered tables");
-        for q in queries::select(suite, &[]).expect("the suite's queries") {
-            for sql in q.sql.split(';').filter(|s| !s.trim().is_empty()) {
-                let Ok(df) = ctx.sql(sql).await else { continue };
-                let Ok(plan) = df.create_physical_plan().await else { continue };
-                plans.push((suite, q.name, plan));
-            }
-        }
-    }
-    plans
-}

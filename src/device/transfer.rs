@@ -35,7 +35,7 @@ pub enum Stores {
 /// # Safety
 /// Every `dst` must be valid for `src.len()` bytes of writes and not overlap another `dst` or
 /// any `src`.
-pub(crate) unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) {
+pub unsafe fn parallel_copy(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) {
     let staged: Vec<StageCopy> = pieces.iter().map(|&(src, dst)| StageCopy { src, dst, narrow: None }).collect();
     unsafe { parallel_stage(pool, &staged, stores) };
 }
@@ -92,7 +92,7 @@ impl Narrowing {
 /// # Safety
 /// Every `dst` must be valid for `src.len() / 2` bytes of writes and not overlap another `dst` or
 /// any `src`; every `src.len()` must be a multiple of 16.
-pub(crate) unsafe fn parallel_narrow(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) -> bool {
+pub unsafe fn parallel_narrow(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u8)], stores: Stores) -> bool {
     let fits = AtomicBool::new(true);
     let staged: Vec<StageCopy> =
         pieces.iter().map(|&(src, dst)| StageCopy { src, dst, narrow: Some((&fits, Narrowing::I128ToI64)) }).collect();

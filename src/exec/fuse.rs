@@ -458,23 +458,7 @@ pub fn priced_mode(filter_ns: f64, kept: f64, upload_ns: f64) -> PrefilterMode {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode};
-
-    use crate::config::GpuConfig;
-    use crate::exec::GpuAggregateExec;
-
     use super::*;
-
-    fn raw_aggregates(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
-        if let Some(a) = plan.downcast_ref::<AggregateExec>()
-            && a.mode().input_mode() == AggregateInputMode::Raw
-        {
-            out.push(Arc::clone(plan));
-        }
-        for c in plan.children() {
-            raw_aggregates(c, out);
-        }
-    }
 
     /// A batch of `rows` nullable Int32 values in 0..100 (about 10% null) and their row numbers.
     fn numbers(rng: &mut rand::rngs::StdRng, start: i64, rows: usize) -> RecordBatch {
@@ -598,44 +582,6 @@ mod tests {
             assert_eq!(pre.mode(), mode, "seed {seed}: v < {below}, upload {upload_ns} ns/row");
             assert!(pre.filter_ns_per_row() > 0.0, "seed {seed}: no filter time measured");
             assert_eq!(pre.upload_ns_per_row(), Some(upload_ns));
-        }
-    }
-
-    /// The filters and projections of TPC-H and SSB below their first-stage aggregates compile
-    /// for the device (checked without a device: code generation only). Q1's and Q6's, the
-    /// scans of lineitem with decimal arithmetic, must; the others are listed with the reason.
-    #[tokio::test]
-    async fn benchmark_aggregate_inputs_compile_for_the_device() {
-        let cfg = GpuConfig::default();
-        let mut fused = Vec::new();
-        for (suite, name, plan) in crate::testing::benchmark_plans(0.01).await {
-            let mut aggs = Vec::new();
-            raw_aggregates(&plan, &mut aggs);
-            for a in aggs {
-                for filters in [false, true] {
-                    let Ok(g) = GpuAggregateExec::try_new(Arc::clone(&a), &cfg) else { continue };
-                    let g = g.with_fused_input(filters);
-                    let line = displayable(&g as &dyn ExecutionPlan).one_line().to_string();
-                    println!("{} {name} (filters {filters}): {}", suite.name(), line.trim());
-                    if let Some(f) = g.fused_input() {
-                        fused.push((name, filters, f.describe()));
-                        // A filter on the scan can run on the host as well, and the kernels
-                        // without it compile.
-                        if filters && ["q1", "q6"].contains(&name) {
-                            assert!(f.host_filter.is_some() && f.filtered_on_host().is_some(), "{name}");
-                            let rest = f.filtered_on_host().unwrap();
-                            assert!(rest.projection.inputs.len() <= f.projection.inputs.len());
-                        }
-                    }
-                }
-            }
-        }
-        // By default filters stay on the CPU; Q1's decimal projection above its filter runs on
-        // the GPU.
-        let has = |q: &str, f: bool, what: &str| fused.iter().any(|(n, x, d)| *n == q && *x == f && d.contains(what));
-        assert!(has("q1", false, "ProjectionExec") && !has("q1", false, "FilterExec"), "{fused:?}");
-        for q in ["q1", "q6"] {
-            assert!(has(q, true, "FilterExec"), "TPC-H {q}'s filter and projection did not compile: {fused:?}");
         }
     }
 }

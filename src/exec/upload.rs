@@ -109,7 +109,7 @@ impl GpuExec for GpuUploadExec {
 
 /// Bytes the rows of a host batch hold (a slice counts only its own rows, where
 /// `get_array_memory_size` counts the buffers it is cut from).
-pub(crate) fn batch_bytes(batch: &RecordBatch) -> u64 {
+pub fn batch_bytes(batch: &RecordBatch) -> u64 {
     let data = batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(c.get_array_memory_size()));
     data.map(|b| b as u64).sum::<u64>()
 }

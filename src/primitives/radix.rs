@@ -183,7 +183,7 @@ pub fn radix_sort_multi(
 /// [`radix_sort_multi`] with tiles of `items` (8 or 16) items per thread; `bench primitives`
 /// compares the two.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn radix_sort_multi_tiles(
+pub fn radix_sort_multi_tiles(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     keys: &DeviceBuffer,

@@ -299,12 +299,8 @@ pub fn aggregate_reasons(agg: &AggregateExec, min_rows: usize) -> Vec<FallbackRe
 
 #[cfg(test)]
 mod tests {
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-    use datafusion::prelude::{SessionConfig, SessionContext};
-
     use super::*;
     use crate::exec::CpuFallbackExec;
-    use crate::tpch::{Suite, data, queries};
 
     /// Filters, projections, exchanges and sorts pass their input's bound up (recognised by
     /// type, also when kept on the CPU); a join does not.
@@ -346,43 +342,5 @@ mod tests {
         // The whole chain is bounded (by its estimate when DataFusion has one, else the joins').
         let bound = bounded_rows(&chain).expect("the chain over joins of memory tables is bounded");
         assert!(bound > 0);
-    }
-
-    /// One shared statistics walk gives every node of TPC-H and SSB plans the estimates and
-    /// bounds a walk of its own gives, in less time.
-    #[tokio::test]
-    async fn shared_statistics_give_the_same_estimates() {
-        let progress = data::Progresses::new(false);
-        for suite in [Suite::Tpch, Suite::Ssb] {
-            let tables = data::generate(suite, 0.05, 1, 4, &progress).unwrap();
-            let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
-            data::register(&ctx, &tables).unwrap();
-            let (mut own, mut shared) = (0.0, 0.0);
-            for q in queries::select(suite, &[]).unwrap() {
-                let plan = ctx.sql(q.sql).await.unwrap().create_physical_plan().await.unwrap();
-                let mut nodes = Vec::new();
-                plan.apply(|n| {
-                    nodes.push(Arc::clone(n));
-                    Ok(TreeNodeRecursion::Continue)
-                })
-                .unwrap();
-                let ask = |nodes: &[Arc<dyn ExecutionPlan>]| -> Vec<(Option<usize>, Option<usize>)> {
-                    nodes.iter().map(|n| (estimated_rows(n), bounded_rows(n))).collect()
-                };
-                let t = std::time::Instant::now();
-                let alone = ask(&nodes);
-                own += t.elapsed().as_secs_f64();
-                let t = std::time::Instant::now();
-                let together = with_shared_statistics(|| ask(&nodes));
-                shared += t.elapsed().as_secs_f64();
-                assert_eq!(alone, together, "{suite:?} {}", q.name);
-                assert!(alone.iter().any(|(e, _)| e.is_some()), "{suite:?} {}: no estimates at all", q.name);
-            }
-            println!(
-                "{suite:?}: every node's estimate and bound, {:.2} ms alone, {:.2} ms shared",
-                own * 1e3,
-                shared * 1e3
-            );
-        }
     }
 }

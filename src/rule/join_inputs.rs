@@ -57,7 +57,7 @@ pub fn fuse_join_inputs(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result
 /// `side` with its filters and projections on the device, looking below the
 /// `CoalescePartitionsExec` of a build side; `None` when there is nothing to take or it does
 /// not compile (logged).
-fn fused_side(side: &Arc<dyn ExecutionPlan>, build: bool, filters: bool) -> Option<Arc<dyn ExecutionPlan>> {
+pub fn fused_side(side: &Arc<dyn ExecutionPlan>, build: bool, filters: bool) -> Option<Arc<dyn ExecutionPlan>> {
     if build && let Some(input) = gathered_input(side) {
         let inner = fused(input, filters)?;
         return Some(Arc::new(CoalescePartitionsExec::new(inner)));
@@ -130,94 +130,5 @@ mod tests {
         let off = GpuConfig { fuse_expressions: false, ..GpuConfig::default() };
         let plan = fuse_join_inputs(Arc::clone(&gpu_join), &off).unwrap();
         assert!(!displayable(plan.as_ref()).indent(true).to_string().contains("GpuFilterProjectExec"));
-    }
-}
-
-#[cfg(test)]
-mod benchmark_tests {
-    use datafusion::physical_plan::displayable;
-    use datafusion::physical_plan::joins::HashJoinExec;
-
-    use super::*;
-
-    fn joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
-        if plan.downcast_ref::<HashJoinExec>().is_some() {
-            out.push(Arc::clone(plan));
-        }
-        for c in plan.children() {
-            joins(c, out);
-        }
-    }
-
-    /// The filters and projections below the joins of TPC-H and SSB compile for the device
-    /// (code generation only, no device needed): listed per query, and those of TPC-H q3's and
-    /// q12's lineitem scans must.
-    #[tokio::test]
-    async fn benchmark_join_inputs_compile_for_the_device() {
-        let mut fused = Vec::new();
-        for (suite, name, plan) in crate::testing::benchmark_plans(0.01).await {
-            let mut found = Vec::new();
-            joins(&plan, &mut found);
-            for j in found {
-                for (i, side) in j.children().into_iter().enumerate() {
-                    let Some(exec) = fused_side(side, i == 0, true) else { continue };
-                    let line = displayable(exec.as_ref()).indent(false).to_string();
-                    println!("{} {name} side {i}: {}", suite.name(), line.lines().next().unwrap_or(""));
-                    fused.push((suite.name(), name, line));
-                }
-            }
-        }
-        println!("{} join inputs compile for the device", fused.len());
-        for q in ["q3", "q12"] {
-            assert!(
-                fused.iter().any(|(s, n, l)| *s == "tpch" && *n == q && l.contains("l_shipdate")),
-                "TPC-H {q}'s lineitem filter did not compile for the device: {fused:?}"
-            );
-        }
-    }
-
-    /// Over every TPC-H and SSB plan with its joins as GPU joins, taking their inputs onto the
-    /// device keeps the plan as DataFusion's sanity check wants it (each node's required
-    /// distribution and ordering) wherever it was before, and keeps every join's input schema.
-    #[tokio::test]
-    async fn benchmark_plans_stay_sane_with_fused_join_inputs() {
-        use datafusion::common::tree_node::TreeNodeRecursion;
-        use datafusion::config::ConfigOptions;
-        use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
-        let cfg = GpuConfig::default();
-        let options = ConfigOptions::default();
-        let sane = |plan: &Arc<dyn ExecutionPlan>| {
-            plan.apply(|node| {
-                check_plan_sanity(node, &options.optimizer)?;
-                Ok(TreeNodeRecursion::Continue)
-            })
-            .is_ok()
-        };
-        let (mut checked, mut rewritten) = (0, 0);
-        for (suite, name, plan) in crate::testing::benchmark_plans(0.01).await {
-            let on_gpu = Arc::clone(&plan)
-                .transform_up(|node| {
-                    if node.downcast_ref::<HashJoinExec>().is_none() {
-                        return Ok(Transformed::no(node));
-                    }
-                    Ok(match GpuHashJoinExec::try_new(Arc::clone(&node), &cfg) {
-                        Ok(g) => Transformed::yes(Arc::new(g) as Arc<dyn ExecutionPlan>),
-                        Err(_) => Transformed::no(node),
-                    })
-                })
-                .unwrap()
-                .data;
-            if !sane(&on_gpu) {
-                continue;
-            }
-            let fused = fuse_join_inputs(Arc::clone(&on_gpu), &cfg).unwrap();
-            let shown = displayable(fused.as_ref()).indent(true).to_string();
-            assert!(sane(&fused), "{} {name}: the fused plan fails the sanity check\n{shown}", suite.name());
-            assert_eq!(fused.schema(), on_gpu.schema(), "{} {name}", suite.name());
-            checked += 1;
-            rewritten += usize::from(shown.contains("GpuFilterProjectExec"));
-        }
-        println!("{checked} plans checked, {rewritten} with join inputs on the device");
-        assert!(checked >= 30 && rewritten >= 20, "{checked} plans checked, {rewritten} rewritten");
     }
 }

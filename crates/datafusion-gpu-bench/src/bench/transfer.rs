@@ -10,14 +10,14 @@ use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::columns::{DeviceBatch, HostUpload};
-use crate::config::human_bytes;
-use crate::config::{ByteSize, GpuConfig};
-use crate::device::Gpu;
-use crate::device::doctor::{self, DoctorOptions};
-use crate::device::transfer::Stores;
-use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::exec::upload::{ChunkUploader, batch_bytes};
+use datafusion_gpu::columns::{DeviceBatch, HostUpload};
+use datafusion_gpu::config::human_bytes;
+use datafusion_gpu::config::{ByteSize, GpuConfig};
+use datafusion_gpu::device::Gpu;
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
+use datafusion_gpu::device::transfer::Stores;
+use datafusion_gpu::error::{CudaResultExt, Result, gpu_error};
+use datafusion_gpu::exec::upload::{ChunkUploader, batch_bytes};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TransferBenchOptions {
@@ -180,9 +180,9 @@ fn measure_host_copy(
         // are cut to whole 16-byte values.
         unsafe {
             if narrow {
-                crate::device::transfer::parallel_narrow(&pool, &pieces, stores);
+                datafusion_gpu::device::transfer::parallel_narrow(&pool, &pieces, stores);
             } else {
-                crate::device::transfer::parallel_copy(&pool, &pieces, stores);
+                datafusion_gpu::device::transfer::parallel_copy(&pool, &pieces, stores);
             }
         }
         if i >= opts.warmup {
@@ -278,7 +278,7 @@ pub fn run(gpu: &Arc<Gpu>, opts: TransferBenchOptions) -> Result<TransferBenchRe
         .map(|n| Ok((n, concurrent_uploads(gpu, &batch, n, &opts)?)))
         .collect::<Result<Vec<_>>>()?;
     // Direct: the second upload registers the buffers, later ones read them in place.
-    let gpu = &with_stores(false, crate::device::DEFAULT_REGISTER_LIMIT)?;
+    let gpu = &with_stores(false, datafusion_gpu::device::DEFAULT_REGISTER_LIMIT)?;
     let direct = round_trips(gpu, &batch, &opts)?;
     let registering_upload_seconds = direct.all_ups.get(1).copied().unwrap_or(f64::NAN);
     let (staged_upload_seconds, upload_seconds) = (median(staged.ups), median(direct.ups));

@@ -26,18 +26,18 @@ use serde::{Deserialize, Serialize};
 use super::aggregate::{self as agg_bench, cpu_group_by, gpu_group_by};
 use super::join::{self as join_bench, cpu_join_in, spec};
 use super::median;
-use crate::aggregate::{GroupByOptions, GroupIdMethod};
-use crate::columns::DeviceBatch;
-use crate::columns::device::download_columns;
-use crate::config::{ByteSize, GpuConfig};
-use crate::cost::aggregate::{self as agg_cost, AggregateShape};
-use crate::cost::fit::{fit_relative, median_relative_error};
-use crate::cost::join::{self as join_cost, JoinShape};
-use crate::cost::{Profile, download_seconds, profile, upload_seconds};
-use crate::device::Gpu;
-use crate::device::doctor::{self, DoctorOptions};
-use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::join::JoinAlgorithm;
+use datafusion_gpu::aggregate::{GroupByOptions, GroupIdMethod};
+use datafusion_gpu::columns::DeviceBatch;
+use datafusion_gpu::columns::device::download_columns;
+use datafusion_gpu::config::{ByteSize, GpuConfig};
+use datafusion_gpu::cost::aggregate::{self as agg_cost, AggregateShape};
+use datafusion_gpu::cost::fit::{fit_relative, median_relative_error};
+use datafusion_gpu::cost::join::{self as join_cost, JoinShape};
+use datafusion_gpu::cost::{Profile, download_seconds, profile, upload_seconds};
+use datafusion_gpu::device::Gpu;
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
+use datafusion_gpu::error::{CudaResultExt, Result, gpu_error};
+use datafusion_gpu::join::JoinAlgorithm;
 
 /// The sweep's options, also its command-line arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -354,7 +354,7 @@ async fn aggregate_point(
         }
         if let Some(out) = out {
             let stream = dev.stream();
-            let all: Vec<&crate::columns::DeviceColumn> = out.keys.iter().chain(&out.values).collect();
+            let all: Vec<&datafusion_gpu::columns::DeviceColumn> = out.keys.iter().chain(&out.values).collect();
             let mut runs = Vec::new();
             for _ in 0..o.runs.runs.max(1) + 1 {
                 let t = Instant::now();
@@ -447,7 +447,7 @@ pub fn choose(points: &mut [Point], profile: &Profile) {
             .iter()
             .filter(|o| !profile.coefficients(&o.model).is_empty())
             .map(|o| {
-                let compute = crate::cost::dot(&o.features, &profile.coefficients(&o.model));
+                let compute = datafusion_gpu::cost::dot(&o.features, &profile.coefficients(&o.model));
                 let transfers = if o.name == "cpu" { 0.0 } else { up + down };
                 (o.name.clone(), compute + transfers)
             })

@@ -13,9 +13,9 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 
-use crate::config::GpuConfig;
-use crate::cost::PlacementSetting;
-use crate::session::gpu_session_context;
+use datafusion_gpu::GpuConfig;
+use datafusion_gpu::config::PlacementSetting;
+use datafusion_gpu::gpu_session_context;
 
 /// The two sessions every file runs in.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -95,7 +95,8 @@ impl AsyncDB for Db {
 }
 
 fn slt_dir() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql-tests");
+    // The files are the repository's (`sql-tests/` at the workspace root).
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sql-tests");
     // Where the test binary runs away from its source tree (the GPU machines), use the working
     // folder's copy.
     if manifest.is_dir() { manifest } else { PathBuf::from("sql-tests") }
@@ -118,7 +119,7 @@ async fn run_file(path: &Path, mode: Mode) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_tests_same_answers_with_and_without_the_gpu_rule() {
-    let _g = crate::testing::gpu_lock();
+    let _g = datafusion_gpu::testing::gpu_lock();
     let files = slt_files();
     assert!(!files.is_empty(), "no .slt files found in {}", slt_dir().display());
     if std::env::var_os("DFG_SLT_COMPLETE").is_some() {

@@ -21,11 +21,13 @@ use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 use super::{host_partitions, median};
-use crate::aggregate::{AccOp, GroupByOptions, GroupByOutput, GroupByTimes, GroupIdMethod, Reduction, group_by};
-use crate::columns::DeviceBatch;
-use crate::device::Gpu;
-use crate::device::doctor::{self, DoctorOptions};
-use crate::error::{CudaResultExt, Result, gpu_error};
+use datafusion_gpu::aggregate::{
+    AccOp, GroupByOptions, GroupByOutput, GroupByTimes, GroupIdMethod, Reduction, group_by,
+};
+use datafusion_gpu::columns::DeviceBatch;
+use datafusion_gpu::device::Gpu;
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
+use datafusion_gpu::error::{CudaResultExt, Result, gpu_error};
 
 /// The benchmark's options, also its command-line arguments (`datafusion-gpu bench aggregate`).
 #[derive(Debug, Clone, clap::Args)]

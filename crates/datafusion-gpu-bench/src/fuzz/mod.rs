@@ -24,11 +24,11 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::device::probe;
-use crate::exec::metric_total;
-use crate::exec::task_stream::panic_message;
-use crate::session::{gpu_session_context, with_gpu_options};
 use crate::tpch::compare::compare;
+use datafusion_gpu::device::probe;
+use datafusion_gpu::exec::metric_total;
+use datafusion_gpu::exec::task_stream::panic_message;
+use datafusion_gpu::session::{gpu_session_context, with_gpu_options};
 
 /// What `fuzz` runs: the command's options, whose defaults are also [`Default`]'s.
 #[derive(Debug, Clone, clap::Parser)]
@@ -392,8 +392,8 @@ mod tests {
     /// checks the rule's planning).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fuzz_queries_match_the_cpu() {
-        let _g = crate::testing::gpu_lock();
-        let seed = crate::testing::fresh_seed("fuzz_queries_match_the_cpu");
+        let _g = datafusion_gpu::testing::gpu_lock();
+        let seed = datafusion_gpu::testing::fresh_seed("fuzz_queries_match_the_cpu");
         let opts = FuzzOptions { queries: 60, seed, max_rows: 300, queries_per_tables: 20, ..Default::default() };
         let report = run(&opts).await.expect("the fuzzer runs");
         println!("{}\n{}", report.summary(seed), report.closing_line());
@@ -409,8 +409,8 @@ mod tests {
     /// `--only N` draws the run's tables and queries up to N and runs query N alone.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn only_runs_one_query_of_the_run() {
-        let _g = crate::testing::gpu_lock();
-        let seed = crate::testing::fresh_seed("only_runs_one_query_of_the_run");
+        let _g = datafusion_gpu::testing::gpu_lock();
+        let seed = datafusion_gpu::testing::fresh_seed("only_runs_one_query_of_the_run");
         let opts =
             FuzzOptions { queries: 3, seed, max_rows: 50, queries_per_tables: 4, only: Some(6), ..Default::default() };
         let report = run(&opts).await.expect("the fuzzer runs");
@@ -423,7 +423,7 @@ mod tests {
     /// -0.0, quotes, dictionaries, decimals, dates and timestamps, and empty tables.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn repro_sql_rebuilds_the_tables() {
-        let seed = crate::testing::fresh_seed("repro_sql_rebuilds_the_tables");
+        let seed = datafusion_gpu::testing::fresh_seed("repro_sql_rebuilds_the_tables");
         let mut rng = StdRng::seed_from_u64(seed);
         for i in 0..6 {
             let t = tables::random_table(&mut rng, &format!("t{i}"), 40, 10, 16).expect("a table");

@@ -18,11 +18,11 @@ use super::chart::{self, Bars};
 use super::compare::compare;
 use super::data::{self, Progresses, Table};
 use super::queries::{self, Query};
-use crate::columns::pin_partitions;
-use crate::config::GpuConfig;
-use crate::device::{Gpu, probe};
-use crate::exec::placement::{Placement, placements, summary};
-use crate::session::gpu_session_context;
+use datafusion_gpu::columns::pin_partitions;
+use datafusion_gpu::config::GpuConfig;
+use datafusion_gpu::device::{Gpu, probe};
+use datafusion_gpu::exec::placement::{Placement, placements, summary};
+use datafusion_gpu::session::gpu_session_context;
 
 /// Options of `bench tpch` and `bench ssb`.
 #[derive(Debug, Clone, clap::Args)]
@@ -208,12 +208,12 @@ async fn run_once(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, 
 /// One timed run (planning included) and its physical plan, whose metrics are that run's.
 async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn ExecutionPlan>)> {
     let t = Instant::now();
-    crate::timeline::mark("bench", || "timed run starts".into());
+    datafusion_gpu::timeline::mark("bench", || "timed run starts".into());
     let plan = ctx.sql(sql).await?.create_physical_plan().await?;
-    crate::timeline::mark("bench", || "planned".into());
+    datafusion_gpu::timeline::mark("bench", || "planned".into());
     collect(Arc::clone(&plan), ctx.task_ctx()).await?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    crate::timeline::mark("bench", || format!("timed run ends ({ms:.1} ms)"));
+    datafusion_gpu::timeline::mark("bench", || format!("timed run ends ({ms:.1} ms)"));
     Ok((ms, plan))
 }
 
@@ -650,7 +650,7 @@ mod tests {
 
     #[tokio::test]
     async fn files_carry_the_label_and_a_cpu_run_writes_json_and_png() {
-        let _g = crate::testing::gpu_lock();
+        let _g = datafusion_gpu::testing::gpu_lock();
         let dir = std::env::temp_dir().join(format!("dfg-runner-{}", std::process::id()));
         let mut o = SuiteBenchOptions::check_only(0.01);
         o.queries = vec!["1.1".into(), "2.1".into()];
@@ -704,16 +704,16 @@ mod tests {
                     .queries
                     .iter()
                     .flat_map(|q| &q.operators)
-                    .any(|p| p.on_gpu && p.kind == crate::exec::placement::OperatorKind::Join),
+                    .any(|p| p.on_gpu && p.kind == datafusion_gpu::exec::placement::OperatorKind::Join),
                 "no join ran on the GPU"
             );
         } else {
             assert_eq!(gpu, 0);
             assert!(
-                !crate::testing::gpu_required(),
+                !datafusion_gpu::testing::gpu_required(),
                 "{}: {} is set, but no GPU could be used: {}",
                 suite.title(),
-                crate::testing::REQUIRE_GPU_ENV,
+                datafusion_gpu::testing::REQUIRE_GPU_ENV,
                 report.no_gpu.clone().unwrap_or_default()
             );
             eprintln!(
@@ -726,13 +726,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tpch_queries_match_the_cpu() {
-        let _g = crate::testing::gpu_lock();
+        let _g = datafusion_gpu::testing::gpu_lock();
         suite_matches(Suite::Tpch, 0.01).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ssb_queries_match_the_cpu() {
-        let _g = crate::testing::gpu_lock();
+        let _g = datafusion_gpu::testing::gpu_lock();
         suite_matches(Suite::Ssb, 0.01).await;
     }
 }

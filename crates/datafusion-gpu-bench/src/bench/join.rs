@@ -26,12 +26,12 @@ use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 use super::{host_partitions, median};
-use crate::columns::DeviceBatch;
-use crate::device::Gpu;
-use crate::device::doctor::{self, DoctorOptions};
-use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::join::{JoinAlgorithm, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
-use crate::primitives::keys::KeyPlan;
+use datafusion_gpu::columns::DeviceBatch;
+use datafusion_gpu::device::Gpu;
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
+use datafusion_gpu::error::{CudaResultExt, Result, gpu_error};
+use datafusion_gpu::join::{JoinAlgorithm, JoinBuild, JoinSpec, OutputColumn, PhaseTimes};
+use datafusion_gpu::primitives::keys::KeyPlan;
 
 /// The benchmark's options, also its command-line arguments (`datafusion-gpu bench join`).
 #[derive(Debug, Clone, clap::Args)]

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use crate::demo::DemoOptions;
 use clap::{Args, Parser, Subcommand};
 use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result};
@@ -19,22 +20,23 @@ use datafusion_cli::functions::ParquetMetadataFunc;
 use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistry;
 use datafusion_cli::print_format::PrintFormat;
 use datafusion_cli::print_options::{MaxRows, PrintOptions};
-use datafusion_gpu::bench::aggregate::{self, AggregateBenchOptions};
-use datafusion_gpu::bench::join::{self, JoinBenchOptions};
-use datafusion_gpu::bench::primitives;
-use datafusion_gpu::bench::sweep::{self, SweepOptions};
-use datafusion_gpu::bench::transfer::{self, TransferBenchOptions};
-use datafusion_gpu::bench::triton::{self, TritonBenchOptions};
 use datafusion_gpu::config::ByteSize;
-use datafusion_gpu::demo::{self, DemoOptions};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
-use datafusion_gpu::fuzz::{self, FuzzOptions};
-use datafusion_gpu::tpch::concurrency::{self, ConcurrencyOptions};
-use datafusion_gpu::tpch::runner::{self, SuiteBenchOptions};
-use datafusion_gpu::tpch::{Suite, data};
 use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
+use datafusion_gpu_bench::bench::aggregate::{self, AggregateBenchOptions};
+use datafusion_gpu_bench::bench::join::{self, JoinBenchOptions};
+use datafusion_gpu_bench::bench::primitives;
+use datafusion_gpu_bench::bench::sweep::{self, SweepOptions};
+use datafusion_gpu_bench::bench::transfer::{self, TransferBenchOptions};
+use datafusion_gpu_bench::bench::triton::{self, TritonBenchOptions};
+use datafusion_gpu_bench::fuzz::{self, FuzzOptions};
+use datafusion_gpu_bench::tpch::concurrency::{self, ConcurrencyOptions};
+use datafusion_gpu_bench::tpch::runner::{self, SuiteBenchOptions};
+use datafusion_gpu_bench::tpch::{Suite, data};
 use mimalloc::MiMalloc;
+
+mod demo;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;

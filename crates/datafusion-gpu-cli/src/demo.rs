@@ -14,10 +14,10 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::columns::DeviceBatch;
-use crate::device::{Gpu, probe};
-use crate::error::{CudaResultExt, Result, gpu_error};
-use crate::session::gpu_session_context;
+use datafusion_gpu::columns::DeviceBatch;
+use datafusion_gpu::device::{Gpu, probe};
+use datafusion_gpu::error::{CudaResultExt, Result, gpu_error};
+use datafusion_gpu::session::gpu_session_context;
 
 /// The demo's query: a join of the two tables and a grouped aggregate over it.
 pub const QUERY: &str = "SELECT c_nation, count(*) AS orders, sum(o_total) AS total, avg(o_total) AS average \
@@ -204,7 +204,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn demo_runs_and_answers_match() {
-        let _g = crate::testing::gpu_lock();
+        let _g = datafusion_gpu::testing::gpu_lock();
         let o = DemoOptions { orders: 100_000, customers: 5_000, seed: 7, runs: 1 };
         let report = run(&o, SessionConfig::new().with_target_partitions(2)).await.unwrap();
         assert!(report.results_match, "{report}");

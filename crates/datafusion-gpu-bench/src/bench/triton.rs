@@ -2,7 +2,7 @@
 //! R (unique keys, shuffled) and S (foreign keys into R), one Int32 payload each, in host memory;
 //! DataFusion's `HashJoinExec` (CollectLeft, as `bench join`'s CPU baseline) placed by the GPU rule
 //! with `gpu.memory_limit` lowered so that the build state is 2x, 4x and 8x the limit, so the join
-//! runs out of core ([`crate::join::triton`]); also the same join in memory (default limit) and on
+//! runs out of core ([`datafusion_gpu::join::triton`]); also the same join in memory (default limit) and on
 //! the CPU. The output (key, r payload, s payload) is streamed to the host and counted.
 //!
 //! The link bound: the bytes the out-of-core join moves over the link (inputs up, both sides'
@@ -20,15 +20,15 @@ use futures::StreamExt;
 
 use super::join::{Config, collect_left_plan, relations};
 use super::median;
-use crate::config::{ByteSize, GpuConfig};
-use crate::cost::PlacementSetting;
-use crate::device::Gpu;
-use crate::device::doctor::{self, DoctorOptions};
-use crate::error::Result;
-use crate::join::JoinAlgorithmSetting;
-use crate::join::triton::STATE_FACTOR;
-use crate::rule::GpuOptimizerRule;
-use crate::session::gpu_session_context;
+use datafusion_gpu::config::{ByteSize, GpuConfig};
+use datafusion_gpu::cost::PlacementSetting;
+use datafusion_gpu::device::Gpu;
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
+use datafusion_gpu::error::Result;
+use datafusion_gpu::join::JoinAlgorithmSetting;
+use datafusion_gpu::join::triton::STATE_FACTOR;
+use datafusion_gpu::rule::GpuOptimizerRule;
+use datafusion_gpu::session::gpu_session_context;
 
 /// The benchmark's options, also its command-line arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -168,7 +168,7 @@ pub async fn run(gpu: &Arc<Gpu>, o: &TritonBenchOptions) -> Result<TritonReport>
         });
     }
     if let Some(bad) = rows.iter().find(|x| x.output_rows != rows[0].output_rows) {
-        return Err(crate::error::gpu_error(format!(
+        return Err(datafusion_gpu::error::gpu_error(format!(
             "{} returned {} rows where {} returned {}",
             bad.name, bad.output_rows, rows[0].name, rows[0].output_rows
         )));

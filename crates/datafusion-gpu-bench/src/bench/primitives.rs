@@ -9,11 +9,11 @@ use std::time::Instant;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::device::Gpu;
-use crate::device::doctor::{self, DoctorOptions};
-use crate::error::{CudaResultExt, Result};
-use crate::primitives::radix::{SortValues, radix_sort_multi_tiles};
-use crate::primitives::{KeyWidth, ValueWidth, exclusive_scan_u32, gather, radix_sort_pairs, upload_slice};
+use datafusion_gpu::device::Gpu;
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
+use datafusion_gpu::error::{CudaResultExt, Result};
+use datafusion_gpu::primitives::radix::{SortValues, radix_sort_multi_tiles};
+use datafusion_gpu::primitives::{KeyWidth, ValueWidth, exclusive_scan_u32, gather, radix_sort_pairs, upload_slice};
 
 #[derive(Debug, Clone)]
 pub struct PrimitiveTiming {
@@ -77,7 +77,7 @@ pub fn run(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) -> Result<Pri
     drop((k32, k64, rows32, small, perm));
     stream.synchronize().gpu("synchronising")?;
 
-    let copy = |b: &crate::device::DeviceBuffer| gpu.clone_buffer(&stream, b, "bench copy");
+    let copy = |b: &datafusion_gpu::device::DeviceBuffer| gpu.clone_buffer(&stream, b, "bench copy");
     let mut rows = Vec::new();
     let mut push = |name: &str, seconds: f64, floor_bytes: u64| {
         rows.push(PrimitiveTiming { name: name.to_string(), rows: n, seconds, floor_bytes })
@@ -142,7 +142,7 @@ pub fn random_penalty(gpu: &Arc<Gpu>, log2_rows: u32, runs: usize, seed: u64) ->
     stream.synchronize().gpu("synchronising")?;
     let clustered = time(gpu, runs, || gather(gpu, &stream, &d_values, &d_seq, n, 4).map(drop))?;
     let unclustered = time(gpu, runs, || gather(gpu, &stream, &d_values, &d_perm, n, 4).map(drop))?;
-    Ok(crate::cost::paper::random_penalty_from_gathers(unclustered / clustered))
+    Ok(datafusion_gpu::cost::paper::random_penalty_from_gathers(unclustered / clustered))
 }
 
 impl fmt::Display for PrimitivesReport {

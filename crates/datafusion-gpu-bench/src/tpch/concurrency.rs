@@ -15,8 +15,8 @@ use super::compare::compare;
 use super::data::{self, Progresses};
 use super::queries::{self, Query};
 use super::runner::apply_settings;
-use crate::config::GpuConfig;
-use crate::session::gpu_session_context;
+use datafusion_gpu::config::GpuConfig;
+use datafusion_gpu::session::gpu_session_context;
 
 /// Options of `bench concurrency`.
 #[derive(Debug, Clone, clap::Args)]
@@ -212,7 +212,7 @@ mod tests {
     /// here when there is no GPU; on the device, every eligible operator forced there).
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_streams_give_datafusions_answers() {
-        let _l = crate::testing::gpu_lock();
+        let _l = datafusion_gpu::testing::gpu_lock();
         let o = ConcurrencyOptions {
             suite: SuiteName::Tpch,
             sf: 0.01,

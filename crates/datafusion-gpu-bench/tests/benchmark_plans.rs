@@ -1,0 +1,205 @@
+//! TPC-H and SSB plans through the rule's pieces, without a device: the filters and projections
+//! below their joins and aggregates compile for the GPU, fused join inputs keep the plans sane,
+//! and the shared statistics walk gives every node its own walk's estimates. The plans come from
+//! data generated at a small scale factor, which is why these tests live with the generators.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode};
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::{ExecutionPlan, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_gpu::GpuConfig;
+use datafusion_gpu::exec::statistics::{estimated_rows, with_shared_statistics};
+use datafusion_gpu::exec::{GpuAggregateExec, GpuHashJoinExec};
+use datafusion_gpu::rule::eligibility::bounded_rows;
+use datafusion_gpu::rule::join_inputs::{fuse_join_inputs, fused_side};
+use datafusion_gpu_bench::tpch::{Suite, data, queries};
+
+/// The physical plans of every TPC-H and SSB query over data generated at `sf`, in two
+/// partitions, as DataFusion plans them without the GPU rule: (suite, query, plan) for each
+/// statement that plans.
+async fn benchmark_plans(sf: f64) -> Vec<(Suite, &'static str, Arc<dyn ExecutionPlan>)> {
+    let mut plans = Vec::new();
+    for suite in [Suite::Tpch, Suite::Ssb] {
+        let tables = data::generate(suite, sf, 1, 2, &data::Progresses::new(false)).expect("generated data");
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        data::register(&ctx, &tables).expect("registered tables");
+        for q in queries::select(suite, &[]).expect("the suite's queries") {
+            for sql in q.sql.split(';').filter(|s| !s.trim().is_empty()) {
+                let Ok(df) = ctx.sql(sql).await else { continue };
+                let Ok(plan) = df.create_physical_plan().await else { continue };
+                plans.push((suite, q.name, plan));
+            }
+        }
+    }
+    plans
+}
+
+fn raw_aggregates(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
+    if let Some(a) = plan.downcast_ref::<AggregateExec>()
+        && a.mode().input_mode() == AggregateInputMode::Raw
+    {
+        out.push(Arc::clone(plan));
+    }
+    for c in plan.children() {
+        raw_aggregates(c, out);
+    }
+}
+
+/// The filters and projections of TPC-H and SSB below their first-stage aggregates compile
+/// for the device (checked without a device: code generation only). Q1's and Q6's, the
+/// scans of lineitem with decimal arithmetic, must; the others are listed with the reason.
+#[tokio::test]
+async fn benchmark_aggregate_inputs_compile_for_the_device() {
+    let cfg = GpuConfig::default();
+    let mut fused = Vec::new();
+    for (suite, name, plan) in benchmark_plans(0.01).await {
+        let mut aggs = Vec::new();
+        raw_aggregates(&plan, &mut aggs);
+        for a in aggs {
+            for filters in [false, true] {
+                let Ok(g) = GpuAggregateExec::try_new(Arc::clone(&a), &cfg) else { continue };
+                let g = g.with_fused_input(filters);
+                let line = displayable(&g as &dyn ExecutionPlan).one_line().to_string();
+                println!("{} {name} (filters {filters}): {}", suite.name(), line.trim());
+                if let Some(f) = g.fused_input() {
+                    fused.push((name, filters, f.describe()));
+                    // A filter on the scan can run on the host as well, and the kernels
+                    // without it compile.
+                    if filters && ["q1", "q6"].contains(&name) {
+                        assert!(f.host_filter.is_some() && f.filtered_on_host().is_some(), "{name}");
+                        let rest = f.filtered_on_host().unwrap();
+                        assert!(rest.projection.inputs.len() <= f.projection.inputs.len());
+                    }
+                }
+            }
+        }
+    }
+    // By default filters stay on the CPU; Q1's decimal projection above its filter runs on
+    // the GPU.
+    let has = |q: &str, f: bool, what: &str| fused.iter().any(|(n, x, d)| *n == q && *x == f && d.contains(what));
+    assert!(has("q1", false, "ProjectionExec") && !has("q1", false, "FilterExec"), "{fused:?}");
+    for q in ["q1", "q6"] {
+        assert!(has(q, true, "FilterExec"), "TPC-H {q}'s filter and projection did not compile: {fused:?}");
+    }
+}
+
+fn joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
+    if plan.downcast_ref::<HashJoinExec>().is_some() {
+        out.push(Arc::clone(plan));
+    }
+    for c in plan.children() {
+        joins(c, out);
+    }
+}
+
+/// The filters and projections below the joins of TPC-H and SSB compile for the device
+/// (code generation only, no device needed): listed per query, and those of TPC-H q3's and
+/// q12's lineitem scans must.
+#[tokio::test]
+async fn benchmark_join_inputs_compile_for_the_device() {
+    let mut fused = Vec::new();
+    for (suite, name, plan) in benchmark_plans(0.01).await {
+        let mut found = Vec::new();
+        joins(&plan, &mut found);
+        for j in found {
+            for (i, side) in j.children().into_iter().enumerate() {
+                let Some(exec) = fused_side(side, i == 0, true) else { continue };
+                let line = displayable(exec.as_ref()).indent(false).to_string();
+                println!("{} {name} side {i}: {}", suite.name(), line.lines().next().unwrap_or(""));
+                fused.push((suite.name(), name, line));
+            }
+        }
+    }
+    println!("{} join inputs compile for the device", fused.len());
+    for q in ["q3", "q12"] {
+        assert!(
+            fused.iter().any(|(s, n, l)| *s == "tpch" && *n == q && l.contains("l_shipdate")),
+            "TPC-H {q}'s lineitem filter did not compile for the device: {fused:?}"
+        );
+    }
+}
+
+/// Over every TPC-H and SSB plan with its joins as GPU joins, taking their inputs onto the
+/// device keeps the plan as DataFusion's sanity check wants it (each node's required
+/// distribution and ordering) wherever it was before, and keeps every join's input schema.
+#[tokio::test]
+async fn benchmark_plans_stay_sane_with_fused_join_inputs() {
+    use datafusion::config::ConfigOptions;
+    use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
+    let cfg = GpuConfig::default();
+    let options = ConfigOptions::default();
+    let sane = |plan: &Arc<dyn ExecutionPlan>| {
+        plan.apply(|node| {
+            check_plan_sanity(node, &options.optimizer)?;
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .is_ok()
+    };
+    let (mut checked, mut rewritten) = (0, 0);
+    for (suite, name, plan) in benchmark_plans(0.01).await {
+        let on_gpu = Arc::clone(&plan)
+            .transform_up(|node| {
+                if node.downcast_ref::<HashJoinExec>().is_none() {
+                    return Ok(Transformed::no(node));
+                }
+                Ok(match GpuHashJoinExec::try_new(Arc::clone(&node), &cfg) {
+                    Ok(g) => Transformed::yes(Arc::new(g) as Arc<dyn ExecutionPlan>),
+                    Err(_) => Transformed::no(node),
+                })
+            })
+            .unwrap()
+            .data;
+        if !sane(&on_gpu) {
+            continue;
+        }
+        let fused = fuse_join_inputs(Arc::clone(&on_gpu), &cfg).unwrap();
+        let shown = displayable(fused.as_ref()).indent(true).to_string();
+        assert!(sane(&fused), "{} {name}: the fused plan fails the sanity check\n{shown}", suite.name());
+        assert_eq!(fused.schema(), on_gpu.schema(), "{} {name}", suite.name());
+        checked += 1;
+        rewritten += usize::from(shown.contains("GpuFilterProjectExec"));
+    }
+    println!("{checked} plans checked, {rewritten} with join inputs on the device");
+    assert!(checked >= 30 && rewritten >= 20, "{checked} plans checked, {rewritten} rewritten");
+}
+
+/// One shared statistics walk gives every node of TPC-H and SSB plans the estimates and
+/// bounds a walk of its own gives, in less time.
+#[tokio::test]
+async fn shared_statistics_give_the_same_estimates() {
+    let progress = data::Progresses::new(false);
+    for suite in [Suite::Tpch, Suite::Ssb] {
+        let tables = data::generate(suite, 0.05, 1, 4, &progress).unwrap();
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+        data::register(&ctx, &tables).unwrap();
+        let (mut own, mut shared) = (0.0, 0.0);
+        for q in queries::select(suite, &[]).unwrap() {
+            let plan = ctx.sql(q.sql).await.unwrap().create_physical_plan().await.unwrap();
+            let mut nodes = Vec::new();
+            plan.apply(|n| {
+                nodes.push(Arc::clone(n));
+                Ok(TreeNodeRecursion::Continue)
+            })
+            .unwrap();
+            let ask = |nodes: &[Arc<dyn ExecutionPlan>]| -> Vec<(Option<usize>, Option<usize>)> {
+                nodes.iter().map(|n| (estimated_rows(n), bounded_rows(n))).collect()
+            };
+            let t = std::time::Instant::now();
+            let alone = ask(&nodes);
+            own += t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            let together = with_shared_statistics(|| ask(&nodes));
+            shared += t.elapsed().as_secs_f64();
+            assert_eq!(alone, together, "{suite:?} {}", q.name);
+            assert!(alone.iter().any(|(e, _)| e.is_some()), "{suite:?} {}: no estimates at all", q.name);
+        }
+        println!(
+            "{suite:?}: every node's estimate and bound, {:.2} ms alone, {:.2} ms shared",
+            own * 1e3,
+            shared * 1e3
+        );
+    }
+}
