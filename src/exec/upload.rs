@@ -215,41 +215,71 @@ impl ChunkUploader {
             return Ok(());
         }
         let batches = std::mem::take(&mut self.host);
+        let (rows, bytes) = (self.host_rows, self.host_bytes);
         self.host_rows = 0;
         self.host_bytes = 0;
         let stream = Arc::clone(self.stream.get_or_insert_with(|| self.gpu.stream()));
         let (gpu, time, pack_time) = (Arc::clone(&self.gpu), self.time.clone(), self.pack_time.clone());
-        let dev = blocking(move || {
+        // The batches come back only when the upload failed: the rows stay this uploader's
+        // (see [`ChunkUploader::into_rows`]); otherwise their host memory is freed here.
+        let (uploaded, batches) = blocking(move || {
             let _t = time.timer();
             let host = {
                 let _p = pack_time.timer();
                 match batches.as_slice() {
-                    [one] => HostUpload::pack(one, true)?,
-                    many => HostUpload::assemble(many)?,
+                    [one] => HostUpload::pack(one, true),
+                    many => HostUpload::assemble(many),
                 }
             };
-            DeviceBatch::upload_prepared(&gpu, &stream, host)
+            let uploaded = host.and_then(|host| DeviceBatch::upload_prepared(&gpu, &stream, host));
+            let kept = if uploaded.is_err() { batches } else { Vec::new() };
+            Ok((uploaded, kept))
         })
         .await?;
-        self.device_rows += dev.num_rows();
-        self.device.push(dev);
-        Ok(())
+        match uploaded {
+            Ok(dev) => {
+                self.device_rows += dev.num_rows();
+                self.device.push(dev);
+                Ok(())
+            }
+            Err(e) => {
+                (self.host, self.host_rows, self.host_bytes) = (batches, rows, bytes);
+                Err(e)
+            }
+        }
     }
 
     /// The uploaded groups as one device batch, on their stream.
     async fn take_chunk(&mut self) -> Result<DeviceBatch> {
         let parts = std::mem::take(&mut self.device);
-        self.device_rows = 0;
+        let rows = std::mem::take(&mut self.device_rows);
         let stream = self.stream.take().unwrap_or_else(|| self.gpu.stream());
         let gpu = Arc::clone(&self.gpu);
-        blocking(move || {
+        let (chunk, parts) = blocking(move || {
             let schema = match parts.first() {
                 Some(p) => Arc::clone(p.schema()),
                 None => return Err(DataFusionError::Internal("an upload chunk without rows".into())),
             };
-            DeviceBatch::concat(&gpu, &stream, schema, &parts)
+            let chunk = DeviceBatch::concat(&gpu, &stream, schema, &parts);
+            // The parts stay this uploader's when the concatenation failed.
+            let kept = if chunk.is_err() { parts } else { Vec::new() };
+            Ok((chunk, kept))
         })
-        .await
+        .await?;
+        if chunk.is_err() {
+            (self.device, self.device_rows) = (parts, rows);
+        }
+        chunk
+    }
+
+    /// Every row this uploader holds and has not handed out as a chunk, on the host in input
+    /// order (uploaded groups downloaded): what an operator gives DataFusion's when its device
+    /// work failed part way through a chunk.
+    pub async fn into_rows(mut self) -> Result<Vec<RecordBatch>> {
+        let parts = std::mem::take(&mut self.device);
+        let mut rows = blocking(move || parts.iter().map(DeviceBatch::download).collect::<Result<Vec<_>>>()).await?;
+        rows.append(&mut self.host);
+        Ok(rows)
     }
 }
 
@@ -352,5 +382,43 @@ mod tests {
         gpu.memory().set_limit(None);
         assert!(err.contains("gpu.memory_limit is 64KiB"), "{err}");
         assert_eq!(gpu.memory().used(), 0, "failed uploads must release their reservations");
+    }
+
+    /// A chunk whose upload fails part way (device memory refused) leaves its rows with the
+    /// uploader: the groups already on the device and the group that failed, which `into_rows`
+    /// gives back on the host in input order, for DataFusion's operator to take over.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpu_a_failed_upload_keeps_the_chunks_rows() {
+        let _l = gpu_lock();
+        let Some(_gpu) = gpu_or_skip("gpu_a_failed_upload_keeps_the_chunks_rows") else { return };
+        let seed = fresh_seed("gpu_a_failed_upload_keeps_the_chunks_rows");
+        let (_, parts) = source(seed, 1, 2000);
+        let batches = &parts[0];
+        let cfg = crate::config::GpuConfig::default();
+        let gpu = Gpu::for_session(&cfg, &format!("upload-fault-{seed}")).unwrap();
+        let time = datafusion::physical_plan::metrics::Time::new();
+        let mut uploader = ChunkUploader::new(Arc::clone(&gpu), usize::MAX, time.clone(), time);
+        // Every batch is a group of its own; the ninth column buffer (in the second batch) is refused.
+        uploader.group_bytes = 1;
+        gpu.memory().fail_after(Some(("column", 8)));
+        let (mut pushed, mut failed) = (Vec::new(), None);
+        for b in batches {
+            pushed.push(b.clone());
+            if let Err(e) = uploader.push(b.clone()).await {
+                failed = Some(e);
+                break;
+            }
+        }
+        gpu.memory().fail_after(None);
+        let failed = failed.expect("an upload refused by fault injection");
+        assert!(crate::error::recoverable_on_cpu(&failed), "{failed}");
+        assert!(pushed.len() > 1 && pushed.len() <= batches.len(), "seed {seed}: failed at batch {}", pushed.len());
+        let schema = batches[0].schema();
+        let got = concat_batches(&schema, &uploader.into_rows().await.unwrap()).unwrap();
+        let want = concat_batches(&schema, &pushed).unwrap();
+        assert_eq!(got.num_rows(), want.num_rows(), "seed {seed}");
+        for (g, w) in got.columns().iter().zip(want.columns()) {
+            assert_same_array(w.as_ref(), g.as_ref(), &format!("seed {seed}"));
+        }
     }
 }

@@ -104,11 +104,12 @@ pub(super) fn read_ahead<T: Send + 'static>(
     Box::pin(TaskStream::new(rx, task, "a GPU join's probe read-ahead"))
 }
 
-/// Probe rows a partition had not joined when its device work failed: host batches, or the
-/// device chunk that failed.
+/// Probe rows a partition had not joined when its device work failed: the device chunk that
+/// failed, or the rows of the chunk being gathered (an upload failed), or none.
 pub(super) enum Unjoined {
-    Host(Vec<RecordBatch>),
+    None,
     Device(DeviceBatch),
+    Uploading(ChunkUploader),
 }
 
 /// The probe side of one partition, after its build.
@@ -214,15 +215,16 @@ impl PartitionRun {
                 stop.map(|(e, sent, unjoined)| (e, sent, unjoined, Probe::Device(stream)))
             }
             Probe::Host(mut stream) => {
-                // Probe rows go to the device as they arrive; each full chunk is probed.
+                // Probe rows go to the device as they arrive; each full chunk is probed. Nothing
+                // is kept on the host beside them (the input's memory goes as its groups go up):
+                // when device work fails, the rows not joined are the chunk that failed, or the
+                // uploader's (its groups on the device, the group that failed on the host).
                 let mut uploader = ChunkUploader::new(
                     Arc::clone(&self.gpu),
                     self.chunk_rows,
                     self.metrics.upload_time.clone(),
                     self.metrics.pack_time.clone(),
                 );
-                // The batches of the chunk being gathered, while the CPU may need them.
-                let mut unjoined: Vec<RecordBatch> = Vec::new();
                 let (mut first, mut stop) = (true, None);
                 loop {
                     let next = stream.next().await.transpose()?;
@@ -232,11 +234,7 @@ impl PartitionRun {
                             if std::mem::take(&mut first) {
                                 timeline::mark(who, || format!("first probe batch of {} rows arrived", b.num_rows()));
                             }
-                            let b = b.project(&self.layout.probe_cols)?;
-                            if kept.is_some() {
-                                unjoined.push(b.clone());
-                            }
-                            uploader.push(b).await
+                            uploader.push(b.project(&self.layout.probe_cols)?).await
                         }
                         None => uploader.finish().await,
                     };
@@ -245,11 +243,13 @@ impl PartitionRun {
                         Ok(None) if done => break,
                         Ok(None) => continue,
                         Err(e) => {
-                            stop = Some((e, 0));
+                            stop = Some((e, 0, Unjoined::Uploading(uploader)));
                             break;
                         }
                     };
                     timeline::mark(who, || format!("probe chunk of {} rows on the device", chunk.num_rows()));
+                    // The chunk's rows, should DataFusion's join have to take them (shared, not copied).
+                    let failed_chunk = kept.is_some().then(|| chunk.clone());
                     let (build, m, w, mut out) = (Arc::clone(&build), self.metrics.clone(), who.clone(), tx.clone());
                     let (joined, sent) = blocking(move || {
                         let joined = probe_chunk(&build, &m, chunk.stream(), &chunk, &mut out);
@@ -258,12 +258,9 @@ impl PartitionRun {
                     })
                     .await?;
                     match joined {
-                        Ok(()) => {
-                            joined_any = true;
-                            unjoined.clear();
-                        }
+                        Ok(()) => joined_any = true,
                         Err(e) => {
-                            stop = Some((e, sent));
+                            stop = Some((e, sent, failed_chunk.map_or(Unjoined::None, Unjoined::Device)));
                             break;
                         }
                     }
@@ -271,7 +268,7 @@ impl PartitionRun {
                         break;
                     }
                 }
-                stop.map(|(e, sent)| (e, sent, Unjoined::Host(unjoined), Probe::Host(stream)))
+                stop.map(|(e, sent, unjoined)| (e, sent, unjoined, Probe::Host(stream)))
             }
         };
         let emits = build.spec().emits_build_rows();
@@ -289,8 +286,9 @@ impl PartitionRun {
             log::debug!("GPU join partition {} finishes on DataFusion's join: {failed}", self.partition);
             self.metrics.cpu_fallbacks.add(1);
             let head = match unjoined {
-                Unjoined::Host(batches) => batches,
+                Unjoined::None => Vec::new(),
                 Unjoined::Device(chunk) => vec![blocking(move || chunk.download()).await?],
+                Unjoined::Uploading(uploader) => uploader.into_rows().await?,
             };
             let cpu = CpuJoin::new(hash_join(&self.join)?, &self.layout.sides(), kept.batches.clone(), 1)?;
             let out = cpu.execute(0, self.host_probe(head, rest), Arc::clone(&self.context))?;
