@@ -381,7 +381,7 @@ gpu_options! {
         pub narrow_decimals: bool, default = true
         /// Int64 and Decimal128 (at most 18 digits) columns cross the link through the staging buffers as 4-byte integers when their values fit (TPC-H's keys, prices and quantities do), widened on the device; a piece holding a value past 32 bits goes again at 8 bytes (decimals, with gpu.narrow_decimals) or as it is.
         pub narrow_integers: bool, default = true
-        /// The host threads fill the staging buffers with streaming (non-temporal) stores, which write whole cache lines without reading them first (x86-64; elsewhere ordinary stores). Off by default: on an H100 host they copied 6-16% faster alone but staged uploads ran 4% slower (benches/results/2026-11-26-h100-staging-stores-and-rings.md).
+        /// The host threads fill the staging buffers with streaming (non-temporal) stores, which write whole cache lines without reading them first (x86-64; elsewhere ordinary stores). Off by default: on an H100 host they copied 6-16% faster alone but staged uploads ran 4% slower (benches/results/2026-11-26-h100-staging-stores-and-rings/README.md).
         pub streaming_stores: bool, default = false
         /// CUDA streams the GPU operators' partitions take round-robin (1 to 64). Partitions that share a stream wait for each other's work at every synchronisation.
         pub streams: usize, default = 16

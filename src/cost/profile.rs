@@ -88,7 +88,7 @@ impl Profile {
     pub fn h100() -> Profile {
         Profile {
             device: "NVIDIA H100 80GB HBM3".into(),
-            source: "built-in H100 defaults (benches/results/2026-11-22-h100-cost-profile.json)".into(),
+            source: "built-in H100 defaults (benches/results/2026-11-22-h100-cost-model/2026-11-22-h100-cost-profile.json)".into(),
             sm_count: 132,
             l2_bytes: 50.0 * 1024.0 * 1024.0,
             shared_memory_per_block: 227.0 * 1024.0,
@@ -101,7 +101,7 @@ impl Profile {
         }
     }
 
-    /// The H200 of the device machine (benches/results/2026-11-22-h200-doctor.md).
+    /// The H200 of the device machine (benches/results/2026-11-22-h200-doctor/README.md).
     pub fn h200() -> Profile {
         Profile {
             device: "NVIDIA H200".into(),
@@ -115,7 +115,7 @@ impl Profile {
     }
 }
 
-/// The coefficients fitted on the H100 (benches/results/2026-11-22-h100-cost-profile.json); the
+/// The coefficients fitted on the H100 (benches/results/2026-11-22-h100-cost-model/2026-11-22-h100-cost-profile.json); the
 /// features they multiply are listed with each model (GPU: launch groups, then phases in
 /// seconds at the profile's bandwidths; CPU: calls, rows; transfer: seconds per byte up, per
 /// batch up, per byte down).
@@ -125,7 +125,7 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         let mut m = BTreeMap::new();
         // The group-by models (GPU and CPU) and the transfer model were refitted on the H100
         // after the one-pass hash group ids (39 group-by points, seed 25; checked on seed 27:
-        // benches/results/2026-11-23-h100-one-pass-groupby.md).
+        // benches/results/2026-11-23-h100-one-pass-groupby/README.md).
         m.insert("aggregate.cpu".into(), vec![0.00194, 9.368e-10, 3.518e-09, 1.15e-08]);
         // The hash model refitted (same 78 points, seeds 25 and 27) after its group ids were
         // priced with the kernels' own tables (`cost::aggregate::hash_ids`): each seed's fit
@@ -135,7 +135,7 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         m.insert("aggregate.sort".into(), vec![0.0004676, 0.0, 1.013]);
         // The join models: fitted on the H100 to sweep B (96 points, seed 11) by
         // `bench sweep --calibrate --from-json`; checked on sweep A (seed 7) and a fresh sweep
-        // (seed 13): benches/results/2026-11-22-h100-cost-model.md and -cost-profile.json.
+        // (seed 13): benches/results/2026-11-22-h100-cost-model/README.md and -cost-profile.json.
         // The CPU join refitted (2026-11-24) to the seed-41 sweep timed as the execs run
         // (2026-11-24-h100-sweep-41-one-wait.json; on the held-out seed-43 sweep auto then
         // chooses within 10% at 125 of 132 points, worst 1.53x); TPC-H and SSB SF10 moved within
@@ -152,7 +152,7 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         m.insert("transfer".into(), vec![4.254e-11, 0.000206, 2.342e-11]);
         // DataFusion's hash repartition: thread seconds per row and per byte of the row. From
         // the `repartition_time` of the 25 hash repartitions of at least 1 M rows in the EXPLAIN
-        // ANALYZE of TPC-H SF10 on the H100 (benches/results/2026-11-26-h100-tpch-sf10-explain.txt):
+        // ANALYZE of TPC-H SF10 on the H100 (benches/results/2026-11-26-h100-cpu-repartition-pricing/2026-11-26-h100-tpch-sf10-explain.txt):
         // 6.7-26 ns a row, about 5 ns plus 0.25 ns a byte.
         m.insert("repartition.cpu".into(), vec![5.0e-9, 0.25e-9]);
         m

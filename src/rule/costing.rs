@@ -33,7 +33,7 @@ fn key_bytes(encoding: KeyEncoding) -> f64 {
 /// Fixed cost of one step of an out-of-core join's driver (a partition's build, or one group of
 /// its probe rows), whatever its size: 0.8 ms, the slope of the measured time over the steps
 /// between 1/2 (32 steps) and 1/8 (128) of the state in
-/// benches/results/2026-11-24-h100-triton-windows.md (H100: 0.68-1.08 ms in three runs).
+/// benches/results/2026-11-24-h100-triton-windows/README.md (H100: 0.68-1.08 ms in three runs).
 const OUT_OF_CORE_STEP_SECONDS: f64 = 0.8e-3;
 
 /// The estimate of a GPU join, or `None` when neither the statistics nor the plan's shape

@@ -71,7 +71,7 @@ pub struct SweepOptions {
     /// joins of large builds) at every join point, fitted as `join.cpu_partitioned`. Placement
     /// does not use that model: priced with it (and the CPU model refitted with these points),
     /// TPC-H SF10 fell from 1.29x to 1.14x and SSB from 1.44x to 1.26x on an H100
-    /// (benches/results/2026-11-24-h100-cpu-join-models.md).
+    /// (benches/results/archive/2026-11-24-h100-cpu-join-models/README.md).
     #[arg(long)]
     pub cpu_partitioned: bool,
     /// Fit the model to this sweep and save the device profile before choosing.
@@ -486,7 +486,7 @@ pub async fn run(gpu: &Arc<Gpu>, o: &SweepOptions) -> Result<SweepReport> {
     // Every upload sample is a first upload of fresh data, as the model prices uploads: with host
     // registration on, a buffer is page-locked on its second upload and later ones run at the
     // pinned rate, so a median of five uploads was a registered one (about twice as fast;
-    // benches/results/2026-11-24-h100-pair-pricing.md).
+    // benches/results/2026-11-24-h100-pair-pricing/README.md).
     let gpu = &gpu.with_config(&GpuConfig { host_register_limit: ByteSize::Bytes(0), ..GpuConfig::default() })?;
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut profile = profile::load(gpu.info(), &o.profile_dir);

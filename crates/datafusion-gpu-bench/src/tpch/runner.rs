@@ -73,7 +73,7 @@ pub struct SuiteBenchOptions {
     /// Where the tables' batches live, for both sessions alike: `pageable` keeps the allocator's
     /// memory (the normal DataFusion case); `pinned` copies them once, after loading, into
     /// page-locked host memory (still host memory, read by the CPU as before; GPU scans then
-    /// upload without a host copy; see `benches/results/2026-11-25-h100-held-pinned-tables-ab.md`).
+    /// upload without a host copy; see `benches/results/2026-11-25-h100-held-pinned-tables-ab/README.md`).
     /// Without a GPU the tables stay pageable.
     #[arg(long, value_enum, default_value_t = HostMemory::Pageable)]
     pub host_memory: HostMemory,
@@ -424,7 +424,7 @@ async fn run_query(
     // too, so that whatever a run pays for the one before it (memory and tasks still being
     // released) falls on both alike. With both sessions on the CPU (`--gpu-set
     // gpu.enable=false`) single queries still differ by 0.86-1.09x at SF 10 on 16 cores: the
-    // noise of one comparison (benches/results/2026-11-24-h100-view-assembly-and-run-order.md,
+    // noise of one comparison (benches/results/2026-11-24-h100-view-assembly-and-run-order/README.md,
     // whose runs took the upper of the two middle runs for even counts).
     bar.set_message(format!("{} timed, CPU and GPU in turn", q.name));
     let mut last_gpu_plan = None;
