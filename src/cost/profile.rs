@@ -88,7 +88,9 @@ impl Profile {
     pub fn h100() -> Profile {
         Profile {
             device: "NVIDIA H100 80GB HBM3".into(),
-            source: "built-in H100 defaults (benches/results/2026-11-22-h100-cost-model/2026-11-22-h100-cost-profile.json)".into(),
+            source:
+                "built-in H100 defaults (benches/results/2026-11-22-h100-cost-model/2026-11-22-h100-cost-profile.json)"
+                    .into(),
             sm_count: 132,
             l2_bytes: 50.0 * 1024.0 * 1024.0,
             shared_memory_per_block: 227.0 * 1024.0,

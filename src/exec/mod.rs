@@ -113,6 +113,11 @@ pub(crate) async fn download_for_cpu(batch: DeviceBatch) -> Result<datafusion::a
     out
 }
 
+/// Downloads every batch of `parts` in order, on one blocking thread, for a CPU consumer.
+pub(crate) async fn download_all(parts: Vec<DeviceBatch>) -> Result<Vec<datafusion::arrow::record_batch::RecordBatch>> {
+    blocking(move || parts.iter().map(DeviceBatch::download).collect()).await
+}
+
 /// Downloads every device batch of `stream`, for a CPU consumer.
 pub fn download_stream(
     schema: datafusion::arrow::datatypes::SchemaRef,

@@ -13,7 +13,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder,
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
 use futures::{Stream, StreamExt};
 
-use super::{DeviceBatchStream, GpuExec, blocking, download_stream, single_child};
+use super::{DeviceBatchStream, GpuExec, blocking, download_all, download_stream, single_child};
 use crate::columns::{DeviceBatch, HostUpload};
 use crate::config::GpuConfig;
 use crate::device::Gpu;
@@ -277,7 +277,7 @@ impl ChunkUploader {
     /// work failed part way through a chunk.
     pub async fn into_rows(mut self) -> Result<Vec<RecordBatch>> {
         let parts = std::mem::take(&mut self.device);
-        let mut rows = blocking(move || parts.iter().map(DeviceBatch::download).collect::<Result<Vec<_>>>()).await?;
+        let mut rows = download_all(parts).await?;
         rows.append(&mut self.host);
         Ok(rows)
     }
@@ -396,7 +396,7 @@ mod tests {
         let batches = &parts[0];
         let cfg = crate::config::GpuConfig::default();
         let gpu = Gpu::for_session(&cfg, &format!("upload-fault-{seed}")).unwrap();
-        let time = datafusion::physical_plan::metrics::Time::new();
+        let time = Time::new();
         let mut uploader = ChunkUploader::new(Arc::clone(&gpu), usize::MAX, time.clone(), time);
         // Every batch is a group of its own; the ninth column buffer (in the second batch) is refused.
         uploader.group_bytes = 1;

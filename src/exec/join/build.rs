@@ -22,7 +22,7 @@ use crate::device::Gpu;
 use crate::error::{CudaResultExt, recoverable_on_cpu};
 use crate::exec::cpu_join::CpuJoin;
 use crate::exec::upload::{ChunkUploader, batch_bytes};
-use crate::exec::{as_gpu_exec, blocking, rows_within_limit, timeline};
+use crate::exec::{as_gpu_exec, blocking, download_all, rows_within_limit, timeline};
 use crate::join::triton::{SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{JoinBuild, JoinSpec, window_bound};
 
@@ -38,7 +38,7 @@ impl BuildInput {
     pub(super) async fn into_host(self) -> Result<Vec<RecordBatch>> {
         match self {
             BuildInput::Host(h) => Ok(h),
-            BuildInput::Device(parts) => blocking(move || parts.iter().map(DeviceBatch::download).collect()).await,
+            BuildInput::Device(parts) => download_all(parts).await,
         }
     }
 }

@@ -29,7 +29,7 @@ use crate::error::recoverable_on_cpu;
 use crate::exec::cpu_join::CpuJoin;
 use crate::exec::task_stream::TaskStream;
 use crate::exec::upload::ChunkUploader;
-use crate::exec::{as_gpu_exec, blocking, rows_within_limit, timeline};
+use crate::exec::{as_gpu_exec, blocking, download_for_cpu, rows_within_limit, timeline};
 use crate::join::triton::Arrival;
 use crate::join::{JoinBuild, PhaseTimes};
 
@@ -143,10 +143,7 @@ impl PartitionRun {
                 let layout = Arc::clone(&self.layout);
                 Box::pin(stream.then(move |d| {
                     let layout = Arc::clone(&layout);
-                    async move {
-                        let d = probe_columns(&layout, &d?)?;
-                        blocking(move || d.download()).await
-                    }
+                    async move { download_for_cpu(probe_columns(&layout, &d?)?).await }
                 }))
             }
         };
@@ -287,7 +284,7 @@ impl PartitionRun {
             self.metrics.cpu_fallbacks.add(1);
             let head = match unjoined {
                 Unjoined::None => Vec::new(),
-                Unjoined::Device(chunk) => vec![blocking(move || chunk.download()).await?],
+                Unjoined::Device(chunk) => vec![download_for_cpu(chunk).await?],
                 Unjoined::Uploading(uploader) => uploader.into_rows().await?,
             };
             let cpu = CpuJoin::new(hash_join(&self.join)?, &self.layout.sides(), kept.batches.clone(), 1)?;
