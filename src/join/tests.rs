@@ -659,8 +659,16 @@ fn metric_sum(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
 /// Runs the case on the CPU, then on the GPU with each algorithm in turn under a memory limit of
 /// `1 / fraction` of the join's build state (its uploaded build columns, times the state factor),
 /// so that it runs out of core; checks the answer, that the out-of-core path ran, and that the
-/// device memory in use never exceeded the limit.
-async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgorithm], fraction: u64) -> Vec<String> {
+/// device memory in use never exceeded the limit. With `sequential`, the output partitions are
+/// executed and drained one after another (as a consumer reading one partition at a time does),
+/// each within a minute.
+async fn check_out_of_core(
+    c: &JoinCase<'_>,
+    what: &str,
+    algorithms: &[JoinAlgorithm],
+    fraction: u64,
+    sequential: bool,
+) -> Vec<String> {
     let (schema, cpu, want) = match cpu_answer(c, what).await {
         Ok(x) => x,
         Err(e) => return vec![e],
@@ -706,9 +714,24 @@ async fn check_out_of_core(c: &JoinCase<'_>, what: &str, algorithms: &[JoinAlgor
             )
             .map_err(|e| e.to_string())?;
             gpu.memory().reset_peak();
-            let parts = datafusion::physical_plan::collect_partitioned(Arc::clone(&gpu_plan), ctx.task_ctx())
-                .await
-                .map_err(|e| format!("failed: {e}"))?;
+            let parts = match sequential {
+                false => datafusion::physical_plan::collect_partitioned(Arc::clone(&gpu_plan), ctx.task_ctx())
+                    .await
+                    .map_err(|e| format!("failed: {e}"))?,
+                true => {
+                    let mut parts = Vec::new();
+                    for p in 0..gpu_plan.properties().output_partitioning().partition_count() {
+                        let stream = gpu_plan.execute(p, ctx.task_ctx()).map_err(|e| format!("failed: {e}"))?;
+                        let drained = datafusion::physical_plan::common::collect(stream);
+                        let batches = tokio::time::timeout(std::time::Duration::from_secs(60), drained)
+                            .await
+                            .map_err(|_| format!("partition {p}, read alone, gave no end within a minute"))?
+                            .map_err(|e| format!("failed: {e}"))?;
+                        parts.push(batches);
+                    }
+                    parts
+                }
+            };
             let peak = gpu.memory().peak();
             if let Partitioning::Hash(exprs, _) = gpu_plan.properties().output_partitioning() {
                 hash_partitioned(&parts, exprs)?;
@@ -794,7 +817,7 @@ async fn gpu_join_out_of_core_matches_cpu() {
                     let c = JoinCase { mode, ..JoinCase::new(&left, &right, types.len(), jt, nulls) };
                     let what = format!("[out of core 1/{fraction} {kname} {ldist:?}/{rdist:?} {jt} {mode:?}]");
                     let t = std::time::Instant::now();
-                    failures.extend(check_out_of_core(&c, &what, &algorithms, fraction).await);
+                    failures.extend(check_out_of_core(&c, &what, &algorithms, fraction, false).await);
                     let _ = writeln!(std::io::stderr(), "{what}: {:.1} s", t.elapsed().as_secs_f64());
                     joins += algorithms.len();
                 }
@@ -818,7 +841,7 @@ async fn gpu_join_out_of_core_matches_cpu() {
         });
         let c =
             JoinCase { filter: Some(filter), ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
-        failures.extend(check_out_of_core(&c, &format!("[out of core filter {jt}]"), &algorithms, 4).await);
+        failures.extend(check_out_of_core(&c, &format!("[out of core filter {jt}]"), &algorithms, 4, false).await);
         joins += algorithms.len();
     }
     // A probe side hash-partitioned on its keys: inner and right joins keep that partitioning, so
@@ -828,9 +851,21 @@ async fn gpu_join_out_of_core_matches_cpu() {
         let hashed = matches!(plan(&c).properties().output_partitioning(), Partitioning::Hash(..));
         assert_eq!(hashed, jt != JoinType::Full, "{jt}: the output partitioning checked is the probe side's");
         failures.extend(
-            check_out_of_core(&c, &format!("[out of core hash-partitioned probe {jt}]"), &algorithms, 10).await,
+            check_out_of_core(&c, &format!("[out of core hash-partitioned probe {jt}]"), &algorithms, 10, false).await,
         );
         joins += algorithms.len();
+    }
+    // A consumer that executes and drains the shared build's output partitions one after
+    // another: no stream waits for one not started, and the build rows decided at the end
+    // (left, full, left semi and anti) come once, decided by every probe row.
+    for jt in [JoinType::Inner, JoinType::Left, JoinType::Full, JoinType::LeftSemi, JoinType::LeftAnti, JoinType::Right]
+    {
+        for hash_probe in [false, true] {
+            let c = JoinCase { hash_probe, ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
+            let what = format!("[out of core, partitions read one after another, hashed probe {hash_probe} {jt}]");
+            failures.extend(check_out_of_core(&c, &what, &algorithms, 10, true).await);
+            joins += algorithms.len();
+        }
     }
     assert!(failures.is_empty(), "seed {seed}: {} of {joins} joins differ:\n{}", failures.len(), failures.join("\n"));
     let _ = writeln!(std::io::stderr(), "out-of-core joins: {joins} GPU joins matched the CPU (seed {seed})");

@@ -21,7 +21,8 @@
 //! straight from there (no staging copy).
 //!
 //! The probe streams of a shared build (`CollectLeft`) each partition their own input, then meet
-//! ([`Meeting`]): the last to arrive drives the join for all of them, one partition after
+//! ([`Meeting`]): the last to arrive drives the join for all of them (for every stream started,
+//! when a consumer drains its partitions one after another: see [`Meeting`]), one partition after
 //! another, probing each group of a partition's pieces once whatever streams they came from, and
 //! sends every output window to a stream that is still reading (to the stream the rows came from
 //! when the join's output partitioning is the probe side's). A stream's consumer that stops
@@ -186,7 +187,7 @@ impl SpillSizes {
 }
 
 /// One chunk of a side, downloaded to pinned host memory with its rows in partition order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Chunk {
     columns: Vec<HostColumn>,
 }
@@ -330,16 +331,17 @@ impl SpilledSide {
         self.parts.get(p).and_then(|v| v.get(range)).map_or(0, |v| v.iter().map(|x| x.rows.len() as u64).sum())
     }
 
-    /// Moves `other`'s chunks into this side, its pieces marked as coming from stream `origin`
+    /// Adds `other`'s chunks to this side (sharing their buffers), its pieces marked as coming from stream `origin`
     /// (each partition's pieces stay in the order the sides were absorbed).
-    pub fn absorb(&mut self, other: SpilledSide, origin: usize) -> Result<()> {
+    pub fn absorb(&mut self, other: &SpilledSide, origin: usize) -> Result<()> {
         if other.bits != self.bits || other.schema != self.schema {
             return Err(gpu_error("out-of-core sides of different partitionings cannot be merged"));
         }
         let base = self.chunks.len();
-        self.chunks.extend(other.chunks);
-        for (mine, theirs) in self.parts.iter_mut().zip(other.parts) {
-            mine.extend(theirs.into_iter().map(|x| Piece { chunk: base + x.chunk, origin, ..x }));
+        // The chunks' buffers are shared, not copied.
+        self.chunks.extend(other.chunks.iter().cloned());
+        for (mine, theirs) in self.parts.iter_mut().zip(&other.parts) {
+            mine.extend(theirs.iter().map(|x| Piece { chunk: base + x.chunk, origin, ..x.clone() }));
         }
         self.rows += other.rows;
         self.bytes += other.bytes;
@@ -408,39 +410,78 @@ impl SpilledSide {
 }
 
 /// Where the probe streams of an out-of-core join meet. Each stream partitions its own probe
-/// input into host memory and hands it over ([`Meeting::arrive`]); the last to arrive gets every
-/// stream's entry and drives the join, partition by partition, for all of them (one step per
-/// partition and probe group, not one per stream), while the others wait for its outcome.
+/// input into host memory and hands it over ([`Meeting::arrive`]); once every stream executed so
+/// far has arrived, the last of them gets their entries (a [`Round`]) and drives the join,
+/// partition by partition, for all of them (one step per partition and probe group, not one per
+/// stream), while the others wait for that round's end.
+///
+/// A consumer that polls every partition at once (DataFusion's operators do) gives one round of
+/// every stream. One that executes and drains its partitions one after another (or a worker that
+/// runs a few of them) gives several rounds: a stream never waits for a partition nobody has
+/// executed. A join that emits build rows decided by every probe row (left, full, left semi and
+/// anti joins with the build on the left) emits them in the last round only, which also probes
+/// the rows of earlier rounds again, its output of them discarded, to decide them: the meeting
+/// keeps each earlier entry's [`Keep::keep`] for it.
 pub struct Meeting<T> {
     state: std::sync::Mutex<MeetingState<T>>,
-    outcome: tokio::sync::watch::Sender<Outcome>,
-    /// The driving task, kept here so that it outlives the stream that started it.
-    driver: std::sync::Mutex<Option<datafusion::common::runtime::SpawnedTask<()>>>,
+    progress: tokio::sync::watch::Sender<Progress>,
+    /// Whether the last round gets the entries of the earlier ones.
+    keep_earlier: bool,
+    /// The driving tasks, kept here so that they outlive the streams that started them.
+    drivers: std::sync::Mutex<Vec<datafusion::common::runtime::SpawnedTask<()>>>,
 }
 
 impl<T> std::fmt::Debug for Meeting<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Meeting").field("outcome", &*self.outcome.borrow()).finish()
+        f.debug_struct("Meeting").field("progress", &*self.progress.borrow()).finish()
     }
 }
 
-struct MeetingState<T> {
-    /// Streams still expected to arrive, and the entries of those that did.
-    expected: usize,
-    entries: Vec<T>,
+/// What an entry leaves with the meeting for the last round when its own round is driven: the
+/// rows it handed over, without what would keep its stream open.
+pub trait Keep {
+    fn keep(&self) -> Self;
 }
 
-/// How the driven join ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Running,
-    Finished,
-    /// Failed for `why`; `memory` when device memory ran out (the error stays a
-    /// `ResourcesExhausted` one for every stream, which the execs may recover from).
-    Failed {
-        why: String,
-        memory: bool,
-    },
+struct MeetingState<T> {
+    /// Streams in all.
+    expected: usize,
+    /// Streams that arrived so far, in every round.
+    arrived: usize,
+    /// Rounds handed to drivers so far; the open round is numbered this.
+    rounds: usize,
+    /// Entries of the open round.
+    entries: Vec<T>,
+    /// What entries of earlier rounds kept for the last one.
+    earlier: Vec<T>,
+}
+
+/// The entries one driver joins.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Round<T> {
+    pub number: usize,
+    pub entries: Vec<T>,
+    /// What the entries of earlier rounds kept (the last round of a meeting that keeps them).
+    pub earlier: Vec<T>,
+    /// Whether every stream has arrived.
+    pub last: bool,
+}
+
+/// What [`Meeting::arrive`] gives a stream: a round to drive, or the number of the round whose
+/// end it waits for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Arrived<T> {
+    Drive(Round<T>),
+    Wait(usize),
+}
+
+/// The rounds that ended, or why the join failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    finished: Vec<usize>,
+    /// Why, and whether device memory ran out (the error stays a `ResourcesExhausted` one for
+    /// every stream, which the execs may recover from).
+    failed: Option<(String, bool)>,
 }
 
 /// `why` as the error a failed join gives its streams.
@@ -451,74 +492,97 @@ fn failed(why: String, memory: bool) -> datafusion::error::DataFusionError {
     }
 }
 
-impl<T> Meeting<T> {
-    pub fn new(participants: usize) -> Arc<Self> {
+impl<T: Keep> Meeting<T> {
+    /// A meeting of `participants` streams; with `keep_earlier`, the last round gets what the
+    /// entries of earlier rounds kept.
+    pub fn new(participants: usize, keep_earlier: bool) -> Arc<Self> {
         Arc::new(Meeting {
-            state: std::sync::Mutex::new(MeetingState { expected: participants.max(1), entries: Vec::new() }),
-            outcome: tokio::sync::watch::Sender::new(Outcome::Running),
-            driver: std::sync::Mutex::new(None),
+            state: std::sync::Mutex::new(MeetingState {
+                expected: participants.max(1),
+                arrived: 0,
+                rounds: 0,
+                entries: Vec::new(),
+                earlier: Vec::new(),
+            }),
+            progress: tokio::sync::watch::Sender::new(Progress::default()),
+            keep_earlier,
+            drivers: std::sync::Mutex::new(Vec::new()),
         })
     }
 
-    fn failure(&self) -> Option<(String, bool)> {
-        match &*self.outcome.borrow() {
-            Outcome::Failed { why, memory } => Some((why.clone(), *memory)),
-            _ => None,
-        }
-    }
-
-    /// Hands over one stream's `entry`; every entry comes back to the last stream expected.
-    pub fn arrive(&self, entry: T) -> Result<Option<Vec<T>>> {
-        if let Some((why, memory)) = self.failure() {
+    /// Hands over one stream's `entry`, when `executed` streams have been started: the open
+    /// round is driven by this stream when every stream started has arrived.
+    pub fn arrive(&self, entry: T, executed: usize) -> Result<Arrived<T>> {
+        if let Some((why, memory)) = self.progress.borrow().failed.clone() {
             return Err(failed(format!("another probe stream of this out-of-core join failed: {why}"), memory));
         }
         let mut s = self.state.lock().map_err(|_| gpu_error("the out-of-core join's meeting lock is poisoned"))?;
         s.entries.push(entry);
-        if s.entries.len() < s.expected {
-            return Ok(None);
+        s.arrived += 1;
+        let number = s.rounds;
+        let last = s.arrived >= s.expected;
+        if !last && s.arrived < executed.min(s.expected) {
+            return Ok(Arrived::Wait(number));
         }
-        s.expected = 0;
-        Ok(Some(std::mem::take(&mut s.entries)))
+        s.rounds += 1;
+        let entries = std::mem::take(&mut s.entries);
+        let earlier = match (last, self.keep_earlier) {
+            (true, _) => std::mem::take(&mut s.earlier),
+            (false, true) => {
+                s.earlier.extend(entries.iter().map(Keep::keep));
+                Vec::new()
+            }
+            (false, false) => Vec::new(),
+        };
+        Ok(Arrived::Drive(Round { number, entries, earlier, last }))
+    }
+}
+
+impl<T> Meeting<T> {
+    /// Keeps a task driving a round (it stops when this meeting is dropped).
+    pub fn add_driver(&self, task: datafusion::common::runtime::SpawnedTask<()>) {
+        if let Ok(mut d) = self.drivers.lock() {
+            d.push(task);
+        }
     }
 
-    /// Keeps the task driving the join (it stops when this meeting is dropped).
-    pub fn set_driver(&self, task: datafusion::common::runtime::SpawnedTask<()>) {
-        if let Ok(mut d) = self.driver.lock() {
-            *d = Some(task);
-        }
+    /// Ends round `round`: its streams return.
+    pub fn finish(&self, round: usize) {
+        self.progress.send_modify(|p| p.finished.push(round));
     }
 
-    /// Ends the join: every waiting stream returns (the first outcome set stays).
-    pub fn end(&self, outcome: Outcome) {
-        self.outcome.send_if_modified(|o| {
-            let first = *o == Outcome::Running && outcome != Outcome::Running;
+    fn fail_for(&self, why: String, memory: bool) {
+        self.progress.send_if_modified(|p| {
+            let first = p.failed.is_none();
             if first {
-                *o = outcome.clone();
+                p.failed = Some((why, memory));
             }
             first
         });
     }
 
-    /// Stops every stream with `why`.
+    /// Stops every stream, of every round, with `why` (the first failure stays).
     pub fn fail(&self, why: &str) {
-        self.end(Outcome::Failed { why: why.to_string(), memory: false });
+        self.fail_for(why.to_string(), false);
     }
 
     /// Stops every stream with the error `e`.
     pub fn fail_with(&self, e: &datafusion::error::DataFusionError) {
-        self.end(Outcome::Failed { why: e.to_string(), memory: crate::error::recoverable_on_cpu(e) });
+        self.fail_for(e.to_string(), crate::error::recoverable_on_cpu(e));
     }
 
-    /// Waits for the join's end: an error when it failed.
-    pub async fn wait(&self) -> Result<()> {
-        let mut rx = self.outcome.subscribe();
-        let outcome = rx
-            .wait_for(|o| *o != Outcome::Running)
+    /// Waits for the end of round `round`: an error when the join failed first.
+    pub async fn wait(&self, round: usize) -> Result<()> {
+        let mut rx = self.progress.subscribe();
+        let progress = rx
+            .wait_for(|p| p.failed.is_some() || p.finished.contains(&round))
             .await
             .map_err(|_| gpu_error("the out-of-core join stopped without an outcome"))?
             .clone();
-        match outcome {
-            Outcome::Failed { why, memory } => Err(failed(format!("the out-of-core join failed: {why}"), memory)),
+        match progress.failed {
+            Some((why, memory)) if !progress.finished.contains(&round) => {
+                Err(failed(format!("the out-of-core join failed: {why}"), memory))
+            }
             _ => Ok(()),
         }
     }
@@ -532,15 +596,15 @@ pub struct Arrival<T> {
     arrived: bool,
 }
 
-impl<T> Arrival<T> {
+impl<T: Keep> Arrival<T> {
     pub fn new(meeting: &Arc<Meeting<T>>) -> Self {
         Arrival { meeting: Arc::clone(meeting), arrived: false }
     }
 
     /// Hands over `entry` (see [`Meeting::arrive`]).
-    pub fn arrive(mut self, entry: T) -> Result<Option<Vec<T>>> {
+    pub fn arrive(mut self, entry: T, executed: usize) -> Result<Arrived<T>> {
         self.arrived = true;
-        self.meeting.arrive(entry)
+        self.meeting.arrive(entry, executed)
     }
 }
 
@@ -552,13 +616,15 @@ impl<T> Drop for Arrival<T> {
     }
 }
 
-/// Ends a [`Meeting`] as failed if the driving task stops without saying how it ended (a panic,
-/// or the task dropped), so that no stream waits forever.
-pub struct DriverGuard<T>(pub Arc<Meeting<T>>);
+/// Ends a [`Meeting`] as failed if the task driving round `.1` stops without finishing it (a
+/// panic, or the task dropped), so that no stream waits forever.
+pub struct DriverGuard<T>(pub Arc<Meeting<T>>, pub usize);
 
 impl<T> Drop for DriverGuard<T> {
     fn drop(&mut self) {
-        self.0.fail("the out-of-core join's driving task stopped");
+        if !self.0.progress.borrow().finished.contains(&self.1) {
+            self.0.fail("the out-of-core join's driving task stopped");
+        }
     }
 }
 
@@ -566,35 +632,72 @@ impl<T> Drop for DriverGuard<T> {
 mod tests {
     use super::*;
 
+    impl Keep for u32 {
+        fn keep(&self) -> Self {
+            *self + 100
+        }
+    }
+
     #[tokio::test]
     async fn meeting_hands_every_entry_to_the_last_arrival() {
-        let meeting = Meeting::<u32>::new(3);
-        assert!(Arrival::new(&meeting).arrive(1).unwrap().is_none());
-        assert!(Arrival::new(&meeting).arrive(2).unwrap().is_none());
+        let meeting = Meeting::<u32>::new(3, false);
+        assert_eq!(Arrival::new(&meeting).arrive(1, 3).unwrap(), Arrived::Wait(0));
+        assert_eq!(Arrival::new(&meeting).arrive(2, 3).unwrap(), Arrived::Wait(0));
         let m = Arc::clone(&meeting);
-        let waiter = tokio::spawn(async move { m.wait().await });
+        let waiter = tokio::spawn(async move { m.wait(0).await });
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "waits for the driver");
-        assert_eq!(Arrival::new(&meeting).arrive(3).unwrap(), Some(vec![1, 2, 3]));
+        let round = Round { number: 0, entries: vec![1, 2, 3], earlier: vec![], last: true };
+        assert_eq!(Arrival::new(&meeting).arrive(3, 3).unwrap(), Arrived::Drive(round));
         {
-            let _guard = DriverGuard(Arc::clone(&meeting));
-            meeting.end(Outcome::Finished);
-        } // the guard's failure comes after the outcome: ignored
+            let _guard = DriverGuard(Arc::clone(&meeting), 0);
+            meeting.finish(0);
+        } // the round finished before the guard went: no failure
         waiter.await.unwrap().unwrap();
-        meeting.wait().await.unwrap();
+        meeting.wait(0).await.unwrap();
 
         // A stream that stops before arriving stops the others.
-        let meeting = Meeting::<u32>::new(2);
-        assert!(Arrival::new(&meeting).arrive(1).unwrap().is_none());
+        let meeting = Meeting::<u32>::new(2, false);
+        assert_eq!(Arrival::new(&meeting).arrive(1, 2).unwrap(), Arrived::Wait(0));
         drop(Arrival::new(&meeting));
-        assert!(meeting.wait().await.unwrap_err().to_string().contains("stopped before"));
-        assert!(Arrival::new(&meeting).arrive(2).is_err());
+        assert!(meeting.wait(0).await.unwrap_err().to_string().contains("stopped before"));
+        assert!(Arrival::new(&meeting).arrive(2, 2).is_err());
 
-        // A driver that stops without an outcome fails the join.
-        let meeting = Meeting::<u32>::new(1);
-        assert!(Arrival::new(&meeting).arrive(1).unwrap().is_some());
-        drop(DriverGuard(Arc::clone(&meeting)));
-        assert!(meeting.wait().await.unwrap_err().to_string().contains("driving task stopped"));
+        // A driver that stops without finishing its round fails the join.
+        let meeting = Meeting::<u32>::new(1, false);
+        assert!(matches!(Arrival::new(&meeting).arrive(1, 1).unwrap(), Arrived::Drive(_)));
+        drop(DriverGuard(Arc::clone(&meeting), 0));
+        assert!(meeting.wait(0).await.unwrap_err().to_string().contains("driving task stopped"));
+    }
+
+    /// Streams executed one after another (each drained before the next starts) never wait for
+    /// one not started: each forms a round of its own, and the last round gets what the earlier
+    /// ones kept.
+    #[tokio::test]
+    async fn meeting_rounds_for_streams_executed_one_after_another() {
+        let meeting = Meeting::<u32>::new(3, true);
+        let round = |number, entries: Vec<u32>, earlier: Vec<u32>, last| {
+            Arrived::Drive(Round { number, entries, earlier, last })
+        };
+        assert_eq!(Arrival::new(&meeting).arrive(1, 1).unwrap(), round(0, vec![1], vec![], false));
+        meeting.finish(0);
+        meeting.wait(0).await.unwrap();
+        // Two started together: the first waits for the second.
+        assert_eq!(Arrival::new(&meeting).arrive(2, 3).unwrap(), Arrived::Wait(1));
+        let m = Arc::clone(&meeting);
+        let waiter = tokio::spawn(async move { m.wait(1).await });
+        assert_eq!(Arrival::new(&meeting).arrive(3, 3).unwrap(), round(1, vec![2, 3], vec![101], true));
+        meeting.finish(1);
+        waiter.await.unwrap().unwrap();
+        // Without keeping, the last round gets its own entries only.
+        let meeting = Meeting::<u32>::new(2, false);
+        assert_eq!(Arrival::new(&meeting).arrive(1, 1).unwrap(), round(0, vec![1], vec![], false));
+        assert_eq!(Arrival::new(&meeting).arrive(2, 2).unwrap(), round(1, vec![2], vec![], true));
+        // A failure stops the rounds not yet finished, not those that were.
+        meeting.finish(0);
+        meeting.fail("test");
+        meeting.wait(0).await.unwrap();
+        assert!(meeting.wait(1).await.is_err());
     }
 
     #[test]
@@ -621,7 +724,7 @@ mod tests {
         assert!(s.groups(0, 100, false).is_empty());
         // Absorbed sides keep their pieces' order and take the origin they are given.
         let mut merged = side(&[0]);
-        merged.absorb(side(&[0, 0]), 3).unwrap();
+        merged.absorb(&side(&[0, 0]), 3).unwrap();
         assert_eq!(ranges(merged.groups(1, 100, true)), vec![(0..1, 0), (1..3, 3)]);
         assert_eq!(merged.parts[1][2].chunk, 1 + 1, "chunks renumbered after the ones held");
         assert_eq!(merged.chunks.len(), 3);

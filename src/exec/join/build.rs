@@ -8,6 +8,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::StreamExt;
 
@@ -295,12 +296,16 @@ impl BuildJob {
         }
         let mut build = SpilledSide::new(Arc::clone(&layout.build_schema), sizes.bits);
         for pass in passes {
-            build.absorb(pass.await?, 0)?;
+            build.absorb(&pass.await?, 0)?;
         }
         metrics.spill_bytes.add(build.bytes as usize);
+        let reservation =
+            MemoryConsumer::new("GpuHashJoinExec out-of-core build rows").register(self.context.memory_pool());
+        reservation.try_grow(build.bytes as usize)?;
         timeline::mark(&self.who, || format!("build partitioned into pinned memory ({} bytes)", build.bytes));
         let participants = if self.consumers_share_build { self.consumers } else { 1 };
-        Ok(Built::Spilled(Arc::new(OutOfCore::new(build, sizes, participants))))
+        let keep_earlier = layout.spec.emits_build_rows();
+        Ok(Built::Spilled(Arc::new(OutOfCore::new(build, reservation, sizes, participants, keep_earlier))))
     }
 
     /// Uploads (or concatenates) the build input and builds it on the device; also returns what

@@ -105,6 +105,9 @@ struct Shared {
     build: OnceShared<Built>,
     /// Probe partitions still running; the last one emits the build rows decided at the end.
     remaining: AtomicUsize,
+    /// Probe partitions started (`execute` called) so far: an out-of-core join's streams do not
+    /// wait for one not started (see [`crate::join::triton::Meeting`]).
+    started: Arc<AtomicUsize>,
 }
 
 impl Shared {

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt};
 
@@ -19,16 +20,18 @@ use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::cost::join::JoinEstimate;
 use crate::device::{DeviceBuffer, Gpu};
-use crate::error::{CudaResultExt, recoverable_on_cpu};
+use crate::error::CudaResultExt;
 use crate::exec::upload::batch_bytes;
 use crate::exec::{blocking, timeline};
-use crate::join::triton::{Arrival, DriverGuard, Group, Meeting, Outcome, SpillSizes, SpilledSide};
+use crate::join::triton::{Arrival, Arrived, DriverGuard, Group, Keep, Meeting, Round, SpillSizes, SpilledSide};
 use crate::join::{JoinBuild, PhaseTimes};
 
 /// The build side of an out-of-core join ([`crate::join::triton`]).
 #[derive(Debug)]
 pub(super) struct OutOfCore {
     pub(super) build: SpilledSide,
+    /// The build rows' host memory, reserved from DataFusion's memory pool.
+    pub(super) _reservation: MemoryReservation,
     pub(super) sizes: SpillSizes,
     /// The steps of the join, in order.
     pub(super) steps: Vec<Step>,
@@ -39,9 +42,17 @@ pub(super) struct OutOfCore {
 /// What a probe stream hands to the out-of-core join's driver: its probe rows in host
 /// partitions, the sender of its output stream, and its metrics.
 pub(super) struct Handover {
-    pub(super) side: SpilledSide,
-    pub(super) tx: mpsc::Sender<Result<JoinOutput>>,
+    pub(super) side: Arc<SpilledSide>,
+    /// `None` in what an earlier round kept for the last one (see [`Meeting`]): its stream has
+    /// had its output.
+    pub(super) tx: Option<mpsc::Sender<Result<JoinOutput>>>,
     pub(super) metrics: Metrics,
+}
+
+impl Keep for Handover {
+    fn keep(&self) -> Self {
+        Handover { side: Arc::clone(&self.side), tx: None, metrics: self.metrics.clone() }
+    }
 }
 
 /// One step of an out-of-core join: a chunk of one partition's build pieces (a partition too
@@ -55,7 +66,15 @@ pub(super) struct Step {
 }
 
 impl OutOfCore {
-    pub(super) fn new(build: SpilledSide, sizes: SpillSizes, consumers: usize) -> Self {
+    /// `keep_earlier`: the join emits build rows decided by every probe row, so the last round
+    /// of its meeting probes the rows of earlier rounds again (see [`Meeting`]).
+    pub(super) fn new(
+        build: SpilledSide,
+        reservation: MemoryReservation,
+        sizes: SpillSizes,
+        consumers: usize,
+        keep_earlier: bool,
+    ) -> Self {
         let mut steps = Vec::new();
         for part in 0..build.partitions() {
             let mut groups: Vec<_> =
@@ -71,7 +90,7 @@ impl OutOfCore {
                 last: i + 1 == n,
             }));
         }
-        OutOfCore { build, sizes, steps, meeting: Meeting::new(consumers) }
+        OutOfCore { build, _reservation: reservation, sizes, steps, meeting: Meeting::new(consumers, keep_earlier) }
     }
 }
 
@@ -86,6 +105,11 @@ pub(super) struct OutOfCoreProbe {
     /// Whether each output row must go to the stream its probe row came from (the join's
     /// output partitioning is the probe side's); otherwise any stream still reading takes it.
     pub(super) route: bool,
+    /// Probe streams of the join started so far (their `execute` called): a stream does not
+    /// wait at the meeting for one not started.
+    pub(super) started: Arc<std::sync::atomic::AtomicUsize>,
+    /// DataFusion's memory pool, which the stream's probe rows in host memory are reserved from.
+    pub(super) memory_pool: Arc<dyn MemoryPool>,
 }
 
 impl OutOfCoreProbe {
@@ -117,8 +141,21 @@ impl OutOfCoreProbe {
         .await
     }
 
-    /// This stream's probe input, partitioned into host memory.
-    pub(super) async fn read_probe(&self, probe: Probe) -> Result<SpilledSide> {
+    /// Partitions one chunk into `side` and reserves the host memory its rows took.
+    async fn split_reserved(
+        &self,
+        side: SpilledSide,
+        batch: ProbeBatch,
+        reservation: &mut MemoryReservation,
+    ) -> Result<SpilledSide> {
+        let before = side.bytes;
+        let side = self.split(side, batch).await?;
+        reservation.try_grow((side.bytes - before) as usize)?;
+        Ok(side)
+    }
+
+    /// This stream's probe input, partitioned into host memory (reserved in `reservation`).
+    pub(super) async fn read_probe(&self, probe: Probe, reservation: &mut MemoryReservation) -> Result<SpilledSide> {
         let sizes = self.ooc.sizes;
         let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
         match probe {
@@ -126,7 +163,7 @@ impl OutOfCoreProbe {
                 while let Some(dev) = stream.next().await.transpose()? {
                     if dev.num_rows() > 0 {
                         let batch = probe_columns(&self.layout, &dev)?;
-                        side = self.split(side, ProbeBatch::Device(batch)).await?;
+                        side = self.split_reserved(side, ProbeBatch::Device(batch), reservation).await?;
                     }
                 }
             }
@@ -158,7 +195,7 @@ impl OutOfCoreProbe {
                             rows = pending.iter().map(RecordBatch::num_rows).sum();
                         }
                         for chunk in chunks {
-                            side = self.split(side, ProbeBatch::Host(chunk)).await?;
+                            side = self.split_reserved(side, ProbeBatch::Host(chunk), reservation).await?;
                         }
                     }
                     if done {
@@ -170,16 +207,18 @@ impl OutOfCoreProbe {
         Ok(side)
     }
 
-    /// Reads the whole probe input into host partitions and hands them over; the last stream
-    /// to do so starts the driver ([`OutOfCoreProbe::drive`]), which sends this stream's output
-    /// to `tx`. Returns when the join has ended.
+    /// Reads the whole probe input into host partitions and hands them over; the last stream of
+    /// a round to do so starts its driver ([`OutOfCoreProbe::drive`]), which sends this stream's
+    /// output to `tx`. Returns when the stream's round has ended.
     pub(super) async fn run(
         self,
         probe: Probe,
         tx: &mpsc::Sender<Result<JoinOutput>>,
         arrival: Arrival<Handover>,
     ) -> Result<()> {
-        let side = match self.read_probe(probe).await {
+        // Held until this stream's round has ended (the driver reads the rows until then).
+        let mut reservation = MemoryConsumer::new("GpuHashJoinExec out-of-core probe rows").register(&self.memory_pool);
+        let side = match self.read_probe(probe, &mut reservation).await {
             Ok(side) => side,
             Err(e) => {
                 // Every stream stops with this error (its kind kept: a device memory error stays one).
@@ -190,20 +229,25 @@ impl OutOfCoreProbe {
         timeline::mark("out-of-core", || format!("a probe stream handed over {} rows", side.rows));
         let meeting = Arc::clone(&self.ooc.meeting);
         let wait = self.metrics.handover_wait_time.clone();
-        let entry = Handover { side, tx: tx.clone(), metrics: self.metrics.clone() };
-        if let Some(entries) = arrival.arrive(entry)? {
-            let guard = DriverGuard(Arc::clone(&meeting));
-            let task = SpawnedTask::spawn(async move {
-                let outcome = match self.drive(entries).await {
-                    Ok(()) => Outcome::Finished,
-                    Err(e) => Outcome::Failed { why: e.to_string(), memory: recoverable_on_cpu(&e) },
-                };
-                guard.0.end(outcome);
-            });
-            meeting.set_driver(task);
-        }
+        let entry = Handover { side: Arc::new(side), tx: Some(tx.clone()), metrics: self.metrics.clone() };
+        let started = self.started.load(std::sync::atomic::Ordering::SeqCst);
+        let round = match arrival.arrive(entry, started)? {
+            Arrived::Wait(round) => round,
+            Arrived::Drive(round) => {
+                let number = round.number;
+                let guard = DriverGuard(Arc::clone(&meeting), number);
+                let task = SpawnedTask::spawn(async move {
+                    match self.drive(round).await {
+                        Ok(()) => guard.0.finish(number),
+                        Err(e) => guard.0.fail_with(&e),
+                    }
+                });
+                meeting.add_driver(task);
+                number
+            }
+        };
         let _w = wait.timer();
-        meeting.wait().await
+        meeting.wait(round).await
     }
 
     /// Joins every stream's probe rows partition by partition: each build chunk of a partition
@@ -211,25 +255,36 @@ impl OutOfCoreProbe {
     /// groups of at most `group_bytes` (by stream when `route`); output goes to the streams through
     /// [`Outputs`]. Every build chunk and probe group is copied up from pinned memory while the
     /// one before it is joined ([`Prefetch`]). Stops early when no stream reads any more.
-    pub(super) async fn drive(self, entries: Vec<Handover>) -> Result<()> {
+    ///
+    /// The build rows decided at the end are emitted by the last round only, which probes the
+    /// rows earlier rounds kept again, its output of them discarded, so that every probe row
+    /// decides them.
+    pub(super) async fn drive(self, round: Round<Handover>) -> Result<()> {
         let sizes = self.ooc.sizes;
         let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
+        let Round { entries, earlier, last, .. } = round;
         let mut outputs = Outputs { targets: Vec::with_capacity(entries.len()), next: 0, fed: sizes.outputs };
-        for (origin, e) in entries.into_iter().enumerate() {
-            side.absorb(e.side, origin)?;
-            outputs.targets.push(Some((e.tx, e.metrics)));
+        // Per origin: whether its output is discarded (rows an earlier round answered).
+        let mut discard = Vec::with_capacity(entries.len() + earlier.len());
+        for (e, kept) in entries.into_iter().map(|e| (e, false)).chain(earlier.into_iter().map(|e| (e, true))) {
+            side.absorb(&e.side, discard.len())?;
+            outputs.targets.push(e.tx.filter(|_| !kept).map(|tx| (tx, e.metrics)));
+            discard.push(kept);
         }
         let side = Arc::new(side);
         let spec = Arc::clone(&self.layout.spec);
+        let emit_build_rows = spec.emits_build_rows() && last;
+        // Groups of one stream's rows when the output is routed or some rows' output is discarded.
+        let by_origin = self.route || discard.contains(&true);
         // Each step's probe groups (those of its partition), and what is copied up, in order.
         let mut plan: Vec<(Step, Arc<Vec<Group>>)> = Vec::new();
         let mut groups = Arc::new(Vec::new());
         for step in &self.ooc.steps {
             if step.first {
-                groups = Arc::new(side.groups(step.part, sizes.group_bytes, self.route));
+                groups = Arc::new(side.groups(step.part, sizes.group_bytes, by_origin));
             }
             // A build is needed to probe, or to emit the build rows decided at the end.
-            if !groups.is_empty() || spec.emits_build_rows() {
+            if !groups.is_empty() || emit_build_rows {
                 plan.push((step.clone(), Arc::clone(&groups)));
             }
         }
@@ -316,6 +371,9 @@ impl OutOfCoreProbe {
                 })
                 .await?;
                 timeline::mark("out-of-core", || format!("partition {} group {h} probed", step.part));
+                if discard.get(group.origin).copied().unwrap_or(false) {
+                    continue;
+                }
                 if !outputs.send(self.route.then_some(group.origin), out).await {
                     return Ok(());
                 }
@@ -324,7 +382,7 @@ impl OutOfCoreProbe {
             if step.last {
                 flags.clear();
             }
-            if spec.emits_build_rows() {
+            if emit_build_rows {
                 let (gpu, m) = (Arc::clone(&self.gpu), self.metrics.clone());
                 let slot = self.gpu.spill_slot().await?;
                 let out = blocking(move || {

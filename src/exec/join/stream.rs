@@ -352,6 +352,9 @@ impl GpuHashJoinExec {
         let estimate = self.estimate.clone();
         let shared = Arc::clone(&self.shared);
         let planned_out_of_core = self.out_of_core.is_some();
+        shared.started.fetch_add(1, Ordering::SeqCst);
+        let started = Arc::clone(&shared.started);
+        let memory_pool = Arc::clone(context.memory_pool());
         // An out-of-core join sends each output row to the stream its probe row came from only
         // when the output is partitioned like the probe side; otherwise any stream takes it.
         let route = !matches!(
@@ -423,7 +426,8 @@ impl GpuHashJoinExec {
                     }
                     Built::Spilled(ooc) => {
                         let arrival = Arrival::new(&ooc.meeting);
-                        let job = OutOfCoreProbe { ooc, gpu, layout, estimate, cfg, metrics, route };
+                        let job =
+                            OutOfCoreProbe { ooc, gpu, layout, estimate, cfg, metrics, route, started, memory_pool };
                         job.run(probe, &tx, arrival).await
                     }
                 }
