@@ -375,6 +375,8 @@ gpu_options! {
         pub staging_buffer_size: ByteSize, default = ByteSize::Bytes(32 << 20)
         /// Most host memory page-locked in place for direct uploads: large buffers uploaded a second time (in-memory tables) are registered and then copied at the link's full speed; '0' disables, 'auto' is 8GiB.
         pub host_register_limit: ByteSize, default = ByteSize::Auto
+        /// Most page-locked (pinned) host memory the process holds while this session's queries allocate it: downloads of GPU results and the rows of out-of-core joins land in pinned memory (one DMA, no host copy) while there is room under it, and in ordinary memory through the staging buffers beyond it; pinning a table past it fails with this option named. The staging buffers count but are never refused. 'auto' is a quarter of the host's physical memory.
+        pub pinned_memory_limit: ByteSize, default = ByteSize::Auto
         /// Host threads that copy into pinned staging buffers (0: one per core, at most 16).
         pub transfer_threads: usize, default = 0
         /// Decimal128 columns of at most 18 digits cross the link through the staging buffers as 8-byte integers, widened on the device (half the bytes); a column holding a value past 64 bits goes again as it is.

@@ -108,13 +108,13 @@ fn rebuild(d: &ArrayData, block: &Arc<PinnedBlock>, offsets: &mut std::slice::It
 }
 
 /// One column of a partition (the column's array in each batch) copied into one pinned block.
-fn pin_column(pool: &Arc<PinnedPool>, arrays: &[&ArrayRef]) -> Result<Vec<ArrayRef>> {
+fn pin_column(pool: &Arc<PinnedPool>, limit: u64, arrays: &[&ArrayRef]) -> Result<Vec<ArrayRef>> {
     let datas: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
     let total: usize = datas.iter().map(data_bytes).sum();
     if total == 0 {
         return Ok(arrays.iter().map(|a| Arc::clone(a)).collect());
     }
-    let mut block = pool.alloc_held(total)?;
+    let mut block = pool.alloc_held(total, limit)?;
     let base = block.as_mut_ptr();
     let mut pos = 0usize;
     let mut offsets = Vec::new();
@@ -129,17 +129,18 @@ fn pin_column(pool: &Arc<PinnedPool>, arrays: &[&ArrayRef]) -> Result<Vec<ArrayR
 
 /// `partitions` copied into pinned host memory of `gpu`'s pool: the same schema, batches, rows
 /// and values, each partition's column in one held block (see the module documentation and
-/// [`PinnedPool::alloc_held`]). Fails when the host cannot lock that much memory; the blocks
-/// already filled are then freed.
+/// [`PinnedPool::alloc_held`]). Fails when the host cannot lock that much memory, or it would
+/// take the process's pinned memory over `gpu.pinned_memory_limit`; the blocks already filled
+/// are then freed.
 pub fn pin_partitions(gpu: &Gpu, partitions: &[Vec<RecordBatch>]) -> Result<Vec<Vec<RecordBatch>>> {
-    let pool = gpu.pinned();
+    let (pool, limit) = (gpu.pinned(), gpu.pinned_limit());
     partitions
         .par_iter()
         .map(|batches| {
             let Some(first) = batches.first() else { return Ok(Vec::new()) };
             let schema = first.schema();
             let columns = (0..first.num_columns())
-                .map(|c| pin_column(pool, &batches.iter().map(|b| b.column(c)).collect::<Vec<_>>()))
+                .map(|c| pin_column(pool, limit, &batches.iter().map(|b| b.column(c)).collect::<Vec<_>>()))
                 .collect::<Result<Vec<_>>>()?;
             (0..batches.len())
                 .map(|i| {

@@ -89,7 +89,7 @@ pub fn run(gpu: &Gpu, opts: DoctorOptions) -> Result<DoctorReport> {
     let n = opts.device_bytes;
     let mut src = gpu.alloc(&stream, n, "doctor's copy source")?;
     let mut dst = gpu.alloc(&stream, n, "doctor's copy target")?;
-    if let Some(s) = src.slice_mut() {
+    if let Some(s) = src.slice_mut(&stream) {
         let f = gpu.kernels().function("copy", "fill_u32")?;
         let words = (n / 4) as u64;
         let value: u32 = 0x9e37_79b9;

@@ -292,12 +292,28 @@ impl Drop for Reservation {
     }
 }
 
+/// Streams other than its own that a buffer remembers having been used on; a buffer used on
+/// more is waited for by synchronising the context when it is freed.
+const FOREIGN_STREAMS: usize = 4;
+/// [`DeviceBuffer::foreign`]'s mark for "used on more streams than it can name".
+const MANY_STREAMS: usize = usize::MAX;
+
 /// Untyped device memory owned by the runtime. Zero-length buffers hold no allocation.
+///
+/// The memory is freed on the stream it was allocated on (stream-ordered). Work the runtime
+/// queues on other streams is ordered by the code that queues it, but an error can end that code
+/// while such work still runs: so the buffer remembers the other streams it was used on
+/// ([`DeviceBuffer::raw_ptr`], [`DeviceBuffer::slice`]) and its free waits for what was queued
+/// on them (an event on each), as cudarc's own tracking would, without that tracking's cost on
+/// every use (two events per allocation and a record at each use).
 #[derive(Debug)]
 pub struct DeviceBuffer {
     slice: Option<CudaSlice<u8>>,
     len: usize,
     _reservation: Reservation,
+    /// The other streams (raw handles of the device's pool streams, which live as long as the
+    /// process) it was used on; 0 for a free place, [`MANY_STREAMS`] when they did not fit.
+    foreign: [AtomicUsize; FOREIGN_STREAMS],
 }
 
 impl DeviceBuffer {
@@ -316,7 +332,7 @@ impl DeviceBuffer {
                 ))
             })?)
         };
-        Ok(DeviceBuffer { slice, len, _reservation: reservation })
+        Ok(DeviceBuffer { slice, len, _reservation: reservation, foreign: Default::default() })
     }
 
     pub fn len(&self) -> usize {
@@ -327,23 +343,90 @@ impl DeviceBuffer {
         self.len == 0
     }
 
-    /// The allocation, for kernel arguments (`None` when empty).
-    pub fn slice(&self) -> Option<&CudaSlice<u8>> {
+    /// Notes that work on `stream` uses this buffer (see the type's text).
+    fn used_on(&self, stream: &CudaStream) {
+        let Some(s) = &self.slice else { return };
+        let handle = stream.cu_stream() as usize;
+        if handle == s.stream().cu_stream() as usize || handle == 0 {
+            return;
+        }
+        for place in &self.foreign {
+            match place.compare_exchange(0, handle, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return,
+                Err(h) if h == handle || h == MANY_STREAMS => return,
+                Err(_) => {}
+            }
+        }
+        self.foreign[FOREIGN_STREAMS - 1].store(MANY_STREAMS, Ordering::SeqCst);
+    }
+
+    /// The allocation, for kernel arguments of work queued on `stream` (`None` when empty).
+    pub fn slice(&self, stream: &CudaStream) -> Option<&CudaSlice<u8>> {
+        self.used_on(stream);
         self.slice.as_ref()
     }
 
-    pub fn slice_mut(&mut self) -> Option<&mut CudaSlice<u8>> {
+    /// The allocation, mutably, for work queued on `stream` (`None` when empty).
+    pub fn slice_mut(&mut self, stream: &CudaStream) -> Option<&mut CudaSlice<u8>> {
+        self.used_on(stream);
         self.slice.as_mut()
     }
 
-    /// Raw device address for driver calls issued on `stream`; 0 when empty. cudarc notes the
-    /// access when this returns, before the caller enqueues its work, so issue that work on the
-    /// stream that produced the buffer (as `DeviceBatch` does) rather than relying on cudarc's
-    /// cross-stream events.
+    /// Raw device address for driver calls issued on `stream`; 0 when empty. Issue the work on
+    /// the stream that produced the buffer (as `DeviceBatch` does), or after waiting for it: the
+    /// buffer orders only its own free after the work (see the type's text).
     pub(crate) fn raw_ptr(&self, stream: &CudaStream) -> sys::CUdeviceptr {
         match &self.slice {
-            Some(s) => s.device_ptr(stream).0,
+            Some(s) => {
+                self.used_on(stream);
+                s.device_ptr(stream).0
+            }
             None => 0,
+        }
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let Some(s) = &self.slice else { return };
+        let home = s.stream();
+        let ctx = home.context();
+        if self.foreign[0].load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        ctx.record_err(ctx.bind_to_thread());
+        let mut many = false;
+        for place in &self.foreign {
+            match place.load(Ordering::SeqCst) {
+                0 => break,
+                MANY_STREAMS => many = true,
+                handle => {
+                    // The free (queued on `home` when the slice drops, after this) waits for
+                    // the work queued on `handle` so far. Errors cannot be reported from a drop:
+                    // the context records them.
+                    let waited = (|| {
+                        let event = cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+                        let recorded = unsafe {
+                            cudarc::driver::result::event::record(event, handle as sys::CUstream).and_then(|()| {
+                                cudarc::driver::result::stream::wait_event(
+                                    home.cu_stream(),
+                                    event,
+                                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                                )
+                            })
+                        };
+                        // Destroying a recorded event is safe: its resources go once it completes.
+                        let destroyed = unsafe { cudarc::driver::result::event::destroy(event) };
+                        recorded.and(destroyed)
+                    })();
+                    if waited.is_err() {
+                        many = true;
+                    }
+                }
+            }
+        }
+        if many {
+            ctx.record_err(ctx.synchronize());
         }
     }
 }

@@ -154,6 +154,8 @@ pub struct Gpu {
     copy_threads: Arc<rayon::ThreadPool>,
     /// `gpu.host_register_limit`.
     register_limit: u64,
+    /// `gpu.pinned_memory_limit`.
+    pinned_limit: u64,
 }
 
 /// A permit of `slots`, held until dropped.
@@ -219,6 +221,7 @@ impl Gpu {
             streams,
             copy_threads,
             register_limit: cfg.host_register_limit.bytes().unwrap_or(DEFAULT_REGISTER_LIMIT),
+            pinned_limit: cfg.pinned_memory_limit.bytes().unwrap_or_else(pinned::default_pinned_limit),
             device,
         }))
     }
@@ -312,6 +315,11 @@ impl Gpu {
     /// `gpu.host_register_limit` of this session.
     pub fn register_limit(&self) -> u64 {
         self.register_limit
+    }
+
+    /// `gpu.pinned_memory_limit` of this session.
+    pub fn pinned_limit(&self) -> u64 {
+        self.pinned_limit
     }
 
     pub fn kernels(&self) -> &kernels::KernelCache {
@@ -414,7 +422,8 @@ impl Gpu {
         buffers: &[&DeviceBuffer],
     ) -> Result<Vec<datafusion::arrow::buffer::Buffer>> {
         let mut ring = self.take_ring()?;
-        let result = transfer::download(stream, &self.device.pinned, &mut ring, buffers, &self.copy_threads);
+        let pinned = (&self.device.pinned, self.pinned_limit);
+        let result = transfer::download(stream, pinned, &mut ring, buffers, &self.copy_threads);
         self.return_ring(ring);
         result
     }
@@ -445,7 +454,7 @@ impl Gpu {
         if len == 0 {
             return Ok(());
         }
-        let (Some(s), Some(d)) = (src.slice(), dst.slice_mut()) else { return Ok(()) };
+        let (Some(s), Some(d)) = (src.slice(stream), dst.slice_mut(stream)) else { return Ok(()) };
         let (from, mut to) = (s.slice(0..len), d.slice_mut(at..at + len));
         stream.memcpy_dtod(&from, &mut to).gpu(format!("copying {len} bytes on the device"))
     }
@@ -462,7 +471,7 @@ impl Gpu {
         if len > src.len() || len > dst.len() {
             return Err(gpu_error(format!("device copy of {len} bytes overruns its buffers")));
         }
-        let (Some(s), Some(d)) = (src.slice(), dst.slice_mut()) else { return Ok(()) };
+        let (Some(s), Some(d)) = (src.slice(stream), dst.slice_mut(stream)) else { return Ok(()) };
         let words = (len / 16) as u64;
         if words > 0 {
             let f = self.kernels().function("copy", "copy_u128")?;
@@ -532,6 +541,35 @@ mod tests {
         assert_eq!((one.active_streams(), distinct(&one, 1)), (1, 1));
         assert_eq!(with(10_000).active_streams(), super::MAX_STREAMS);
         assert_eq!(gpu.active_streams(), GpuConfig::default().streams);
+    }
+
+    /// A buffer used on a stream other than its own is freed only after the work queued there:
+    /// its memory is not handed to a new allocation while copies on the other stream still
+    /// write it (as on an error path that drops a buffer another stream's kernels use).
+    #[test]
+    fn gpu_a_buffer_used_on_another_stream_is_freed_after_that_work() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_a_buffer_used_on_another_stream_is_freed_after_that_work") else { return };
+        let gpu = gpu.with_config(&GpuConfig { streams: 2, ..GpuConfig::default() }).unwrap();
+        let (a, b) = (gpu.stream(), gpu.stream());
+        assert_ne!(a.cu_stream(), b.cu_stream(), "two streams");
+        let n = 256 << 20;
+        let src = gpu.alloc_filled(&b, n, 0x11, "test source").unwrap();
+        b.synchronize().unwrap();
+        for round in 0..4 {
+            let mut dst = gpu.alloc(&a, n, "test target").unwrap();
+            a.synchronize().unwrap();
+            // Copies on b that run for milliseconds, then the buffer is freed on a.
+            for _ in 0..8 {
+                gpu.copy_device(&b, &src, &mut dst, n).unwrap();
+            }
+            drop(dst);
+            let fresh = gpu.alloc_filled(&a, n, 0x22, "test fresh").unwrap();
+            let bytes = gpu.read::<u8>(&a, &fresh, 0, n).unwrap();
+            let overwritten = bytes.iter().filter(|x| **x != 0x22).count();
+            assert_eq!(overwritten, 0, "round {round}: b's copies wrote into memory freed and reused on a");
+        }
+        b.synchronize().unwrap();
     }
 
     /// Two sessions' budgets: each under its own gpu.memory_limit, both under the device's, and

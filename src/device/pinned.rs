@@ -17,6 +17,24 @@ use datafusion::arrow::buffer::Buffer;
 use crate::config::human_bytes;
 use crate::error::{Result, gpu_error};
 
+/// A refusal for want of pinned memory under `gpu.pinned_memory_limit`: a `ResourcesExhausted`
+/// error, which transfers answer by going through ordinary memory.
+fn pinned_memory_error(why: String) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::ResourcesExhausted(format!(
+        "{why}; raise it with SET gpu.pinned_memory_limit = '<size>'"
+    ))
+}
+
+/// `gpu.pinned_memory_limit = auto`: a quarter of the host's physical memory.
+pub fn default_pinned_limit() -> u64 {
+    // SAFETY: sysconf reads system constants.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages <= 0 || page <= 0 {
+        return 16 << 30;
+    }
+    (pages as u64).saturating_mul(page as u64) / 4
+}
+
 /// Smallest block handed out.
 const MIN_BLOCK: usize = 4 << 10;
 /// Blocks up to this size round up to a power of two; larger ones to a multiple of it.
@@ -153,6 +171,34 @@ impl PinnedPool {
 
     /// A block of at least `len` bytes, reused when one of a close size is free.
     pub fn alloc(self: &Arc<Self>, len: usize) -> Result<PinnedBlock> {
+        self.alloc_within(len, u64::MAX)
+    }
+
+    /// Makes room for a new chunk of `size` bytes under `limit` (the process's pinned bytes,
+    /// cached ones included): drops cached blocks if that is enough, refuses otherwise.
+    fn room_for(&self, size: usize, limit: u64, free: &mut BTreeMap<usize, Vec<FreeBlock>>) -> Result<()> {
+        let fits = |pool: &Self| pool.allocated_bytes().saturating_add(size as u64) <= limit;
+        if fits(self) {
+            return Ok(());
+        }
+        let cached = std::mem::take(free);
+        self.cached.store(0, Ordering::SeqCst);
+        // Chunks whose every block was cached go back to the driver here.
+        drop(cached);
+        if fits(self) {
+            return Ok(());
+        }
+        Err(pinned_memory_error(format!(
+            "{} of pinned host memory is over gpu.pinned_memory_limit ({}), with {} pinned by this process",
+            human_bytes(size as u64),
+            human_bytes(limit),
+            human_bytes(self.allocated_bytes())
+        )))
+    }
+
+    /// A block of at least `len` bytes, reused when one of a close size is free; a new one only
+    /// when the process's pinned memory stays within `limit` (see [`PinnedPool::room_for`]).
+    pub fn alloc_within(self: &Arc<Self>, len: usize, limit: u64) -> Result<PinnedBlock> {
         let size = block_size(len);
         let mut free = self.free.lock().map_err(|_| gpu_error("pinned pool lock poisoned"))?;
         // Accept a cached block up to 25% larger than needed.
@@ -165,6 +211,7 @@ impl PinnedPool {
         }
         // Small blocks come several to a chunk; the others go to the free list.
         let per_chunk = if size <= SMALL_BLOCK { CHUNK / size } else { 1 };
+        self.room_for(size * per_chunk, limit, &mut free)?;
         let chunk = self.new_chunk(size * per_chunk, false)?;
         for i in 1..per_chunk {
             free.entry(size).or_default().push(FreeBlock { addr: chunk.addr + i * size, chunk: Arc::clone(&chunk) });
@@ -181,8 +228,12 @@ impl PinnedPool {
     /// The memory is an anonymous mapping advised to use transparent huge pages and page-locked
     /// in place (`cuMemHostRegister`), so the CPU reads the table through the same pages it would
     /// get from its allocator; if registering fails, `cuMemHostAlloc`.
-    pub fn alloc_held(self: &Arc<Self>, len: usize) -> Result<PinnedBlock> {
+    pub fn alloc_held(self: &Arc<Self>, len: usize, limit: u64) -> Result<PinnedBlock> {
         let size = len.max(1).div_ceil(LARGE_GRANULE) * LARGE_GRANULE;
+        {
+            let mut free = self.free.lock().map_err(|_| gpu_error("pinned pool lock poisoned"))?;
+            self.room_for(size, limit, &mut free)?;
+        }
         let chunk = match self.new_registered_chunk(size) {
             Some(chunk) => chunk,
             None => self.new_chunk(size, true)?,
@@ -399,7 +450,7 @@ mod tests {
         let Some(gpu) = gpu_or_skip("gpu_held_blocks_are_freed_not_cached") else { return };
         let mb = 1usize << 20;
         let pool = PinnedPool::new(Arc::clone(gpu.context()), (64 * mb) as u64);
-        let mut held = pool.alloc_held(3 * mb + 1).unwrap();
+        let mut held = pool.alloc_held(3 * mb + 1, u64::MAX).unwrap();
         assert_eq!(held.capacity(), 4 * mb, "held blocks round up to a multiple of 2 MiB");
         unsafe { std::ptr::write_bytes(held.as_mut_ptr(), 7, held.capacity()) };
         let bytes = unsafe { std::slice::from_raw_parts(held.as_ptr().add(mb), 1000) };
@@ -417,6 +468,30 @@ mod tests {
         assert!(pool.allocation_of(&probe).is_none());
         assert!(pool.shared.live.lock().unwrap().get(&addr).is_none());
         drop(pooled);
+    }
+
+    /// Under a limit, cached blocks are dropped to make room, and a request that still does not
+    /// fit is refused with the option named; held blocks count too.
+    #[test]
+    fn gpu_the_pinned_limit_drops_cached_blocks_then_refuses() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_the_pinned_limit_drops_cached_blocks_then_refuses") else { return };
+        let mb = 1usize << 20;
+        let pool = PinnedPool::new(Arc::clone(gpu.context()), (64 * mb) as u64);
+        let limit = (16 * mb) as u64;
+        drop(pool.alloc_within(8 * mb, limit).unwrap());
+        assert_eq!(pool.allocated_bytes(), (8 * mb) as u64, "cached for reuse");
+        let a = pool.alloc_within(12 * mb, limit).unwrap();
+        assert_eq!(pool.allocated_bytes(), (12 * mb) as u64, "the cached 8 MiB block made room");
+        let err = pool.alloc_within(6 * mb, limit).unwrap_err();
+        assert!(matches!(err, datafusion::error::DataFusionError::ResourcesExhausted(_)), "{err}");
+        assert!(err.to_string().contains("gpu.pinned_memory_limit"), "{err}");
+        assert!(pool.alloc_held(6 * mb, limit).is_err(), "held blocks are under the limit too");
+        drop(a);
+        let held = pool.alloc_held(6 * mb, limit).unwrap();
+        assert!(pool.allocated_bytes() <= limit);
+        drop(held);
+        assert!(default_pinned_limit() > 0);
     }
 
     #[test]

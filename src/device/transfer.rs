@@ -615,12 +615,12 @@ fn flush(
     Ok(())
 }
 
-/// Copies each device buffer into a new pinned block and returns them as Arrow buffers, after
-/// `stream` has finished. Falls back to ordinary host memory through the staging ring when pinned
-/// memory runs out.
+/// Copies each device buffer into a new pinned block of `pool` and returns them as Arrow
+/// buffers, after `stream` has finished. Falls back to ordinary host memory through the staging
+/// ring when pinned memory runs out or the process's pinned bytes would pass the limit.
 pub fn download(
     stream: &Arc<CudaStream>,
-    pool: &Arc<PinnedPool>,
+    (pool, limit): (&Arc<PinnedPool>, u64),
     ring: &mut StagingRing,
     buffers: &[&DeviceBuffer],
     threads: &rayon::ThreadPool,
@@ -632,7 +632,7 @@ pub fn download(
             blocks.push(None);
             continue;
         }
-        match pool.alloc(buf.len()) {
+        match pool.alloc_within(buf.len(), limit) {
             Ok(mut block) => {
                 unsafe {
                     sys::cuMemcpyDtoHAsync_v2(
@@ -647,7 +647,7 @@ pub fn download(
                 blocks.push(Some(block));
             }
             Err(e) => {
-                log::warn!("{e}; downloading through the staging buffers instead");
+                log::debug!("{e}; downloading through the staging buffers instead");
                 blocks.push(None);
             }
         }

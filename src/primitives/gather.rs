@@ -30,7 +30,7 @@ pub fn gather(
     if n == 0 {
         return Ok(out);
     }
-    let (Some(i), Some(x), Some(o)) = (input.slice(), idx.slice(), out.slice_mut()) else {
+    let (Some(i), Some(x), Some(o)) = (input.slice(stream), idx.slice(stream), out.slice_mut(stream)) else {
         return Err(gpu_error("gather from an empty buffer"));
     };
     let f = gpu.kernels().function("gather", kernel)?;

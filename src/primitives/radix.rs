@@ -111,7 +111,7 @@ pub fn radix_sort_pairs(
         let bins = mask as u64 + 1;
         let mut hist = gpu.alloc(stream, (bins * blocks * 4) as usize, "radix histograms")?;
         {
-            let (Some(k), Some(h)) = (k_in.slice(), hist.slice_mut()) else {
+            let (Some(k), Some(h)) = (k_in.slice(stream), hist.slice_mut(stream)) else {
                 return Err(gpu_error("empty radix buffers"));
             };
             let mut b = stream.launch_builder(&hist_fn);
@@ -121,10 +121,11 @@ pub fn radix_sort_pairs(
         }
         let offsets = exclusive_scan_u32(gpu, stream, &hist, bins * blocks)?;
         {
-            let (Some(ki), Some(vi), Some(off)) = (k_in.slice(), v_in.slice(), offsets.slice()) else {
+            let (Some(ki), Some(vi), Some(off)) = (k_in.slice(stream), v_in.slice(stream), offsets.slice(stream))
+            else {
                 return Err(gpu_error("empty radix buffers"));
             };
-            let (Some(ko), Some(vo)) = (k_out.slice_mut(), v_out.slice_mut()) else {
+            let (Some(ko), Some(vo)) = (k_out.slice_mut(stream), v_out.slice_mut(stream)) else {
                 return Err(gpu_error("empty radix buffers"));
             };
             let mut b = stream.launch_builder(&scatter_fn);

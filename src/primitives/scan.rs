@@ -73,7 +73,7 @@ pub fn exclusive_scan(
     let mut total =
         if with_total { Some(gpu.alloc(stream, kind.out_bytes() as usize, "a prefix sum's total")?) } else { None };
     if n == 0 {
-        if let Some(t) = total.as_mut().and_then(|t| t.slice_mut()) {
+        if let Some(t) = total.as_mut().and_then(|t| t.slice_mut(stream)) {
             stream.memset_zeros(t).map_err(|e| gpu_error(format!("clearing a buffer: {e}")))?;
         }
         return Ok((out, total));
@@ -82,7 +82,7 @@ pub fn exclusive_scan(
     // Offsets of the tiles: zero for a single tile, else the scanned tile totals.
     let offsets = if blocks == 1 {
         let mut z = gpu.alloc(stream, kind.out_bytes() as usize, "a prefix sum")?;
-        if let Some(s) = z.slice_mut() {
+        if let Some(s) = z.slice_mut(stream) {
             stream.memset_zeros(s).map_err(|e| gpu_error(format!("clearing a buffer: {e}")))?;
         }
         z
@@ -90,7 +90,7 @@ pub fn exclusive_scan(
         let mut partials = gpu.alloc(stream, (blocks * kind.out_bytes()) as usize, "a prefix sum's tile totals")?;
         let name = format!("scan_reduce_{}", kind.suffix());
         let f = gpu.kernels().function("scan", &name)?;
-        let (Some(i), Some(p)) = (input.slice(), partials.slice_mut()) else {
+        let (Some(i), Some(p)) = (input.slice(stream), partials.slice_mut(stream)) else {
             return Err(gpu_error("empty scan buffers"));
         };
         let mut b = stream.launch_builder(&f);
@@ -101,7 +101,7 @@ pub fn exclusive_scan(
     };
     let name = format!("scan_tiles_{}", kind.suffix());
     let f = gpu.kernels().function("scan", &name)?;
-    let (Some(i), Some(o), Some(off)) = (input.slice(), out.slice_mut(), offsets.slice()) else {
+    let (Some(i), Some(o), Some(off)) = (input.slice(stream), out.slice_mut(stream), offsets.slice(stream)) else {
         return Err(gpu_error("empty scan buffers"));
     };
     let total_ptr = total.as_ref().map_or(0, |t| t.raw_ptr(stream));
