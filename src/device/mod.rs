@@ -244,7 +244,8 @@ impl Gpu {
         let ctx = CudaContext::new(ordinal).gpu(format!("creating a context on device {ordinal}"))?;
         let info = DeviceInfo::read(&ctx).gpu("reading device properties")?;
         // Every cross-stream use of device memory here is ordered explicitly (work follows a
-        // batch onto its stream, or waits for it), so cudarc's own tracking only costs: two
+        // batch onto its stream, or waits for it), and a buffer's free waits for the other
+        // streams it was used on (`DeviceBuffer`), so cudarc's own tracking only costs: two
         // CUDA events per allocation, a wait and a record each time an address is taken, which
         // 16 partitions' threads then queue for on the driver's lock.
         // SAFETY: no allocation exists yet; every later one is ordered by the code using it.
