@@ -23,6 +23,17 @@ impl<T> CudaResultExt<T> for std::result::Result<T, DriverError> {
     }
 }
 
+/// What a `NotImplemented` error says (without DataFusion's prefix), or any other error's text:
+/// the reason EXPLAIN gives where the GPU path leaves a node to DataFusion. The plan-time checks
+/// (key types, expressions, aggregates, joins the GPU cannot take) return `NotImplemented`
+/// errors (`not_impl_err!`).
+pub fn reason(e: &DataFusionError) -> String {
+    match e {
+        DataFusionError::NotImplemented(m) => m.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// An execution error with a `GPU:` prefix.
 pub fn gpu_error(msg: impl Into<String>) -> DataFusionError {
     DataFusionError::Execution(format!("GPU: {}", msg.into()))

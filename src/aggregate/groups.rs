@@ -143,7 +143,7 @@ pub fn group_ids(
     // key words. When that finds too many groups, the hash path below does not try again.
     let mut one_pass = true;
     if matches!(method, GroupIdMethod::Hash | GroupIdMethod::Partition) && test.hash_bits.is_none() {
-        let plan = KeyPlan::for_group_by(keys).map_err(gpu_error)?;
+        let plan = KeyPlan::for_group_by(keys)?;
         if let (Some((tag, null_mode)), [col]) = (single_narrow(&plan, keys), keys) {
             let group_of_row = gpu.alloc(stream, rows as usize * 4, "group ids")?;
             let reps = gpu.alloc(stream, rows as usize * 4, "group representatives")?;
@@ -180,7 +180,7 @@ pub(crate) fn key_words(
     rows: u64,
     test: CollisionTest,
 ) -> Result<(KeyPlan, KeySide)> {
-    let mut plan = KeyPlan::for_group_by(keys).map_err(gpu_error)?;
+    let mut plan = KeyPlan::for_group_by(keys)?;
     if test.hash_bits.is_some() {
         plan.encoding = KeyEncoding::Wide;
     }

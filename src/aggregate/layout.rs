@@ -19,6 +19,7 @@
 //! from its merged state by DataFusion's own accumulator on the host (one row per group), so its
 //! division, rounding and decimal rules are DataFusion's exactly.
 
+use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
@@ -110,7 +111,7 @@ fn literal_is_non_null(e: &Arc<dyn PhysicalExpr>) -> bool {
 fn column_arg(
     e: &Arc<dyn PhysicalExpr>,
     schema: &Schema,
-) -> Result<(Arc<dyn PhysicalExpr>, DataType, DataType), String> {
+) -> crate::error::Result<(Arc<dyn PhysicalExpr>, DataType, DataType)> {
     if let Some(c) = e.downcast_ref::<Column>() {
         let dt = schema.field(c.index()).data_type().clone();
         return Ok((Arc::clone(e), dt.clone(), dt));
@@ -124,7 +125,7 @@ fn column_arg(
             return Ok((Arc::clone(cast.expr()), from, to));
         }
     }
-    let dt = e.data_type(schema).map_err(|err| format!("argument `{e}`: {err}"))?;
+    let dt = e.data_type(schema).map_err(|err| not_impl_datafusion_err!("argument `{e}`: {err}"))?;
     Ok((Arc::clone(e), dt.clone(), dt))
 }
 
@@ -141,7 +142,7 @@ fn widens(from: &DataType, to: &DataType) -> bool {
     }
 }
 
-fn sum_op(value: &DataType, from: &DataType) -> Result<AccOp, String> {
+fn sum_op(value: &DataType, from: &DataType) -> crate::error::Result<AccOp> {
     use DataType::*;
     let ok = widens(from, value);
     match value {
@@ -149,11 +150,11 @@ fn sum_op(value: &DataType, from: &DataType) -> Result<AccOp, String> {
         UInt64 if ok => Ok(AccOp::SumU64),
         Float64 if ok => Ok(AccOp::SumF64),
         Decimal128(..) if ok => Ok(AccOp::SumI128),
-        other => Err(format!("a GPU SUM of {from} as {other}")),
+        other => not_impl_err!("a GPU SUM of {from} as {other}"),
     }
 }
 
-fn min_max_op(kind: AggKind, dt: &DataType) -> Result<AccOp, String> {
+fn min_max_op(kind: AggKind, dt: &DataType) -> crate::error::Result<AccOp> {
     use DataType::*;
     let min = kind == AggKind::Min;
     match dt {
@@ -165,15 +166,15 @@ fn min_max_op(kind: AggKind, dt: &DataType) -> Result<AccOp, String> {
         // DataFusion's float MIN/MAX keeps whichever of two values compares as unordered or equal
         // came last (NaN, -0.0 against 0.0), so its answer depends on the row order: there is
         // no one answer for the GPU to match.
-        Float16 | Float32 | Float64 => Err(format!(
+        Float16 | Float32 | Float64 => not_impl_err!(
             "MIN/MAX of {dt} stays on the CPU: DataFusion's result with NaN or signed zeros depends on the row order"
-        )),
-        other => Err(format!("MIN/MAX of {other} does not run on the GPU yet")),
+        ),
+        other => not_impl_err!("MIN/MAX of {other} does not run on the GPU yet"),
     }
 }
 
 /// The merge reduction of a state column of type `dt` for aggregate `kind` (state `i` of it).
-fn merge_reduction(kind: AggKind, i: usize, input: usize, dt: &DataType) -> Result<Reduction, String> {
+fn merge_reduction(kind: AggKind, i: usize, input: usize, dt: &DataType) -> crate::error::Result<Reduction> {
     let (op, nullable) = match (kind, i) {
         (AggKind::Count, _) => (sum_op(dt, dt)?, false),
         (AggKind::Sum, _) => (sum_op(dt, dt)?, true),
@@ -193,30 +194,33 @@ fn update_reductions(
     states: &[FieldRef],
     filter: Option<usize>,
     position: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> usize,
-) -> Result<Vec<Reduction>, String> {
+) -> crate::error::Result<Vec<Reduction>> {
     let args = a.expressions();
     let [arg] = args.as_slice() else {
-        return Err(format!("aggregate `{}` has {} arguments", a.name(), args.len()));
+        return not_impl_err!("aggregate `{}` has {} arguments", a.name(), args.len());
     };
-    let state = |i: usize| -> Result<DataType, String> {
-        states.get(i).map(|f| f.data_type().clone()).ok_or_else(|| format!("aggregate `{}` lacks state {i}", a.name()))
+    let state = |i: usize| -> crate::error::Result<DataType> {
+        states
+            .get(i)
+            .map(|f| f.data_type().clone())
+            .ok_or_else(|| not_impl_datafusion_err!("aggregate `{}` lacks state {i}", a.name()))
     };
     let want_states = if kind == AggKind::Avg { 2 } else { 1 };
     if states.len() != want_states {
-        return Err(format!("aggregate `{}` keeps {} state columns, not {want_states}", a.name(), states.len()));
+        return not_impl_err!("aggregate `{}` keeps {} state columns, not {want_states}", a.name(), states.len());
     }
     if kind == AggKind::Count && literal_is_non_null(arg) {
         return Ok(vec![Reduction { op: AccOp::Count, input: None, filter, out_type: state(0)?, nullable: false }]);
     }
     let (expr, from, value) = column_arg(arg, schema)?;
     if !can_upload(&from) {
-        return Err(format!("argument `{arg}` of type {from} cannot be uploaded"));
+        return not_impl_err!("argument `{arg}` of type {from} cannot be uploaded");
     }
     let input = Some(position(&expr));
     Ok(match kind {
         AggKind::Count => {
             if !can_upload(&from) {
-                return Err(format!("COUNT of a {from} column"));
+                return not_impl_err!("COUNT of a {from} column");
             }
             vec![Reduction { op: AccOp::Count, input, filter, out_type: state(0)?, nullable: false }]
         }
@@ -227,18 +231,18 @@ fn update_reductions(
         }
         AggKind::Min | AggKind::Max => {
             if from != value {
-                return Err(format!("MIN/MAX over a cast `{arg}`"));
+                return not_impl_err!("MIN/MAX over a cast `{arg}`");
             }
             let out = state(0)?;
             if out != from {
-                return Err(format!("MIN/MAX of {from} keeps a {out} state"));
+                return not_impl_err!("MIN/MAX of {from} keeps a {out} state");
             }
             vec![Reduction { op: min_max_op(kind, &from)?, input, filter, out_type: out, nullable: true }]
         }
         AggKind::Avg => {
             let (count, sum) = (state(0)?, state(1)?);
             if count != DataType::UInt64 {
-                return Err(format!("AVG keeps a {count} count"));
+                return not_impl_err!("AVG keeps a {count} count");
             }
             let op = sum_op(&sum, &value).and_then(|op| sum_op(&value, &from).map(|_| op))?;
             vec![
@@ -259,24 +263,24 @@ fn distinct_spec(
     state: &FieldRef,
     filter: Option<usize>,
     position: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> usize,
-) -> Result<DistinctSpec, String> {
+) -> crate::error::Result<DistinctSpec> {
     let args = a.expressions();
     let [arg] = args.as_slice() else {
-        return Err(format!("aggregate `{}` has {} arguments", a.name(), args.len()));
+        return not_impl_err!("aggregate `{}` has {} arguments", a.name(), args.len());
     };
     let DataType::List(item) = state.data_type() else {
-        return Err(format!("`{}` keeps a {} state", a.name(), state.data_type()));
+        return not_impl_err!("`{}` keeps a {} state", a.name(), state.data_type());
     };
     // A cast is not read through here: the list holds the cast values.
     let (expr, from, value) = column_arg(arg, schema)?;
     let (expr, from) = if from == value { (expr, from) } else { (Arc::clone(arg), value) };
-    KeyColumnKind::of(&from).map_err(|e| format!("COUNT(DISTINCT) of `{arg}`: {e}"))?;
+    KeyColumnKind::of(&from).map_err(|e| not_impl_datafusion_err!("COUNT(DISTINCT) of `{arg}`: {e}"))?;
     let listed = match &from {
         DataType::Dictionary(_, v) => v.as_ref(),
         other => other,
     };
     if !can_gather(&from) || !can_upload(&from) || listed != item.data_type() {
-        return Err(format!("COUNT(DISTINCT) of `{arg}` ({from}) into a list of {}", item.data_type()));
+        return not_impl_err!("COUNT(DISTINCT) of `{arg}` ({from}) into a list of {}", item.data_type());
     }
     Ok(DistinctSpec { input: position(&expr), filter, list_type: state.data_type().clone() })
 }
@@ -296,29 +300,29 @@ impl AggregateLayout {
     }
 
     /// The GPU plan of `agg`, or why it has none.
-    pub fn new(agg: &AggregateExec) -> Result<AggregateLayout, String> {
+    pub fn new(agg: &AggregateExec) -> crate::error::Result<AggregateLayout> {
         // The schema of the rows this aggregate reads (for Final modes, the partial states; the
         // exec's `input_schema()` is the first stage's raw input).
         let input_schema = agg.input().schema();
         let group_by = agg.group_expr();
         if !group_by.is_single() {
-            return Err("grouping sets do not run on the GPU yet".into());
+            return not_impl_err!("grouping sets do not run on the GPU yet");
         }
         if agg.limit_options().is_some() {
-            return Err("the aggregate has a limit (top-k groups)".into());
+            return not_impl_err!("the aggregate has a limit (top-k groups)");
         }
         if *agg.input_order_mode() != InputOrderMode::Linear {
-            return Err("the aggregate streams over input sorted on its group keys".into());
+            return not_impl_err!("the aggregate streams over input sorted on its group keys");
         }
         let raw = agg.mode().input_mode() == AggregateInputMode::Raw;
         let final_output = agg.mode().output_mode() == AggregateOutputMode::Final;
 
         let mut group_exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         for (expr, _) in group_by.expr() {
-            let dt = expr.data_type(&input_schema).map_err(|e| format!("group key `{expr}`: {e}"))?;
-            KeyColumnKind::of(&dt).map_err(|e| format!("group key `{expr}`: {e}"))?;
+            let dt = expr.data_type(&input_schema).map_err(|e| not_impl_datafusion_err!("group key `{expr}`: {e}"))?;
+            KeyColumnKind::of(&dt).map_err(|e| not_impl_datafusion_err!("group key `{expr}`: {e}"))?;
             if !can_gather(&dt) {
-                return Err(format!("group key `{expr}` of type {dt} cannot be gathered on the GPU"));
+                return not_impl_err!("group key `{expr}` of type {dt} cannot be gathered on the GPU");
             }
             group_exprs.push(Arc::clone(expr));
         }
@@ -327,19 +331,20 @@ impl AggregateLayout {
         let mut state_fields: Vec<FieldRef> = out_schema.fields().iter().take(k).cloned().collect();
         let mut per_agg = Vec::new();
         for a in agg.aggr_expr() {
-            let kind = AggKind::of(a.fun().name())
-                .ok_or_else(|| format!("aggregate function `{}` does not run on the GPU yet", a.name()))?;
-            let states = a.state_fields().map_err(|e| e.to_string())?;
+            let kind = AggKind::of(a.fun().name()).ok_or_else(|| {
+                not_impl_datafusion_err!("aggregate function `{}` does not run on the GPU yet", a.name())
+            })?;
+            let states = a.state_fields()?;
             if a.is_distinct() {
                 if kind != AggKind::Count {
-                    return Err(format!(
+                    return not_impl_err!(
                         "`{}`: of the DISTINCT aggregates, COUNT(DISTINCT x) runs on the GPU",
                         a.name()
-                    ));
+                    );
                 }
                 match states.as_slice() {
                     [f] if is_supported_list(f.data_type()) => {}
-                    _ => return Err(format!("`{}` keeps a state that is not one List", a.name())),
+                    _ => return not_impl_err!("`{}` keeps a state that is not one List", a.name()),
                 }
             }
             per_agg.push((kind, states.clone()));
@@ -379,9 +384,10 @@ impl AggregateLayout {
                 let filter = match filter {
                     None => None,
                     Some(f) => {
-                        let dt = f.data_type(&input_schema).map_err(|e| format!("FILTER `{f}`: {e}"))?;
+                        let dt =
+                            f.data_type(&input_schema).map_err(|e| not_impl_datafusion_err!("FILTER `{f}`: {e}"))?;
                         if dt != DataType::Boolean {
-                            return Err(format!("FILTER `{f}` of `{}` is {dt}, not Boolean", a.name()));
+                            return not_impl_err!("FILTER `{f}` of `{}` is {dt}, not Boolean", a.name());
                         }
                         Some(position(f))
                     }
@@ -400,7 +406,9 @@ impl AggregateLayout {
             let plain_groups =
                 group_exprs.iter().enumerate().all(|(i, e)| e.downcast_ref::<Column>().is_some_and(|c| c.index() == i));
             if !plain_groups || input_types != state_types {
-                return Err("the aggregate's state input is not laid out as its group columns then its states".into());
+                return not_impl_err!(
+                    "the aggregate's state input is not laid out as its group columns then its states"
+                );
             }
             let columns = input_schema
                 .fields()
@@ -417,14 +425,14 @@ impl AggregateLayout {
                 Some(c) => input_schema.field(c.index()).clone(),
                 None => {
                     host_evaluated.push(e.to_string());
-                    let dt = e.data_type(&input_schema).map_err(|err| format!("`{e}`: {err}"))?;
-                    let nullable = e.nullable(&input_schema).map_err(|err| format!("`{e}`: {err}"))?;
+                    let dt = e.data_type(&input_schema).map_err(|err| not_impl_datafusion_err!("`{e}`: {err}"))?;
+                    let nullable = e.nullable(&input_schema).map_err(|err| not_impl_datafusion_err!("`{e}`: {err}"))?;
                     Field::new(e.to_string(), dt, nullable)
                 }
             };
             let state_list = !raw && is_supported_list(field.data_type());
             if !can_upload(field.data_type()) && !state_list {
-                return Err(format!("input `{e}` of type {} cannot be uploaded", field.data_type()));
+                return not_impl_err!("input `{e}` of type {} cannot be uploaded", field.data_type());
             }
             upload_fields.push(field);
         }
@@ -436,7 +444,7 @@ impl AggregateLayout {
         for (i, ((kind, states), a)) in per_agg.iter().zip(agg.aggr_expr()).enumerate() {
             finalize.push(if a.is_distinct() {
                 if a.field().data_type() != &DataType::Int64 {
-                    return Err(format!("`{}` returns {}, not Int64", a.name(), a.field().data_type()));
+                    return not_impl_err!("`{}` returns {}, not Int64", a.name(), a.field().data_type());
                 }
                 Finalize::ListLength(pos)
             } else if *kind == AggKind::Avg {
@@ -451,12 +459,12 @@ impl AggregateLayout {
                 if let Finalize::State(p) = f {
                     let (have, want) = (state_schema.field(*p).data_type(), a.field());
                     if have != want.data_type() {
-                        return Err(format!("`{}` returns {} but its state is {have}", a.name(), want.data_type()));
+                        return not_impl_err!("`{}` returns {} but its state is {have}", a.name(), want.data_type());
                     }
                 }
             }
         } else if state_schema.fields().len() != out_schema.fields().len() {
-            return Err("the partial aggregate's output is not its group columns then its states".into());
+            return not_impl_err!("the partial aggregate's output is not its group columns then its states");
         }
         Ok(AggregateLayout {
             upload,

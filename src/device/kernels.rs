@@ -110,24 +110,26 @@ fn unsealed(key: &str, bytes: &[u8]) -> std::result::Result<Vec<u8>, &'static st
 /// Makes `dir` (and its parents) as a folder only this user may read or write, and checks that
 /// it is one: a real folder, not a link, owned by this user, with no group or other access. A
 /// folder that is not is not used (the kernels are compiled in every process instead).
-fn private_dir(dir: &Path) -> std::result::Result<(), String> {
+fn private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let refused = |why: String| std::io::Error::other(why);
     if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        return Err(format!("cannot create it: {e}"));
+        return Err(refused(format!("cannot create it: {e}")));
     }
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| refused(format!("cannot read it: {e}")))?;
     if !meta.file_type().is_dir() {
-        return Err("it is not a folder (a symbolic link is not followed)".into());
+        return Err(refused("it is not a folder (a symbolic link is not followed)".into()));
     }
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if meta.uid() != uid {
-        return Err(format!("it belongs to user {}, not to this process's user {uid}", meta.uid()));
+        return Err(refused(format!("it belongs to user {}, not to this process's user {uid}", meta.uid())));
     }
     if meta.mode() & 0o077 != 0 {
         // A folder this user made earlier with looser permissions is tightened.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("its permissions {:o} let others in, and cannot be changed: {e}", meta.mode()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            refused(format!("its permissions {:o} let others in, and cannot be changed: {e}", meta.mode()))
+        })?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! the device applies the filter again either way. A scan of pinned tables uploads without a host
 //! copy, so there the device filters what the host would have.
 
+use datafusion::common::not_impl_err;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
@@ -43,7 +44,7 @@ impl GpuFilterProjectExec {
     /// The filters and projections from `top` down taken into one exec, when every expression
     /// compiles for the device (`filters`: FilterExecs too, `gpu.fuse_filters`). `Ok(None)` when
     /// `top` is neither; `Err` says why the chain stays on the CPU.
-    pub fn try_new(top: &Arc<dyn ExecutionPlan>, filters: bool) -> std::result::Result<Option<Self>, String> {
+    pub fn try_new(top: &Arc<dyn ExecutionPlan>, filters: bool) -> crate::error::Result<Option<Self>> {
         let schema = top.schema();
         let outputs: Vec<(Arc<dyn PhysicalExpr>, _)> = schema
             .fields()
@@ -56,11 +57,11 @@ impl GpuFilterProjectExec {
             return Ok(None);
         }
         if fused.projection.output_schema.fields() != schema.fields() {
-            return Err(format!(
+            return not_impl_err!(
                 "the device projection gives {:?}, not {:?}",
                 fused.projection.output_schema.fields(),
                 schema.fields()
-            ));
+            );
         }
         Ok(Some(GpuFilterProjectExec {
             top: Arc::clone(top),

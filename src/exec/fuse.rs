@@ -54,7 +54,7 @@ pub struct FusedInput {
 fn substitute(
     e: &Arc<dyn PhysicalExpr>,
     columns: &dyn Fn(usize) -> Option<Arc<dyn PhysicalExpr>>,
-) -> std::result::Result<Arc<dyn PhysicalExpr>, String> {
+) -> crate::error::Result<Arc<dyn PhysicalExpr>> {
     Arc::clone(e)
         .transform_up(|node| match node.downcast_ref::<Column>() {
             Some(c) => match columns(c.index()) {
@@ -64,7 +64,6 @@ fn substitute(
             None => Ok(Transformed::no(node)),
         })
         .map(|t| t.data)
-        .map_err(|err| err.to_string())
 }
 
 impl FusedInput {
@@ -77,7 +76,7 @@ impl FusedInput {
         top: &Arc<dyn ExecutionPlan>,
         outputs: &[(Arc<dyn PhysicalExpr>, Field)],
         filters: bool,
-    ) -> std::result::Result<Option<FusedInput>, String> {
+    ) -> crate::error::Result<Option<FusedInput>> {
         let mut exprs: Vec<Arc<dyn PhysicalExpr>> = outputs.iter().map(|(e, _)| Arc::clone(e)).collect();
         let mut predicates: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut chain = Vec::new();

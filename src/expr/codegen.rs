@@ -21,6 +21,7 @@
 //! calendar, NULL outside chrono's range, as arrow gives). Anything else is refused with the
 //! reason.
 
+use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ use datafusion::physical_expr::expressions::{
 };
 use datafusion::physical_plan::PhysicalExpr;
 
-pub type R<T> = std::result::Result<T, String>;
+pub type R<T> = crate::error::Result<T>;
 
 /// Device value types of the generated code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,10 +321,10 @@ impl<'a> Gen<'a> {
             return Ok(v.clone());
         }
         if i >= self.schema.fields().len() {
-            return Err(format!("column {c} is out of range"));
+            return not_impl_err!("column {c} is out of range");
         }
         let dt = self.schema.field(i).data_type().clone();
-        let ty = Ty::of(&dt).ok_or_else(|| format!("column {c} has type {dt}"))?;
+        let ty = Ty::of(&dt).ok_or_else(|| not_impl_datafusion_err!("column {c} has type {dt}"))?;
         let ColumnRead { slot: j, row } = (self.read)(c)?;
         let t = self.fresh();
         let _ = writeln!(self.body, "        const u64 r{t} = {row};");
@@ -357,7 +358,7 @@ impl<'a> Gen<'a> {
 
     fn literal(&mut self, s: &ScalarValue) -> R<Val> {
         let dt = s.data_type();
-        let ty = Ty::of(&dt).ok_or_else(|| format!("literal {s} has type {dt}"))?;
+        let ty = Ty::of(&dt).ok_or_else(|| not_impl_datafusion_err!("literal {s} has type {dt}"))?;
         if s.is_null() {
             let zero = match ty {
                 Ty::Str32 | Ty::Str64 => "(const u8*)0".to_string(),
@@ -414,7 +415,7 @@ impl<'a> Gen<'a> {
                     "false".into(),
                 ));
             }
-            other => return Err(format!("literal {other} of type {dt}")),
+            other => return not_impl_err!("literal {other} of type {dt}"),
         };
         Ok(self.plain(ty, dt, v, "true".into(), "false".into()))
     }
@@ -430,7 +431,7 @@ impl<'a> Gen<'a> {
         if let Some(n) = e.downcast_ref::<NotExpr>() {
             let a = self.expr(n.arg())?;
             if a.ty != Ty::Bool {
-                return Err(format!("NOT of a {} value", a.dt));
+                return not_impl_err!("NOT of a {} value", a.dt);
             }
             return Ok(self.plain(Ty::Bool, DataType::Boolean, format!("!{}", a.v), a.ok, a.err));
         }
@@ -463,14 +464,14 @@ impl<'a> Gen<'a> {
         {
             return self.date_part(f);
         }
-        Err(format!("expression `{e}` is not supported on the GPU"))
+        not_impl_err!("expression `{e}` is not supported on the GPU")
     }
 
     fn cast(&mut self, a: Val, to: &DataType) -> R<Val> {
         if &a.dt == to {
             return Ok(a);
         }
-        let target = Ty::of(to).ok_or_else(|| format!("a cast to {to}"))?;
+        let target = Ty::of(to).ok_or_else(|| not_impl_datafusion_err!("a cast to {to}"))?;
         if let (Some((fb, fs)), Some((tb, ts))) = (a.ty.int(), target.int()) {
             let widening = (fs == ts && tb >= fb) || (!fs && ts && tb > fb);
             if widening && is_integer(to) && is_integer(&a.dt) {
@@ -492,7 +493,7 @@ impl<'a> Gen<'a> {
         {
             let scale_up = |from_scale: i8| -> R<String> {
                 let d = (s2 - from_scale) as u32;
-                let m = 10i128.checked_pow(d).ok_or_else(|| format!("a cast to {to}"))?;
+                let m = 10i128.checked_pow(d).ok_or_else(|| not_impl_datafusion_err!("a cast to {to}"))?;
                 Ok(Self::i128_const(m))
             };
             match a.dt {
@@ -512,7 +513,7 @@ impl<'a> Gen<'a> {
                 _ => {}
             }
         }
-        Err(format!("a cast from {} to {to}", a.dt))
+        not_impl_err!("a cast from {} to {to}", a.dt)
     }
 
     /// `a == b` as C, for two values of one type.
@@ -553,7 +554,7 @@ impl<'a> Gen<'a> {
         let err = Self::either_err(&l, &r);
         let cmp = |sym: &str| -> R<String> {
             if !same {
-                return Err(format!("a comparison of {} with {}", l.dt, r.dt));
+                return not_impl_err!("a comparison of {} with {}", l.dt, r.dt);
             }
             Ok(if l.ty.is_str() {
                 format!("(str_cmp({}, {}, {}, {}) {sym} 0)", l.v, l.len, r.v, r.len)
@@ -574,7 +575,7 @@ impl<'a> Gen<'a> {
             Operator::GtEq => (cmp(">=")?, both),
             Operator::IsDistinctFrom | Operator::IsNotDistinctFrom => {
                 if !same {
-                    return Err(format!("a comparison of {} with {}", l.dt, r.dt));
+                    return not_impl_err!("a comparison of {} with {}", l.dt, r.dt);
                 }
                 let eq = Self::equal(&l, &r);
                 let distinct = format!("(({} != {}) || ({} && !{eq}))", l.ok, r.ok, both);
@@ -583,7 +584,7 @@ impl<'a> Gen<'a> {
             }
             Operator::And | Operator::Or => {
                 if l.ty != Ty::Bool || r.ty != Ty::Bool {
-                    return Err(format!("{op} of {} and {}", l.dt, r.dt));
+                    return not_impl_err!("{op} of {} and {}", l.dt, r.dt);
                 }
                 // Kleene logic: a definite FALSE (AND) or TRUE (OR) on either side decides.
                 let (lv, rv) = (format!("({} && {})", l.ok, l.v), format!("({} && {})", r.ok, r.v));
@@ -618,15 +619,15 @@ impl<'a> Gen<'a> {
                     return Ok(self.plain(Ty::F64, l.dt.clone(), v, both, err));
                 }
                 let Some((bits, _)) = l.ty.int() else {
-                    return Err(format!("{op} of {} values", l.dt));
+                    return not_impl_err!("{op} of {} values", l.dt);
                 };
                 if l.dt != r.dt || !is_integer(&l.dt) {
-                    return Err(format!("{op} of {} and {}", l.dt, r.dt));
+                    return not_impl_err!("{op} of {} and {}", l.dt, r.dt);
                 }
                 // DataFusion wraps on overflow unless the expression was built to fail.
                 let plain = BinaryExpr::new(Arc::clone(b.left()), op, Arc::clone(b.right()));
                 if plain != *b {
-                    return Err(format!("{op} that fails on overflow"));
+                    return not_impl_err!("{op} that fails on overflow");
                 }
                 let sym = match op {
                     Operator::Plus => "+",
@@ -638,7 +639,7 @@ impl<'a> Gen<'a> {
                 let v = format!("({})(({wide}){} {sym} ({wide}){})", l.ty.c(), l.v, r.v);
                 return Ok(self.plain(l.ty, l.dt.clone(), v, both, err));
             }
-            other => return Err(format!("operator {other}")),
+            other => return not_impl_err!("operator {other}"),
         };
         Ok(self.plain(Ty::Bool, DataType::Boolean, v, ok, err))
     }
@@ -648,15 +649,15 @@ impl<'a> Gen<'a> {
     /// of a row whose operands are both valid.
     fn decimal_arithmetic(&mut self, b: &BinaryExpr, op: Operator, l: Val, r: Val) -> R<Val> {
         let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) = (l.dt.clone(), r.dt.clone()) else {
-            return Err(format!("{op} of {} and {}", l.dt, r.dt));
+            return not_impl_err!("{op} of {} and {}", l.dt, r.dt);
         };
-        let out = b.data_type(self.schema).map_err(|e| format!("`{b}`: {e}"))?;
+        let out = b.data_type(self.schema).map_err(|e| not_impl_datafusion_err!("`{b}`: {e}"))?;
         let DataType::Decimal128(_, so) = out else {
-            return Err(format!("{op} of {} and {} gives {out}", l.dt, r.dt));
+            return not_impl_err!("{op} of {} and {} gives {out}", l.dt, r.dt);
         };
         let want_scale = if op == Operator::Multiply { s1 as i16 + s2 as i16 } else { s1.max(s2) as i16 };
         if so as i16 != want_scale || s1 < 0 || s2 < 0 {
-            return Err(format!("{op} of {} and {} at scale {so}", l.dt, r.dt));
+            return not_impl_err!("{op} of {} and {} at scale {so}", l.dt, r.dt);
         }
         let t = self.fresh();
         let both = format!("({} && {})", l.ok, r.ok);
@@ -687,10 +688,10 @@ impl<'a> Gen<'a> {
     }
 
     fn case(&mut self, c: &CaseExpr, e: &Arc<dyn PhysicalExpr>) -> R<Val> {
-        let out = e.data_type(self.schema).map_err(|err| format!("`{e}`: {err}"))?;
-        let ty = Ty::of(&out).ok_or_else(|| format!("CASE of type {out}"))?;
+        let out = e.data_type(self.schema).map_err(|err| not_impl_datafusion_err!("`{e}`: {err}"))?;
+        let ty = Ty::of(&out).ok_or_else(|| not_impl_datafusion_err!("CASE of type {out}"))?;
         if ty.is_str() {
-            return Err("CASE with string results".into());
+            return not_impl_err!("CASE with string results");
         }
         let base = c.expr().map(|b| self.expr(b)).transpose()?;
         // (condition, its WHEN's error, THEN value) of each arm, in order.
@@ -700,20 +701,20 @@ impl<'a> Gen<'a> {
             let cond = match &base {
                 Some(b) => {
                     if b.dt != w.dt && !(b.ty.is_str() && w.ty.is_str()) {
-                        return Err(format!("CASE comparing {} with {}", b.dt, w.dt));
+                        return not_impl_err!("CASE comparing {} with {}", b.dt, w.dt);
                     }
                     format!("({} && {} && {})", b.ok, w.ok, Self::equal_exactly(b, &w))
                 }
                 None => {
                     if w.ty != Ty::Bool {
-                        return Err(format!("CASE WHEN of type {}", w.dt));
+                        return not_impl_err!("CASE WHEN of type {}", w.dt);
                     }
                     format!("({} && {})", w.ok, w.v)
                 }
             };
             let t = self.expr(then)?;
             if t.dt != out {
-                return Err(format!("CASE branch of type {} in a CASE of {out}", t.dt));
+                return not_impl_err!("CASE branch of type {} in a CASE of {out}", t.dt);
             }
             arms.push((cond, w.err.clone(), t));
         }
@@ -721,11 +722,11 @@ impl<'a> Gen<'a> {
             Some(x) => {
                 let v = self.expr(x)?;
                 if v.dt != out {
-                    return Err(format!("CASE ELSE of type {} in a CASE of {out}", v.dt));
+                    return not_impl_err!("CASE ELSE of type {} in a CASE of {out}", v.dt);
                 }
                 v
             }
-            None => self.literal(&ScalarValue::try_from(&out).map_err(|err| err.to_string())?)?,
+            None => self.literal(&ScalarValue::try_from(&out)?)?,
         };
         // DataFusion evaluates a WHEN only on the rows no earlier WHEN matched, a THEN only on
         // the rows its WHEN matched and the ELSE on the rest: an error counts only there.
@@ -750,7 +751,7 @@ impl<'a> Gen<'a> {
         let mut null_item = false;
         for item in l.list() {
             let Some(lit) = item.downcast_ref::<Literal>() else {
-                return Err(format!("IN list item `{item}` is not a literal"));
+                return not_impl_err!("IN list item `{item}` is not a literal");
             };
             if lit.value().is_null() {
                 null_item = true;
@@ -758,7 +759,7 @@ impl<'a> Gen<'a> {
             }
             let x = self.literal(lit.value())?;
             if x.dt != a.dt && !(x.ty.is_str() && a.ty.is_str()) {
-                return Err(format!("IN list of {} for a {} value", x.dt, a.dt));
+                return not_impl_err!("IN list of {} for a {} value", x.dt, a.dt);
             }
             any.push(Self::equal(&a, &x));
         }
@@ -774,25 +775,25 @@ impl<'a> Gen<'a> {
     /// such patterns, and bytes match as characters do in valid UTF-8.
     fn like(&mut self, l: &LikeExpr) -> R<Val> {
         if l.case_insensitive() {
-            return Err("ILIKE".into());
+            return not_impl_err!("ILIKE");
         }
         let a = self.expr(l.expr())?;
         if !a.ty.is_str() {
-            return Err(format!("LIKE of a {} value", a.dt));
+            return not_impl_err!("LIKE of a {} value", a.dt);
         }
         let Some(p) = l.pattern().downcast_ref::<Literal>() else {
-            return Err(format!("LIKE with the pattern `{}`, which is not a literal", l.pattern()));
+            return not_impl_err!("LIKE with the pattern `{}`, which is not a literal", l.pattern());
         };
         let pattern = match p.value() {
             ScalarValue::Utf8(x) | ScalarValue::LargeUtf8(x) | ScalarValue::Utf8View(x) => x.clone(),
-            other => return Err(format!("LIKE with a {} pattern", other.data_type())),
+            other => return not_impl_err!("LIKE with a {} pattern", other.data_type()),
         };
         let Some(pattern) = pattern else {
             // A NULL pattern gives NULL.
             return Ok(self.plain(Ty::Bool, DataType::Boolean, "false".into(), "false".into(), a.err));
         };
         if pattern.contains(['_', '\\']) {
-            return Err(format!("LIKE '{pattern}' (of the wildcards only % runs on the GPU)"));
+            return not_impl_err!("LIKE '{pattern}' (of the wildcards only % runs on the GPU)");
         }
         let runs: Vec<&str> = pattern.split('%').collect();
         let t = self.fresh();
@@ -846,13 +847,13 @@ impl<'a> Gen<'a> {
     /// years).
     fn date_part(&mut self, f: &ScalarFunctionExpr) -> R<Val> {
         let [part, value] = f.args() else {
-            return Err(format!("date_part with {} arguments", f.args().len()));
+            return not_impl_err!("date_part with {} arguments", f.args().len());
         };
         let part = match part.downcast_ref::<Literal>().map(|l| l.value()) {
             Some(ScalarValue::Utf8(Some(p)) | ScalarValue::Utf8View(Some(p)) | ScalarValue::LargeUtf8(Some(p))) => {
                 p.clone()
             }
-            _ => return Err(format!("date_part of the part `{part}`")),
+            _ => return not_impl_err!("date_part of the part `{part}`"),
         };
         // As DataFusion reads the part: quotes around it dropped, then arrow's interval units.
         let trimmed = part.strip_prefix(['\'', '"']).and_then(|s| s.strip_suffix(['\'', '"'])).unwrap_or(&part);
@@ -860,14 +861,14 @@ impl<'a> Gen<'a> {
             Ok(IntervalUnit::Year) => 0,
             Ok(IntervalUnit::Month) => 1,
             Ok(IntervalUnit::Day) => 2,
-            _ => return Err(format!("date_part('{part}', ...)")),
+            _ => return not_impl_err!("date_part('{part}', ...)"),
         };
         if f.return_type() != &DataType::Int32 {
-            return Err(format!("date_part('{part}', ...) of type {}", f.return_type()));
+            return not_impl_err!("date_part('{part}', ...) of type {}", f.return_type());
         }
         let a = self.expr(value)?;
         if a.dt != DataType::Date32 {
-            return Err(format!("date_part('{part}', ...) of a {} value", a.dt));
+            return not_impl_err!("date_part('{part}', ...) of a {} value", a.dt);
         }
         let (lo, hi) = date32_range();
         let ok = format!("({} && {} >= {lo} && {} <= {hi})", a.ok, a.v, a.v);
@@ -948,7 +949,7 @@ mod tests {
             [("a_c", false, "only % runs"), ("100\\%", false, "only % runs"), ("a%", true, "ILIKE")]
         {
             let err = generate(&like_of("s", pattern, false, ci), &s).unwrap_err();
-            assert!(err.contains(why), "{pattern}: {err}");
+            assert!(err.to_string().contains(why), "{pattern}: {err}");
         }
     }
 
@@ -967,7 +968,7 @@ mod tests {
             assert!(text.contains(&format!("date32_part(v2, {code})")), "{p}: {text}");
             assert!(text.contains(&format!(">= {lo}")) && text.contains(&format!("<= {hi}")), "{p}: {text}");
         }
-        assert!(generate(&part("week", "d"), &s).unwrap_err().contains("week"));
+        assert!(generate(&part("week", "d"), &s).unwrap_err().to_string().contains("week"));
         // The range is where arrow's conversion to a date succeeds, and it ends there.
         for d in [lo, hi, 0, -719_528, 2_932_896] {
             assert!(date32_to_datetime(d).is_some(), "{d}");

@@ -8,6 +8,7 @@
 //! validity (one warp ballot per 32 rows) and null counts. Outputs that are plain columns are
 //! gathered at the selected rows (or passed through when nothing was filtered).
 
+use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -89,7 +90,7 @@ impl DeviceProjection {
             for p in predicates {
                 let v = g.expr(p)?;
                 if v.ty != Ty::Bool {
-                    return Err(format!("the predicate `{p}` has type {}", v.dt));
+                    return not_impl_err!("the predicate `{p}` has type {}", v.dt);
                 }
                 keep.push(format!("({} && {})", v.ok, v.v));
                 if v.err != "false" {
@@ -135,13 +136,13 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
         let mut g = Gen::new(input, &mut read);
         let mut pass = Vec::new();
         for (e, field) in outputs {
-            let dt = e.data_type(input).map_err(|err| format!("`{e}`: {err}"))?;
+            let dt = e.data_type(input).map_err(|err| not_impl_datafusion_err!("`{e}`: {err}"))?;
             if &dt != field.data_type() {
-                return Err(format!("`{e}` has type {dt}, not {}", field.data_type()));
+                return not_impl_err!("`{e}` has type {dt}, not {}", field.data_type());
             }
             if let Some(c) = e.downcast_ref::<Column>() {
                 if !can_gather(&dt) || !is_supported(&dt) {
-                    return Err(format!("column `{c}` of type {dt} cannot be gathered on the GPU"));
+                    return not_impl_err!("column `{c}` of type {dt} cannot be gathered on the GPU");
                 }
                 pass.push((plan.len(), c.index()));
                 plan.push(None);
@@ -149,10 +150,10 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
             }
             let v = g.expr(e)?;
             if v.ty.is_str() {
-                return Err(format!("`{e}` computes strings"));
+                return not_impl_err!("`{e}` computes strings");
             }
             let i = computed.len();
-            let nullable = e.nullable(input).map_err(|err| format!("`{e}`: {err}"))?;
+            let nullable = e.nullable(input).map_err(|err| not_impl_datafusion_err!("`{e}`: {err}"))?;
             let _ = writeln!(writes, "        {{ const bool okv = in && {};", v.ok);
             if v.ty == Ty::Bool {
                 let _ = writeln!(
@@ -220,11 +221,14 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
             );
             Some(Kernel { source, may_fail: !errs.is_empty(), literals })
         };
-        let outputs_plan = plan.into_iter().collect::<Option<Vec<_>>>().ok_or("an output was not planned")?;
+        let outputs_plan = plan
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| datafusion::error::DataFusionError::Internal("an output was not planned".into()))?;
         let fields: Vec<Field> = inputs.iter().map(|&i| input.field(i).clone()).collect();
         for f in &fields {
             if !is_supported(f.data_type()) {
-                return Err(format!("input `{}` of type {} cannot be uploaded", f.name(), f.data_type()));
+                return not_impl_err!("input `{}` of type {} cannot be uploaded", f.name(), f.data_type());
             }
         }
         Ok(DeviceProjection {

@@ -7,6 +7,7 @@
 //! pair when the predicate is TRUE, with SQL's three-valued logic. Anything the generator refuses
 //! keeps the join on the CPU, with the reason.
 
+use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
@@ -46,11 +47,11 @@ pub struct FilterCode {
 pub fn generate(expr: &Arc<dyn PhysicalExpr>, schema: &Schema, indices: &[ColumnIndex]) -> R<FilterCode> {
     let mut columns: Vec<FilterColumn> = Vec::new();
     let mut read = |c: &Column| -> R<ColumnRead> {
-        let ci = indices.get(c.index()).ok_or_else(|| format!("filter column {c} is out of range"))?;
+        let ci = indices.get(c.index()).ok_or_else(|| not_impl_datafusion_err!("filter column {c} is out of range"))?;
         let build = match ci.side {
             JoinSide::Left => true,
             JoinSide::Right => false,
-            JoinSide::None => return Err(format!("filter column {c} belongs to neither side")),
+            JoinSide::None => return not_impl_err!("filter column {c} belongs to neither side"),
         };
         let data_type = schema.field(c.index()).data_type().clone();
         columns.push(FilterColumn { build, index: ci.index, data_type });
@@ -59,7 +60,7 @@ pub fn generate(expr: &Arc<dyn PhysicalExpr>, schema: &Schema, indices: &[Column
     let mut g = Gen::new(schema, &mut read);
     let top = g.expr(expr)?;
     if top.ty != Ty::Bool {
-        return Err(format!("the filter has type {}", top.dt));
+        return not_impl_err!("the filter has type {}", top.dt);
     }
     let may_fail = top.err != "false";
     let (globals, body, literals) =
@@ -172,11 +173,11 @@ mod tests {
             &s,
         )
         .unwrap();
-        assert!(generate(&div, &s, &idx).unwrap_err().contains("operator /"));
+        assert!(generate(&div, &s, &idx).unwrap_err().to_string().contains("operator /"));
         let checked = Arc::new(
             BinaryExpr::new(col("a", &s).unwrap(), Operator::Plus, col("b", &s).unwrap()).with_fail_on_overflow(true),
         ) as Arc<dyn PhysicalExpr>;
         let e = binary(checked, Operator::Gt, lit(1i32), &s).unwrap();
-        assert!(generate(&e, &s, &idx).unwrap_err().contains("fails on overflow"));
+        assert!(generate(&e, &s, &idx).unwrap_err().to_string().contains("fails on overflow"));
     }
 }

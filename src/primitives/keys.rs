@@ -9,6 +9,7 @@
 //! With NULL equals nothing, rows with a NULL in any key column take no part in matching: the
 //! [`KeySide`] lists only the rows that do.
 
+use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -35,7 +36,7 @@ pub enum KeyColumnKind {
 
 impl KeyColumnKind {
     /// The kind of a key column of type `dt`, or why it cannot be a key.
-    pub fn of(dt: &DataType) -> std::result::Result<KeyColumnKind, String> {
+    pub fn of(dt: &DataType) -> crate::error::Result<KeyColumnKind> {
         use DataType::*;
         Ok(match dt {
             Boolean => KeyColumnKind::Bool,
@@ -56,10 +57,10 @@ impl KeyColumnKind {
             | Decimal128(_, _)
             | Time32(_)
             | Time64(_)
-            | Duration(_) => {
-                KeyColumnKind::Fixed(dt.primitive_width().ok_or_else(|| format!("{dt} has no fixed width"))?)
-            }
-            other => return Err(format!("{other} is not a GPU key type")),
+            | Duration(_) => KeyColumnKind::Fixed(
+                dt.primitive_width().ok_or_else(|| not_impl_datafusion_err!("{dt} has no fixed width"))?,
+            ),
+            other => return not_impl_err!("{other} is not a GPU key type"),
         })
     }
 
@@ -106,25 +107,21 @@ pub struct KeyPlan {
 
 impl KeyPlan {
     /// The plan for key columns of types `types` (both sides must have these types).
-    pub fn new(types: &[DataType], nulls_equal: bool) -> std::result::Result<KeyPlan, String> {
+    pub fn new(types: &[DataType], nulls_equal: bool) -> crate::error::Result<KeyPlan> {
         Self::with_null_free(types, nulls_equal, &vec![false; types.len()])
     }
 
     /// The plan for one group-by batch (NULL equal to NULL): columns without NULLs in this batch
     /// take no null bit, so a 4-byte key column without NULLs packs into a 32-bit word.
-    pub fn for_group_by(cols: &[Arc<DeviceColumn>]) -> std::result::Result<KeyPlan, String> {
+    pub fn for_group_by(cols: &[Arc<DeviceColumn>]) -> crate::error::Result<KeyPlan> {
         let types: Vec<DataType> = cols.iter().map(|c| c.data_type.clone()).collect();
         let null_free: Vec<bool> = cols.iter().map(|c| c.null_count == 0).collect();
         Self::with_null_free(&types, true, &null_free)
     }
 
-    fn with_null_free(
-        types: &[DataType],
-        nulls_equal: bool,
-        null_free: &[bool],
-    ) -> std::result::Result<KeyPlan, String> {
+    fn with_null_free(types: &[DataType], nulls_equal: bool, null_free: &[bool]) -> crate::error::Result<KeyPlan> {
         if types.is_empty() {
-            return Err("a join needs at least one key column".into());
+            return not_impl_err!("a join needs at least one key column");
         }
         let columns = types.iter().map(KeyColumnKind::of).collect::<std::result::Result<Vec<_>, _>>()?;
         let mut bits = 0u32;

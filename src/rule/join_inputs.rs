@@ -69,7 +69,7 @@ fn fused(top: &Arc<dyn ExecutionPlan>, filters: bool) -> Option<Arc<dyn Executio
     match GpuFilterProjectExec::try_new(top, filters) {
         Ok(exec) => exec.map(|e| Arc::new(e) as Arc<dyn ExecutionPlan>),
         Err(why) => {
-            log::debug!("a GPU join's input stays on the CPU: {why}");
+            log::debug!("a GPU join's input stays on the CPU: {}", crate::error::reason(&why));
             None
         }
     }

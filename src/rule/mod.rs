@@ -342,62 +342,61 @@ impl Placer<'_> {
         if let Some(d) = &self.device {
             reasons.insert(0, d.clone());
         }
-        let replaced: std::result::Result<Arc<dyn ExecutionPlan>, String> =
-            if node.downcast_ref::<HashJoinExec>().is_some() {
-                if !reasons.is_empty() {
-                    return Ok(Some(Placed { plan: Arc::new(CpuFallbackExec::new(node, reasons)), verdict: None }));
-                }
-                GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg).map(|g| {
-                    let g = match (&over_limit, g.no_spill_reason()) {
-                        (Some(over), None) => g.with_out_of_core(eligibility::out_of_core_note(over)),
-                        (Some(over), Some(why)) => {
-                            reasons.push(over.clone());
-                            reasons.push(FallbackReason::Unsupported(format!("it cannot run out of core: {why}")));
-                            g
-                        }
-                        (None, _) => g,
-                    };
-                    let limit = over_limit.as_ref().and(self.memory_limit);
-                    let estimate =
-                        self.profile.and_then(|p| costing::join_estimate(&g, &node, self.cfg, p, limit, self.gpu));
-                    verdict = estimate.as_ref().map(|e| e.verdict.clone());
-                    Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
-                })
-            } else {
-                // The aggregate's own checks run with or without a device, so EXPLAIN names them.
-                GpuAggregateExec::try_new(Arc::clone(&node), self.cfg).map(|g| {
-                    let estimate = match (self.profile, reasons.is_empty()) {
-                        (Some(p), true) => costing::aggregate_estimate(&g, self.cfg, p),
-                        _ => None,
-                    };
-                    verdict = estimate.as_ref().map(|e| e.verdict.clone());
-                    // An input size taken from the plan's shape (a join's output: DataFusion
-                    // has no estimate; see `likely_rows`) prices the CPU-kept joins below the
-                    // aggregate (`place_with_children`), but neither places the aggregate,
-                    // which runs on the GPU as an unpriced one does, nor chooses its
-                    // algorithm: a guess of the rows, and one group per row, is too loose for
-                    // either.
-                    let estimate = estimate.filter(|e| !e.bounded);
-                    let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
-                    let g = if reasons.is_empty() && self.cfg.fuse_expressions {
-                        g.with_fused_input(self.cfg.fuse_filters)
-                    } else {
+        let replaced: Result<Arc<dyn ExecutionPlan>> = if node.downcast_ref::<HashJoinExec>().is_some() {
+            if !reasons.is_empty() {
+                return Ok(Some(Placed { plan: Arc::new(CpuFallbackExec::new(node, reasons)), verdict: None }));
+            }
+            GpuHashJoinExec::try_new(Arc::clone(&node), self.cfg).map(|g| {
+                let g = match (&over_limit, g.no_spill_reason()) {
+                    (Some(over), None) => g.with_out_of_core(eligibility::out_of_core_note(over)),
+                    (Some(over), Some(why)) => {
+                        reasons.push(over.clone());
+                        reasons.push(FallbackReason::Unsupported(format!("it cannot run out of core: {why}")));
                         g
-                    };
-                    // A Final above a GPU Partial merges its states on the device (the
-                    // Partial was replaced first: the rule works bottom-up).
-                    let g = if reasons.is_empty() && self.cfg.aggregate_exchange {
-                        g.with_exchange(self.cfg.aggregate_exchange_host_input)
-                    } else {
-                        g
-                    };
-                    Arc::new(g) as _
-                })
-            };
+                    }
+                    (None, _) => g,
+                };
+                let limit = over_limit.as_ref().and(self.memory_limit);
+                let estimate =
+                    self.profile.and_then(|p| costing::join_estimate(&g, &node, self.cfg, p, limit, self.gpu));
+                verdict = estimate.as_ref().map(|e| e.verdict.clone());
+                Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
+            })
+        } else {
+            // The aggregate's own checks run with or without a device, so EXPLAIN names them.
+            GpuAggregateExec::try_new(Arc::clone(&node), self.cfg).map(|g| {
+                let estimate = match (self.profile, reasons.is_empty()) {
+                    (Some(p), true) => costing::aggregate_estimate(&g, self.cfg, p),
+                    _ => None,
+                };
+                verdict = estimate.as_ref().map(|e| e.verdict.clone());
+                // An input size taken from the plan's shape (a join's output: DataFusion
+                // has no estimate; see `likely_rows`) prices the CPU-kept joins below the
+                // aggregate (`place_with_children`), but neither places the aggregate,
+                // which runs on the GPU as an unpriced one does, nor chooses its
+                // algorithm: a guess of the rows, and one group per row, is too loose for
+                // either.
+                let estimate = estimate.filter(|e| !e.bounded);
+                let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
+                let g = if reasons.is_empty() && self.cfg.fuse_expressions {
+                    g.with_fused_input(self.cfg.fuse_filters)
+                } else {
+                    g
+                };
+                // A Final above a GPU Partial merges its states on the device (the
+                // Partial was replaced first: the rule works bottom-up).
+                let g = if reasons.is_empty() && self.cfg.aggregate_exchange {
+                    g.with_exchange(self.cfg.aggregate_exchange_host_input)
+                } else {
+                    g
+                };
+                Arc::new(g) as _
+            })
+        };
         match replaced {
             Ok(gpu) if reasons.is_empty() => return Ok(Some(Placed { plan: gpu, verdict })),
             Ok(_) => {}
-            Err(reason) => reasons.push(FallbackReason::Unsupported(reason)),
+            Err(e) => reasons.push(FallbackReason::Unsupported(crate::error::reason(&e))),
         }
         Ok(Some(Placed { plan: Arc::new(CpuFallbackExec::new(node, reasons)), verdict }))
     }

@@ -2,6 +2,7 @@
 //! DataFusion planned between them removed when the plan allows, every partial partition's
 //! state merged on the device, and the output split by the exchange's hash on the host.
 
+use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::sync::Arc;
 
 use datafusion::arrow::compute::concat_batches;
@@ -110,47 +111,49 @@ impl GpuAggregateExec {
     }
 
     /// The exchange [`Self::with_exchange`] may remove, or why the plan allows none.
-    pub(super) fn device_exchange(&self) -> std::result::Result<Exchange, String> {
-        let a = aggregate(&self.agg).map_err(|e| e.to_string())?;
+    pub(super) fn device_exchange(&self) -> crate::error::Result<Exchange> {
+        let a = aggregate(&self.agg)?;
         if !matches!(a.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned) {
-            return Err(format!("a {:?} aggregate has no partial stage", a.mode()));
+            return not_impl_err!("a {:?} aggregate has no partial stage", a.mode());
         }
         if self.fused.is_some() {
-            return Err("its input is fused".into());
+            return not_impl_err!("its input is fused");
         }
         let exchange = a.input();
         let out_partitions = self.agg.output_partitioning().partition_count();
         let (below, hash) = if let Some(r) = exchange.downcast_ref::<RepartitionExec>() {
             let Partitioning::Hash(exprs, n) = r.partitioning() else {
-                return Err(format!("the exchange below is a {} repartition", r.partitioning()));
+                return not_impl_err!("the exchange below is a {} repartition", r.partitioning());
             };
             if r.preserve_order() || *n != out_partitions {
-                return Err("the repartition below keeps an order or changes the partition count".into());
+                return not_impl_err!("the repartition below keeps an order or changes the partition count");
             }
             (r.input(), Some((exprs.clone(), *n)))
         } else if let Some(c) = exchange.downcast_ref::<CoalescePartitionsExec>() {
             if c.fetch().is_some() || out_partitions != 1 {
-                return Err("the coalesce below has a fetch".into());
+                return not_impl_err!("the coalesce below has a fetch");
             }
             (c.input(), None)
         } else {
-            return Err(format!("its input is a {}, not an exchange", exchange.name()));
+            return not_impl_err!("its input is a {}, not an exchange", exchange.name());
         };
-        let partial = below
-            .downcast_ref::<GpuAggregateExec>()
-            .ok_or_else(|| format!("the exchange's input is a {}, not a GPU aggregate", below.name()))?;
-        let p = aggregate(&partial.agg).map_err(|e| e.to_string())?;
+        let partial = below.downcast_ref::<GpuAggregateExec>().ok_or_else(|| {
+            not_impl_datafusion_err!("the exchange's input is a {}, not a GPU aggregate", below.name())
+        })?;
+        let p = aggregate(&partial.agg)?;
         if p.mode() != &AggregateMode::Partial || partial.layout.final_output {
-            return Err(format!("the aggregate below the exchange is {:?}", p.mode()));
+            return not_impl_err!("the aggregate below the exchange is {:?}", p.mode());
         }
         // The Final reads plain columns of the partial's state, group columns in place.
         let state = &partial.layout.state_schema;
         let mut columns = Vec::with_capacity(self.layout.upload.len());
         for (i, (e, f)) in self.layout.upload.iter().zip(self.layout.upload_schema.fields()).enumerate() {
-            let c = e.downcast_ref::<Column>().ok_or_else(|| format!("the Final reads `{e}`, not a column"))?;
+            let c = e
+                .downcast_ref::<Column>()
+                .ok_or_else(|| not_impl_datafusion_err!("the Final reads `{e}`, not a column"))?;
             let want = state.fields().get(c.index()).map(|s| s.data_type());
             if want != Some(f.data_type()) || (i < self.layout.groups && c.index() != i) {
-                return Err(format!("the Final's column `{e}` does not match the partial state"));
+                return not_impl_err!("the Final's column `{e}` does not match the partial state");
             }
             columns.push(c.index());
         }
@@ -158,7 +161,7 @@ impl GpuAggregateExec {
             for e in exprs {
                 match e.downcast_ref::<Column>() {
                     Some(c) if c.index() < self.layout.groups => {}
-                    _ => return Err(format!("the exchange hashes `{e}`, not a group column")),
+                    _ => return not_impl_err!("the exchange hashes `{e}`, not a group column"),
                 }
             }
         }

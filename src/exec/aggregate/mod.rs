@@ -14,6 +14,7 @@
 //! (`gpu.aggregate_exchange`): it runs every partial partition as a task, takes their device
 //! states as its input, and splits its output by the exchange's hash, so no state crosses PCIe.
 
+use datafusion::common::not_impl_err;
 use std::fmt;
 use std::sync::Arc;
 
@@ -71,18 +72,18 @@ fn aggregate(plan: &Arc<dyn ExecutionPlan>) -> Result<&AggregateExec> {
 
 impl GpuAggregateExec {
     /// The GPU form of `agg` (an `AggregateExec`), or why it cannot have one.
-    pub fn try_new(agg: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> std::result::Result<Self, String> {
+    pub fn try_new(agg: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> crate::error::Result<Self> {
         let layout = {
-            let a = aggregate(&agg).map_err(|e| e.to_string())?;
+            let a = aggregate(&agg)?;
             let layout = AggregateLayout::new(a)?;
             for f in &layout.finalize {
                 if let Finalize::Evaluate { agg: i, .. } = f
                     && !a.aggr_expr()[*i].groups_accumulator_supported()
                 {
-                    return Err(format!(
+                    return not_impl_err!(
                         "`{}` has no groups accumulator to evaluate its state",
                         a.aggr_expr()[*i].name()
-                    ));
+                    );
                 }
             }
             Arc::new(layout)
@@ -119,7 +120,7 @@ impl GpuAggregateExec {
             }
             Ok(Some(f)) => self.fused = Some(Arc::new(f)),
             Ok(None) => {}
-            Err(why) => self.fuse_note = Some(why),
+            Err(why) => self.fuse_note = Some(crate::error::reason(&why)),
         }
         self
     }

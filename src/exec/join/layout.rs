@@ -1,6 +1,7 @@
 //! A GPU join's layout: the columns each side uploads, the device join's description and the
 //! algorithm the setting (or the cost model) leaves it.
 
+use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -54,13 +55,15 @@ pub(super) fn position(cols: &[usize], c: usize) -> Result<usize> {
     cols.binary_search(&c).map_err(|_| DataFusionError::Internal(format!("column {c} was not uploaded")))
 }
 
-pub(super) fn key_index(expr: &Arc<dyn PhysicalExpr>) -> std::result::Result<usize, String> {
-    expr.downcast_ref::<Column>().map(|c| c.index()).ok_or_else(|| format!("join key `{expr}` is not a plain column"))
+pub(super) fn key_index(expr: &Arc<dyn PhysicalExpr>) -> crate::error::Result<usize> {
+    expr.downcast_ref::<Column>()
+        .map(|c| c.index())
+        .ok_or_else(|| not_impl_datafusion_err!("join key `{expr}` is not a plain column"))
 }
 
 impl Layout {
     /// The layout of `hj` under `cfg`, or why it has none.
-    pub(super) fn new(hj: &HashJoinExec, cfg: &GpuConfig) -> std::result::Result<Layout, String> {
+    pub(super) fn new(hj: &HashJoinExec, cfg: &GpuConfig) -> crate::error::Result<Layout> {
         let (ls, rs) = (hj.left().schema(), hj.right().schema());
         let join_type = *hj.join_type();
         let mut lkeys = Vec::new();
@@ -70,7 +73,7 @@ impl Layout {
             let (li, ri) = (key_index(l)?, key_index(r)?);
             let (lt, rt) = (ls.field(li).data_type(), rs.field(ri).data_type());
             if lt != rt {
-                return Err(format!("join keys `{l}` and `{r}` have different types {lt} and {rt}"));
+                return not_impl_err!("join keys `{l}` and `{r}` have different types {lt} and {rt}");
             }
             lkeys.push(li);
             rkeys.push(ri);
@@ -99,7 +102,9 @@ impl Layout {
             }
         }
         for &k in &chosen {
-            let ci = column_indices.get(k).ok_or("the join's projection is out of range")?;
+            let ci = column_indices
+                .get(k)
+                .ok_or_else(|| DataFusionError::Internal("the join's projection is out of range".into()))?;
             match ci.side {
                 JoinSide::Left => build_cols.push(ci.index),
                 JoinSide::Right => probe_cols.push(ci.index),
@@ -110,7 +115,7 @@ impl Layout {
         build_cols.dedup();
         probe_cols.sort_unstable();
         probe_cols.dedup();
-        let pos = |cols: &[usize], c| position(cols, c).map_err(|e| e.to_string());
+        let pos = |cols: &[usize], c| position(cols, c);
         let mut output = Vec::with_capacity(chosen.len());
         for &k in &chosen {
             let ci = &column_indices[k];
@@ -120,8 +125,8 @@ impl Layout {
                 JoinSide::None => OutputColumn::Mark,
             });
         }
-        let build_schema = Arc::new(ls.project(&build_cols).map_err(|e| e.to_string())?);
-        let probe_schema = Arc::new(rs.project(&probe_cols).map_err(|e| e.to_string())?);
+        let build_schema = Arc::new(ls.project(&build_cols)?);
+        let probe_schema = Arc::new(rs.project(&probe_cols)?);
         let build_keys = lkeys.iter().map(|c| pos(&build_cols, *c)).collect::<std::result::Result<Vec<_>, _>>()?;
         let probe_keys = rkeys.iter().map(|c| pos(&probe_cols, *c)).collect::<std::result::Result<Vec<_>, _>>()?;
 
@@ -137,7 +142,7 @@ impl Layout {
                             OutputColumn::Probe(pos(&probe_cols, c.index)?)
                         })
                     })
-                    .collect::<std::result::Result<Vec<_>, String>>()?,
+                    .collect::<crate::error::Result<Vec<_>>>()?,
                 may_fail: code.may_fail,
                 source: code.source,
                 literals: code.literals,

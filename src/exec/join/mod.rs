@@ -152,9 +152,9 @@ impl GpuHashJoinExec {
     /// The GPU form of `join` (a `HashJoinExec`), or why it cannot have one. Eligibility
     /// (types, filter, mode) is checked by the rule first; this settles the layout and the
     /// algorithm.
-    pub fn try_new(join: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> std::result::Result<Self, String> {
+    pub fn try_new(join: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> crate::error::Result<Self> {
         let layout = {
-            let hj = hash_join(&join).map_err(|e| e.to_string())?;
+            let hj = hash_join(&join)?;
             Arc::new(Layout::new(hj, cfg)?)
         };
         Ok(GpuHashJoinExec {

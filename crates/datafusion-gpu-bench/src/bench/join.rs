@@ -163,7 +163,7 @@ pub(crate) fn relations(c: Config, r_rows: u64, s_rows: u64, seed: u64) -> Resul
 
 pub(crate) fn spec(c: Config, r: &RecordBatch, s: &RecordBatch, algorithm: JoinAlgorithm) -> Result<JoinSpec> {
     let key_type = r.schema().field(0).data_type().clone();
-    let keys = KeyPlan::new(&[key_type], false).map_err(gpu_error)?;
+    let keys = KeyPlan::new(&[key_type], false)?;
     let mut output = vec![OutputColumn::Build(0)];
     let mut fields = vec![r.schema().field(0).clone()];
     for p in 1..=c.payloads {
