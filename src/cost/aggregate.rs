@@ -128,6 +128,15 @@ pub type AggregateChoice = super::Choice<GroupIdMethod>;
 /// What the model said of one aggregate at plan time.
 pub type AggregateEstimate = super::Estimate<AggregateShape, GroupIdMethod>;
 
+impl AggregateEstimate {
+    /// The group-id method for the next chunks, from a chunk of `rows` rows found to hold
+    /// `groups` groups: the model's choice for that shape under the plan's profile.
+    pub fn choose_for_observed(&self, rows: u64, groups: u64) -> GroupIdMethod {
+        let observed = AggregateShape { rows: rows as f64, groups: groups.max(1) as f64, chunks: 1.0, ..self.shape };
+        choose(&observed, &self.profile).best
+    }
+}
+
 pub fn choose(shape: &AggregateShape, profile: &Profile) -> AggregateChoice {
     let estimates = [GroupIdMethod::Hash, GroupIdMethod::Sort, GroupIdMethod::Partition]
         .iter()

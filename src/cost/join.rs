@@ -42,6 +42,14 @@ impl JoinShape {
 
 /// What the model said of one join at plan time.
 pub type JoinEstimate = super::Estimate<JoinShape, JoinAlgorithm>;
+
+impl JoinEstimate {
+    /// The algorithm for a build found to hold `rows` rows at run time: the model's choice among
+    /// `candidates` for the planned shape with that build, under the plan's profile.
+    pub fn choose_for_build(&self, rows: usize, candidates: &[JoinAlgorithm]) -> JoinAlgorithm {
+        choose(&self.shape.with_build_rows(rows as f64), candidates, &self.profile).best
+    }
+}
 /// The join algorithms' estimates and the cheapest.
 pub type JoinChoice = super::Choice<JoinAlgorithm>;
 
@@ -198,6 +206,38 @@ mod tests {
         assert_eq!(s.gpu_features(JoinAlgorithm::Npj, &p).len(), 4);
         let small = shape(2048.0, 1e6, 1.0, 4.0);
         assert_eq!(small.gpu_features(JoinAlgorithm::PhjGftr, &p)[4], 2.0);
+    }
+
+    /// The exec's run-time choice goes through the plan's estimate: the model's choice for the
+    /// planned shape with the build's real rows, under the profile the plan was priced with.
+    #[test]
+    fn the_estimate_chooses_again_for_the_real_build() {
+        let p = Profile::h100();
+        let planned = shape(1e8, 2e8, 1.0, 16.0);
+        let choice = choose(&planned, &JoinAlgorithm::ALL, &p);
+        let verdict = super::super::Verdict {
+            gpu_compute: 0.0,
+            upload: 0.0,
+            download: 0.0,
+            cpu: 0.0,
+            cpu_download: 0.0,
+            cpu_exchange: 0.0,
+            min_speedup: 1.0,
+        };
+        let e = JoinEstimate {
+            shape: planned,
+            choice,
+            verdict,
+            bounded: false,
+            notes: Vec::new(),
+            profile: std::sync::Arc::new(p.clone()),
+        };
+        for rows in [1_000usize, 1 << 20, 100_000_000] {
+            let want = choose(&planned.with_build_rows(rows as f64), &JoinAlgorithm::ALL, &p).best;
+            assert_eq!(e.choose_for_build(rows, &JoinAlgorithm::ALL), want, "{rows} build rows");
+        }
+        let only = [JoinAlgorithm::PhjGfur];
+        assert_eq!(e.choose_for_build(1_000, &only), JoinAlgorithm::PhjGfur, "only the candidates are chosen from");
     }
 
     /// With equal coefficients the model takes GFTR for many payload bytes at a high match ratio

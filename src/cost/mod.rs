@@ -191,6 +191,9 @@ pub struct Estimate<S, A> {
     pub bounded: bool,
     /// Assumptions behind the estimate that EXPLAIN shows with it.
     pub notes: Vec<String>,
+    /// The profile it was priced with: the exec chooses again at run time through the estimate
+    /// (when it learns the real sizes), under the same profile, without loading one itself.
+    pub profile: std::sync::Arc<Profile>,
 }
 
 #[cfg(test)]

@@ -166,7 +166,7 @@ pub fn join_estimate(
         cpu_exchange,
         min_speedup: cfg.min_speedup,
     };
-    Some(JoinEstimate { shape, choice, verdict, bounded, notes })
+    Some(JoinEstimate { shape, choice, verdict, bounded, notes, profile: Arc::new(profile.clone()) })
 }
 
 /// The fraction of a host join input's estimated rows that crosses the link when the input is a
@@ -407,7 +407,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         cpu_exchange: 0.0,
         min_speedup: cfg.min_speedup,
     };
-    Some(AggregateEstimate { shape, choice, verdict, bounded, notes: Vec::new() })
+    Some(AggregateEstimate { shape, choice, verdict, bounded, notes: Vec::new(), profile: Arc::new(profile.clone()) })
 }
 
 #[cfg(test)]

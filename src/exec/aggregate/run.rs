@@ -25,8 +25,7 @@ use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupByOptions, GroupByTimes, group_by};
 use crate::columns::{DeviceBatch, DeviceColumn};
 use crate::config::GpuConfig;
-use crate::cost::Profile;
-use crate::cost::aggregate::{self as agg_cost, AggregateShape};
+use crate::cost::aggregate::AggregateEstimate;
 use crate::device::Gpu;
 use crate::error::{gpu_error, recoverable_on_cpu};
 use crate::exec::fuse::{self, FusedInput, PrefilterCounters};
@@ -74,9 +73,7 @@ impl GpuAggregateExec {
         // without distinct counts): the first chunk runs the hash group-by, and the cost model
         // chooses again for the next chunks and merges from the group count it found.
         let adaptive = match (&self.estimate, self.setting) {
-            (Some(e), AggregateAlgorithmSetting::Auto) => {
-                Some((e.shape, Arc::new(crate::cost::profile::load(gpu.info(), &cfg.profile_dir))))
-            }
+            (Some(e), AggregateAlgorithmSetting::Auto) => Some(Arc::clone(e)),
             _ => None,
         };
         let host_upload_ns_per_row = self.fused.as_deref().and_then(|f| fuse::upload_ns_per_row(f, &cfg, &gpu));
@@ -128,8 +125,8 @@ pub(super) struct Run {
     pub(super) agg: Arc<dyn ExecutionPlan>,
     /// How the next group-by runs (changed by the run-time choice).
     pub(super) opts: std::sync::Mutex<GroupByOptions>,
-    /// Under `auto`: the plan's shape and the profile, to choose again on observed groups.
-    pub(super) adaptive: Option<(AggregateShape, Arc<Profile>)>,
+    /// Under `auto`: the plan's estimate, through which the run chooses again on observed groups.
+    pub(super) adaptive: Option<Arc<AggregateEstimate>>,
     pub(super) chunk_rows: usize,
     pub(super) batch_size: usize,
     /// A partition whose whole input has fewer rows runs on the CPU (`gpu.min_rows`).
@@ -601,9 +598,8 @@ impl Run {
 
     /// The cost model's choice for the next chunks, from the groups a chunk of `rows` rows had.
     pub(super) fn choose_again(&self, rows: u64, groups: u64) -> Result<()> {
-        let Some((shape, profile)) = &self.adaptive else { return Ok(()) };
-        let observed = AggregateShape { rows: rows as f64, groups: groups.max(1) as f64, chunks: 1.0, ..*shape };
-        let best = agg_cost::choose(&observed, profile).best;
+        let Some(estimate) = &self.adaptive else { return Ok(()) };
+        let best = estimate.choose_for_observed(rows, groups);
         let mut opts =
             self.opts.lock().map_err(|_| DataFusionError::Internal("a GPU aggregate's options lock".into()))?;
         if opts.method != best {

@@ -108,24 +108,16 @@ pub(super) async fn collect(
 
 /// The algorithm a build runs: the model's choice on the real build rows when the setting and
 /// plan leave a choice and the model was consulted, else the plan's.
-pub(super) fn runtime_spec(
-    layout: &Layout,
-    estimate: Option<&JoinEstimate>,
-    build_rows: usize,
-    gpu: &Gpu,
-    cfg: &GpuConfig,
-) -> Arc<JoinSpec> {
+pub(super) fn runtime_spec(layout: &Layout, estimate: Option<&JoinEstimate>, build_rows: usize) -> Arc<JoinSpec> {
     let Some(e) = estimate.filter(|e| layout.candidates.len() > 1 && !e.bounded) else {
         return Arc::clone(&layout.spec);
     };
-    let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
-    let shape = e.shape.with_build_rows(build_rows as f64);
-    let choice = crate::cost::join::choose(&shape, &layout.candidates, &profile);
-    if choice.best == layout.spec.algorithm {
+    let best = e.choose_for_build(build_rows, &layout.candidates);
+    if best == layout.spec.algorithm {
         return Arc::clone(&layout.spec);
     }
     let mut spec = (*layout.spec).clone();
-    spec.algorithm = choice.best;
+    spec.algorithm = best;
     Arc::new(spec)
 }
 
@@ -135,11 +127,9 @@ pub(super) fn build_spec(
     layout: &Layout,
     estimate: Option<&JoinEstimate>,
     build_rows: usize,
-    gpu: &Gpu,
-    cfg: &GpuConfig,
     window_rows: Option<u64>,
 ) -> Arc<JoinSpec> {
-    let spec = runtime_spec(layout, estimate, build_rows, gpu, cfg);
+    let spec = runtime_spec(layout, estimate, build_rows);
     match window_rows {
         Some(w) if w < spec.batch_rows => {
             let mut s = (*spec).clone();
@@ -317,7 +307,7 @@ impl BuildJob {
         // A window holds its output rows and a pair of positions (16 bytes) per row.
         let in_flight = self.consumers.max(1) as u64 * crate::join::triton::WINDOWS_PER_STREAM;
         let window_rows = rows_within_limit(gpu, in_flight, row_width(&layout.spec.schema) + 16);
-        let spec = build_spec(layout, self.estimate.as_deref(), rows, gpu, &self.cfg, Some(window_rows));
+        let spec = build_spec(layout, self.estimate.as_deref(), rows, Some(window_rows));
         metrics.ran(spec.algorithm);
         let build_time = metrics.build_time.clone();
         let _t = build_time.timer();

@@ -17,7 +17,6 @@ use super::build::{build_spec, chunk_groups, per_row};
 use super::layout::Layout;
 use super::{JoinOutput, Metrics, Probe, probe_columns};
 use crate::columns::DeviceBatch;
-use crate::config::GpuConfig;
 use crate::cost::join::JoinEstimate;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::CudaResultExt;
@@ -100,7 +99,6 @@ pub(super) struct OutOfCoreProbe {
     pub(super) gpu: Arc<Gpu>,
     pub(super) layout: Arc<Layout>,
     pub(super) estimate: Option<Arc<JoinEstimate>>,
-    pub(super) cfg: GpuConfig,
     pub(super) metrics: Metrics,
     /// Whether each output row must go to the stream its probe row came from (the join's
     /// output partitioning is the probe side's); otherwise any stream still reading takes it.
@@ -320,13 +318,13 @@ impl OutOfCoreProbe {
             let build = {
                 let dev = prefetch.next(Load::Build).await?;
                 let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
-                let (estimate, cfg, part) = (self.estimate.clone(), self.cfg.clone(), step.part);
+                let (estimate, part) = (self.estimate.clone(), step.part);
                 let slot = gpu.spill_slot().await?;
                 blocking(move || {
                     let _t = m.build_time.timer();
                     let _slot = slot;
                     let window = Some(sizes.window_rows);
-                    let spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), &gpu, &cfg, window);
+                    let spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), window);
                     m.ran(spec.algorithm);
                     // The build runs on the stream its rows were copied up on.
                     let stream = Arc::clone(dev.stream());

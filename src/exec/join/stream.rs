@@ -426,8 +426,7 @@ impl GpuHashJoinExec {
                     }
                     Built::Spilled(ooc) => {
                         let arrival = Arrival::new(&ooc.meeting);
-                        let job =
-                            OutOfCoreProbe { ooc, gpu, layout, estimate, cfg, metrics, route, started, memory_pool };
+                        let job = OutOfCoreProbe { ooc, gpu, layout, estimate, metrics, route, started, memory_pool };
                         job.run(probe, &tx, arrival).await
                     }
                 }
