@@ -132,3 +132,22 @@ fn the_layer_check_finds_upward_uses() {
     assert!(violations("h.rs", "device", &tested, &layers).is_empty());
     assert_eq!(violations("i.rs", "device", "crate::nowhere::f()", &layers).len(), 1);
 }
+
+/// Execs do not consult the cost model in `execute`: run-time choices go through the estimate
+/// the rule handed them (`Estimate::choose_for_*`), and fused uploads are priced by the rule.
+#[test]
+fn execs_do_not_load_or_run_the_cost_model() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/exec");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut found = Vec::new();
+    for path in files {
+        let code = checked_code(&std::fs::read_to_string(&path).expect("a source file"));
+        for needle in ["profile::load", "join::choose(", "aggregate::choose(", "agg_cost::choose("] {
+            if code.contains(needle) {
+                found.push(format!("{}: {needle}", path.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "execs that consult the cost model themselves:\n{}", found.join("\n"));
+}

@@ -71,6 +71,11 @@ impl GpuFilterProjectExec {
     }
 
     /// The filters and projections taken in, compiled for the device, and the node below them.
+    /// This exec with its upload priced (see [`FusedInput::priced`]).
+    pub fn with_priced_upload(self, cfg: &GpuConfig, gpu: &Gpu, profile: &crate::cost::Profile) -> Self {
+        GpuFilterProjectExec { fused: Arc::new(self.fused.priced(cfg, gpu, profile)), ..self }
+    }
+
     pub fn fused(&self) -> &FusedInput {
         &self.fused
     }
@@ -231,7 +236,7 @@ impl GpuExec for GpuFilterProjectExec {
             return Ok(without_empty_batches(out));
         }
         let input = fused.input.execute(partition, Arc::clone(&context))?;
-        let pre = fuse::host_prefilter(&fused, cfg.host_filter_below, fuse::upload_ns_per_row(&fused, &cfg, &gpu));
+        let pre = fuse::host_prefilter(&fused, cfg.host_filter_below, fused.upload_ns_per_row);
         let counters = PrefilterCounters {
             rows: b().counter("input_rows", partition),
             dropped: b().counter("host_filtered_rows", partition),

@@ -48,6 +48,10 @@ pub struct FusedInput {
     /// every row first (the device then neither uploads the filter's own columns nor filters
     /// again); `None` when they are the same kernels or do not compile.
     pub after_host_filter: Option<DeviceProjection>,
+    /// Nanoseconds one input row costs to upload, priced by the rule at plan time
+    /// ([`FusedInput::priced`]) for the host pre-filter's choice; `None` without a price (the
+    /// choice then follows `gpu.host_filter_below`).
+    pub upload_ns_per_row: Option<f64>,
 }
 
 /// `e` with each column replaced by `columns(index)`.
@@ -135,7 +139,7 @@ impl FusedInput {
             (Some(_), Some((_, rest))) => DeviceProjection::try_new(&node.schema(), rest, &fields).ok(),
             _ => None,
         };
-        Ok(Some(FusedInput { input: node, chain, projection, host_filter, after_host_filter }))
+        Ok(Some(FusedInput { input: node, chain, projection, host_filter, after_host_filter, upload_ns_per_row: None }))
     }
 
     /// The nodes taken in, one line each, as EXPLAIN shows them.
@@ -167,6 +171,16 @@ impl FusedInput {
             projection: self.projection.clone(),
             host_filter: self.host_filter.clone(),
             after_host_filter: self.after_host_filter.clone(),
+            upload_ns_per_row: self.upload_ns_per_row,
+        }
+    }
+
+    /// This fusion with its upload priced ([`upload_ns_per_row`]) under `profile`, the device
+    /// `gpu` and the session's `cfg`: done by the rule, so that `execute` does not price.
+    pub fn priced(&self, cfg: &GpuConfig, gpu: &Gpu, profile: &crate::cost::Profile) -> FusedInput {
+        FusedInput {
+            upload_ns_per_row: upload_ns_per_row(self, cfg, gpu, profile),
+            ..self.with_input(Arc::clone(&self.input))
         }
     }
 
@@ -180,6 +194,7 @@ impl FusedInput {
             projection,
             host_filter: None,
             after_host_filter: None,
+            upload_ns_per_row: self.upload_ns_per_row,
         })
     }
 }
@@ -188,16 +203,15 @@ impl FusedInput {
 /// costs to upload, for one of the input's partitions sharing the link (the profile's transfer
 /// cost per byte, or the link's own for a scan of pinned memory, which goes up without a host
 /// copy, times the uploaded columns' bytes times the partitions).
-pub fn upload_ns_per_row(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
+pub fn upload_ns_per_row(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu, profile: &crate::cost::Profile) -> Option<f64> {
     if f.host_filter.is_none() || !cfg.host_filter_priced {
         return None;
     }
-    let profile = crate::cost::profile::load(gpu.info(), &cfg.profile_dir);
     let schema = &f.projection.upload_schema;
     let per_row = if crate::columns::pinned::scans_pinned_memory(&f.input, gpu) && profile.h2d > 0.0 {
         crate::cost::row_bytes(schema) / profile.h2d
     } else {
-        crate::cost::upload_seconds(crate::cost::staged_row_bytes(schema, cfg.narrow_decimals), 0.0, &profile)
+        crate::cost::upload_seconds(crate::cost::staged_row_bytes(schema, cfg.narrow_decimals), 0.0, profile)
     };
     let partitions = f.input.output_partitioning().partition_count().max(1) as f64;
     Some(per_row * partitions * 1e9)

@@ -17,12 +17,18 @@ use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan};
 
 use crate::config::GpuConfig;
+use crate::cost::Profile;
+use crate::device::Gpu;
 use crate::exec::join::gathered_input;
 use crate::exec::{GpuFilterProjectExec, GpuHashJoinExec};
 
 /// `plan` with the inputs of every GPU join filtered and projected on the device where they
 /// compile (`gpu.fuse_expressions`; filters with `gpu.fuse_filters`).
-pub fn fuse_join_inputs(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result<Arc<dyn ExecutionPlan>> {
+pub fn fuse_join_inputs(
+    plan: Arc<dyn ExecutionPlan>,
+    cfg: &GpuConfig,
+    pricing: Option<(&Gpu, &Profile)>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     if !cfg.fuse_expressions {
         return Ok(plan);
     }
@@ -35,7 +41,7 @@ pub fn fuse_join_inputs(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result
             .children()
             .into_iter()
             .enumerate()
-            .map(|(i, side)| match fused_side(side, i == 0, cfg.fuse_filters) {
+            .map(|(i, side)| match fused_side(side, i == 0, cfg, pricing) {
                 Some(new) => {
                     changed = true;
                     new
@@ -57,17 +63,33 @@ pub fn fuse_join_inputs(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result
 /// `side` with its filters and projections on the device, looking below the
 /// `CoalescePartitionsExec` of a build side; `None` when there is nothing to take or it does
 /// not compile (logged).
-pub fn fused_side(side: &Arc<dyn ExecutionPlan>, build: bool, filters: bool) -> Option<Arc<dyn ExecutionPlan>> {
+pub fn fused_side(
+    side: &Arc<dyn ExecutionPlan>,
+    build: bool,
+    cfg: &GpuConfig,
+    pricing: Option<(&Gpu, &Profile)>,
+) -> Option<Arc<dyn ExecutionPlan>> {
     if build && let Some(input) = gathered_input(side) {
-        let inner = fused(input, filters)?;
+        let inner = fused(input, cfg, pricing)?;
         return Some(Arc::new(CoalescePartitionsExec::new(inner)));
     }
-    fused(side, filters)
+    fused(side, cfg, pricing)
 }
 
-fn fused(top: &Arc<dyn ExecutionPlan>, filters: bool) -> Option<Arc<dyn ExecutionPlan>> {
-    match GpuFilterProjectExec::try_new(top, filters) {
-        Ok(exec) => exec.map(|e| Arc::new(e) as Arc<dyn ExecutionPlan>),
+/// `top`'s filters and projections on the GPU, their upload priced under `pricing`.
+fn fused(
+    top: &Arc<dyn ExecutionPlan>,
+    cfg: &GpuConfig,
+    pricing: Option<(&Gpu, &Profile)>,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    match GpuFilterProjectExec::try_new(top, cfg.fuse_filters) {
+        Ok(exec) => exec.map(|e| {
+            let e = match pricing {
+                Some((gpu, p)) => e.with_priced_upload(cfg, gpu, p),
+                None => e,
+            };
+            Arc::new(e) as Arc<dyn ExecutionPlan>
+        }),
         Err(why) => {
             log::debug!("a GPU join's input stays on the CPU: {}", crate::error::reason(&why));
             None
@@ -103,7 +125,7 @@ mod tests {
         let cfg = GpuConfig::default();
         let gpu_join: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(Arc::clone(&cpu_join), &cfg).unwrap());
 
-        let plan = fuse_join_inputs(Arc::clone(&gpu_join), &cfg).unwrap();
+        let plan = fuse_join_inputs(Arc::clone(&gpu_join), &cfg, None).unwrap();
         let text = displayable(plan.as_ref()).indent(true).to_string();
         assert_eq!(text.matches("GpuFilterProjectExec: on the GPU=[FilterExec: k@0 > 10]").count(), 2, "{text}");
         let (build, probe) = (plan.children()[0], plan.children()[1]);
@@ -122,13 +144,13 @@ mod tests {
             format!("joins 1/1 GPU ({}×1)", placed[0].detail.split_whitespace().next().unwrap())
         );
 
-        let again = fuse_join_inputs(Arc::clone(&plan), &cfg).unwrap();
+        let again = fuse_join_inputs(Arc::clone(&plan), &cfg, None).unwrap();
         assert_eq!(text, displayable(again.as_ref()).indent(true).to_string());
 
-        let untouched = fuse_join_inputs(Arc::clone(&cpu_join), &cfg).unwrap();
+        let untouched = fuse_join_inputs(Arc::clone(&cpu_join), &cfg, None).unwrap();
         assert!(!displayable(untouched.as_ref()).indent(true).to_string().contains("GpuFilterProjectExec"));
         let off = GpuConfig { fuse_expressions: false, ..GpuConfig::default() };
-        let plan = fuse_join_inputs(Arc::clone(&gpu_join), &off).unwrap();
+        let plan = fuse_join_inputs(Arc::clone(&gpu_join), &off, None).unwrap();
         assert!(!displayable(plan.as_ref()).indent(true).to_string().contains("GpuFilterProjectExec"));
     }
 }

@@ -122,7 +122,9 @@ impl GpuOptimizerRule {
         // The device memory the GPU operators may hold, to keep joins whose build would not fit
         // on the CPU (only with a device: without one every operator falls back anyway).
         // Opened only for what needs it: the default memory limit, and the cost model's profile.
-        let needs_gpu = cfg.memory_limit.bytes().is_none() || cfg.placement == PlacementSetting::Cost;
+        // And the fused uploads' price for the host pre-filter (gpu.host_filter_priced).
+        let prices_uploads = cfg.fuse_expressions && cfg.host_filter_priced;
+        let needs_gpu = cfg.memory_limit.bytes().is_none() || cfg.placement == PlacementSetting::Cost || prices_uploads;
         let gpu = if device.is_none() && needs_gpu { Gpu::for_config(&cfg).ok() } else { None };
         let memory_limit = match (&device, cfg.memory_limit.bytes()) {
             (Some(_), _) => None,
@@ -134,7 +136,15 @@ impl GpuOptimizerRule {
             (Some(g), PlacementSetting::Cost) => Some(profile::load(g.info(), &cfg.profile_dir)),
             _ => None,
         };
-        let placer = Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref() };
+        // The profile that prices fused uploads: the cost model's, or the device's own.
+        let upload_profile = match (&gpu, &profile, prices_uploads) {
+            (Some(_), Some(p), true) => Some(p.clone()),
+            (Some(g), None, true) => Some(profile::load(g.info(), &cfg.profile_dir)),
+            _ => None,
+        };
+        let pricing = gpu.as_deref().zip(upload_profile.as_ref());
+        let placer =
+            Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref(), pricing };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
         crate::timeline::mark("rule", || "operators placed".into());
         let plan = match cfg.join_repartition {
@@ -156,7 +166,7 @@ impl GpuOptimizerRule {
             }
             false => plan,
         };
-        join_inputs::fuse_join_inputs(plan, &cfg)
+        join_inputs::fuse_join_inputs(plan, &cfg, pricing)
     }
 }
 
@@ -203,6 +213,9 @@ struct Placer<'a> {
     profile: Option<&'a Profile>,
     /// The device, when the rule opened it: the cost model prices uploads from its pinned memory.
     gpu: Option<&'a Gpu>,
+    /// The device and profile that price fused uploads for the host pre-filter
+    /// (`gpu.host_filter_priced`; see [`crate::exec::fuse::FusedInput::priced`]).
+    pricing: Option<(&'a Gpu, &'a Profile)>,
 }
 
 impl Placer<'_> {
@@ -379,7 +392,11 @@ impl Placer<'_> {
                 let estimate = estimate.filter(|e| !e.bounded);
                 let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
                 let g = if reasons.is_empty() && self.cfg.fuse_expressions {
-                    g.with_fused_input(self.cfg.fuse_filters)
+                    let g = g.with_fused_input(self.cfg.fuse_filters);
+                    match self.pricing {
+                        Some((gpu, p)) => g.with_priced_upload(self.cfg, gpu, p),
+                        None => g,
+                    }
                 } else {
                     g
                 };
@@ -488,7 +505,8 @@ mod tests {
         ctx.register_table("b", crate::testing::memory_kv_table(probe, 16)).unwrap();
         let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
         let profile = Profile::h100();
-        let placer = Placer { cfg, device: None, memory_limit: None, profile: Some(&profile), gpu: None };
+        let placer =
+            Placer { cfg, device: None, memory_limit: None, profile: Some(&profile), gpu: None, pricing: None };
         let plan = plan.transform_up(|n| placer.place_with_children(n)).map(|t| t.data).unwrap();
         displayable(plan.as_ref()).indent(true).to_string()
     }

@@ -100,13 +100,14 @@ fn joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
 /// q12's lineitem scans must.
 #[tokio::test]
 async fn benchmark_join_inputs_compile_for_the_device() {
+    let cfg = GpuConfig { fuse_filters: true, ..GpuConfig::default() };
     let mut fused = Vec::new();
     for (suite, name, plan) in benchmark_plans(0.01).await {
         let mut found = Vec::new();
         joins(&plan, &mut found);
         for j in found {
             for (i, side) in j.children().into_iter().enumerate() {
-                let Some(exec) = fused_side(side, i == 0, true) else { continue };
+                let Some(exec) = fused_side(side, i == 0, &cfg, None) else { continue };
                 let line = displayable(exec.as_ref()).indent(false).to_string();
                 println!("{} {name} side {i}: {}", suite.name(), line.lines().next().unwrap_or(""));
                 fused.push((suite.name(), name, line));
@@ -155,7 +156,7 @@ async fn benchmark_plans_stay_sane_with_fused_join_inputs() {
         if !sane(&on_gpu) {
             continue;
         }
-        let fused = fuse_join_inputs(Arc::clone(&on_gpu), &cfg).unwrap();
+        let fused = fuse_join_inputs(Arc::clone(&on_gpu), &cfg, None).unwrap();
         let shown = displayable(fused.as_ref()).indent(true).to_string();
         assert!(sane(&fused), "{} {name}: the fused plan fails the sanity check\n{shown}", suite.name());
         assert_eq!(fused.schema(), on_gpu.schema(), "{} {name}", suite.name());

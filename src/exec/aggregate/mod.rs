@@ -126,6 +126,17 @@ impl GpuAggregateExec {
     }
 
     /// The filters and projections this aggregate evaluates on the GPU, if any.
+    /// This exec with its fused input's upload priced (see [`FusedInput::priced`]).
+    pub fn with_priced_upload(
+        mut self,
+        cfg: &GpuConfig,
+        gpu: &crate::device::Gpu,
+        profile: &crate::cost::Profile,
+    ) -> Self {
+        self.fused = self.fused.map(|f| Arc::new(f.priced(cfg, gpu, profile)));
+        self
+    }
+
     pub fn fused_input(&self) -> Option<&FusedInput> {
         self.fused.as_deref()
     }

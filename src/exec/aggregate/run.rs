@@ -76,7 +76,7 @@ impl GpuAggregateExec {
             (Some(e), AggregateAlgorithmSetting::Auto) => Some(Arc::clone(e)),
             _ => None,
         };
-        let host_upload_ns_per_row = self.fused.as_deref().and_then(|f| fuse::upload_ns_per_row(f, &cfg, &gpu));
+        let host_upload_ns_per_row = self.fused.as_deref().and_then(|f| f.upload_ns_per_row);
         // Chunks of every partition (each gathered, then concatenated, then grouped) take at
         // most a quarter of the memory limit between them.
         let chunk_rows = cfg.batch_rows.max(1).min(rows_within_limit(
