@@ -170,7 +170,7 @@ impl fmt::Display for JoinAlgorithm {
     }
 }
 
-/// The `gpu.join_algorithm` option: an algorithm, a family whose materialisation is chosen, or
+/// The `gpu.join.algorithm` option: an algorithm, a family whose materialisation is chosen, or
 /// `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum JoinAlgorithmSetting {
@@ -198,7 +198,7 @@ impl FromStr for JoinAlgorithmSetting {
                 Ok(a) => JoinAlgorithmSetting::Fixed(a),
                 Err(_) => {
                     return Err(DataFusionError::Configuration(format!(
-                        "unknown gpu.join_algorithm '{s}'; choose one of {}",
+                        "unknown gpu.join.algorithm '{s}'; choose one of {}",
                         Self::NAMES
                     )));
                 }
@@ -218,7 +218,7 @@ impl fmt::Display for JoinAlgorithmSetting {
     }
 }
 
-/// `gpu.aggregate_algorithm`.
+/// `gpu.aggregate.algorithm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AggregateAlgorithmSetting {
     /// Hash group-by until the cost model chooses.
@@ -239,7 +239,7 @@ impl FromStr for AggregateAlgorithmSetting {
             "sort" => Ok(AggregateAlgorithmSetting::Sort),
             "partition" => Ok(AggregateAlgorithmSetting::Partition),
             _ => Err(DataFusionError::Configuration(format!(
-                "unknown gpu.aggregate_algorithm '{s}'; choose one of auto, hash, sort, partition"
+                "unknown gpu.aggregate.algorithm '{s}'; choose one of auto, hash, sort, partition"
             ))),
         }
     }
@@ -262,7 +262,7 @@ pub enum PlacementSetting {
     /// The GPU when its estimate (transfers included) beats the CPU's, or when no estimate exists.
     #[default]
     Cost,
-    /// Every eligible operator over `gpu.min_rows` on the GPU (for testing the GPU path).
+    /// Every eligible operator over `gpu.cost.min_rows` on the GPU (for testing the GPU path).
     Always,
 }
 
@@ -291,9 +291,11 @@ impl std::fmt::Display for PlacementSetting {
 
 /// Declares the options struct, its defaults, and DataFusion's `ExtensionOptions` with the keys
 /// listed under their full `gpu.` names (DataFusion's `extensions_options!` lists extension keys
-/// without their prefix, so `information_schema.df_settings` would show a bare `min_rows`).
+/// without their prefix, so `information_schema.df_settings` would show a bare `min_rows`). Each
+/// field has a key grouped by concern (`memory.limit`, `join.algorithm`); `gpu.experimental.*`
+/// holds switches kept for measurements, whose defaults are the measured choice.
 macro_rules! gpu_options {
-    ($(#[doc = $sd:literal])* pub struct $name:ident { $($(#[doc = $d:literal])* pub $field:ident: $ty:ty, default = $default:expr)* }) => {
+    ($(#[doc = $sd:literal])* pub struct $name:ident { $($(#[doc = $d:literal])* pub $field:ident: $ty:ty, key = $key:literal, default = $default:expr)* }) => {
         $(#[doc = $sd])*
         #[derive(Debug, Clone)]
         pub struct $name {
@@ -320,13 +322,18 @@ macro_rules! gpu_options {
             }
 
             fn set(&mut self, key: &str, value: &str) -> Result<()> {
-                match key {
-                    $(stringify!($field) => ConfigField::set(&mut self.$field, "", value),)*
-                    _ => Err(DataFusionError::Configuration(format!(
-                        "unknown option gpu.{key}; the gpu. options are: {}",
-                        [$(stringify!($field)),*].join(", ")
-                    ))),
-                }
+                // Each option under its grouped name (`memory.limit`), and under the flat name it
+                // had before the options were grouped (`memory_limit`), so that settings written
+                // then keep working.
+                $(
+                    if key == $key || key == stringify!($field) {
+                        return ConfigField::set(&mut self.$field, "", value);
+                    }
+                )*
+                Err(DataFusionError::Configuration(format!(
+                    "unknown option gpu.{key}; the gpu. options are: {}",
+                    [$($key),*].join(", ")
+                )))
             }
 
             fn entries(&self) -> Vec<ConfigEntry> {
@@ -335,7 +342,7 @@ macro_rules! gpu_options {
                     ConfigField::visit(
                         &self.$field,
                         &mut v,
-                        concat!("gpu.", stringify!($field)),
+                        concat!("gpu.", $key),
                         concat!($($d),*).trim(),
                     );
                 )*
@@ -362,69 +369,69 @@ gpu_options! {
     /// Options of the GPU extension, under the `gpu.` prefix.
     pub struct GpuConfig {
         /// Run eligible joins and aggregates on the GPU. When false the rule leaves the plan untouched.
-        pub enable: bool, default = true
+        pub enable: bool, key = "enable", default = true
         /// CUDA ordinal of the GPU to use.
-        pub device: usize, default = 0
-        /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's own budget, 90% of the memory free when it is first used, which every session's budget also counts against. A request that fits under the limit but not next to what others hold waits for their releases; it is refused only when it can never fit or nothing was released for 0.5 s while it waited, and the work then finishes on the CPU (gpu.cpu_fallback). Probe chunks, output windows and aggregate chunks shrink under a small limit. A join whose build side would need more (about 3x its size, by the plan's statistics) runs out of core, partitioned through pinned host memory (EXPLAIN shows out_of_core=[...]), or stays on the CPU with the reason when it cannot (NOT IN, ordered output, dictionary columns).
-        pub memory_limit: ByteSize, default = ByteSize::Auto
-        /// When device memory runs out (over gpu.memory_limit, or refused by the driver), DataFusion's own operators finish the work: a GPU join's build goes to DataFusion's hash join, which then probes every partition; a join partition's remaining probe rows go there when nothing of the failed chunk was sent and no build rows decided at the end depend on them; a GPU aggregate replays its host input (kept, reserved from DataFusion's memory pool), or its device input until its first chunk is grouped, through DataFusion's aggregate (also when dictionary batches overflow their key type). Where none can, the query runs again on DataFusion's plan (GpuQueryExec holds its output back, up to 64 MiB). EXPLAIN ANALYZE counts cpu_fallbacks and cpu_reruns. false fails the query instead.
-        pub cpu_fallback: bool, default = true
+        pub device: usize, key = "device", default = 0
+        /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's own budget, 90% of the memory free when it is first used, which every session's budget also counts against. A request that fits under the limit but not next to what others hold waits for their releases; it is refused only when it can never fit or nothing was released for 0.5 s while it waited, and the work then finishes on the CPU (gpu.memory.cpu_fallback). Probe chunks, output windows and aggregate chunks shrink under a small limit. A join whose build side would need more (about 3x its size, by the plan's statistics) runs out of core, partitioned through pinned host memory (EXPLAIN shows out_of_core=[...]), or stays on the CPU with the reason when it cannot (NOT IN, ordered output, dictionary columns).
+        pub memory_limit: ByteSize, key = "memory.limit", default = ByteSize::Auto
+        /// When device memory runs out (over gpu.memory.limit, or refused by the driver), DataFusion's own operators finish the work: a GPU join's build goes to DataFusion's hash join, which then probes every partition; a join partition's remaining probe rows go there when nothing of the failed chunk was sent and no build rows decided at the end depend on them; a GPU aggregate replays its host input (kept, reserved from DataFusion's memory pool), or its device input until its first chunk is grouped, through DataFusion's aggregate (also when dictionary batches overflow their key type). Where none can, the query runs again on DataFusion's plan (GpuQueryExec holds its output back, up to 64 MiB). EXPLAIN ANALYZE counts cpu_fallbacks and cpu_reruns. false fails the query instead.
+        pub cpu_fallback: bool, key = "memory.cpu_fallback", default = true
         /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead (which reads the rows as they arrive and is dropped once they reach this count; EXPLAIN ANALYZE counts cpu_partitions). 0 turns both off.
-        pub min_rows: usize, default = 100_000
+        pub min_rows: usize, key = "cost.min_rows", default = 100_000
         /// Size of each pinned host staging buffer used for host-to-device copies.
-        pub staging_buffer_size: ByteSize, default = ByteSize::Bytes(32 << 20)
+        pub staging_buffer_size: ByteSize, key = "transfer.staging_buffer_size", default = ByteSize::Bytes(32 << 20)
         /// Most host memory page-locked in place for direct uploads: large buffers uploaded a second time (in-memory tables) are registered and then copied at the link's full speed; '0' disables, 'auto' is 8GiB.
-        pub host_register_limit: ByteSize, default = ByteSize::Auto
+        pub host_register_limit: ByteSize, key = "memory.host_register_limit", default = ByteSize::Auto
         /// Most page-locked (pinned) host memory the process holds while this session's queries allocate it: downloads of GPU results and the rows of out-of-core joins land in pinned memory (one DMA, no host copy) while there is room under it, and in ordinary memory through the staging buffers beyond it; pinning a table past it fails with this option named. The staging buffers count but are never refused. 'auto' is a quarter of the host's physical memory.
-        pub pinned_memory_limit: ByteSize, default = ByteSize::Auto
+        pub pinned_memory_limit: ByteSize, key = "memory.pinned_limit", default = ByteSize::Auto
         /// Host threads that copy into pinned staging buffers (0: one per core, at most 16).
-        pub transfer_threads: usize, default = 0
+        pub transfer_threads: usize, key = "transfer.threads", default = 0
         /// Decimal128 columns of at most 18 digits cross the link through the staging buffers as 8-byte integers, widened on the device (half the bytes); a column holding a value past 64 bits goes again as it is.
-        pub narrow_decimals: bool, default = true
-        /// Int64 and Decimal128 (at most 18 digits) columns cross the link through the staging buffers as 4-byte integers when their values fit (TPC-H's keys, prices and quantities do), widened on the device; a piece holding a value past 32 bits goes again at 8 bytes (decimals, with gpu.narrow_decimals) or as it is.
-        pub narrow_integers: bool, default = true
+        pub narrow_decimals: bool, key = "transfer.narrow_decimals", default = true
+        /// Int64 and Decimal128 (at most 18 digits) columns cross the link through the staging buffers as 4-byte integers when their values fit (TPC-H's keys, prices and quantities do), widened on the device; a piece holding a value past 32 bits goes again at 8 bytes (decimals, with gpu.transfer.narrow_decimals) or as it is.
+        pub narrow_integers: bool, key = "transfer.narrow_integers", default = true
         /// The host threads fill the staging buffers with streaming (non-temporal) stores, which write whole cache lines without reading them first (x86-64; elsewhere ordinary stores). Off by default: on an H100 host they copied 6-16% faster alone but staged uploads ran 4% slower (benches/results/2026-11-26-h100-staging-stores-and-rings/README.md).
-        pub streaming_stores: bool, default = false
+        pub streaming_stores: bool, key = "experimental.streaming_stores", default = false
         /// CUDA streams the GPU operators' partitions take round-robin (1 to 64). Partitions that share a stream wait for each other's work at every synchronisation.
-        pub streams: usize, default = 16
+        pub streams: usize, key = "streams", default = 16
         /// GPU join algorithm: auto (the cost model chooses, at plan time from the statistics and again at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen; GFTR without statistics), or phj_gfur, phj_gftr, smj_gfur, smj_gftr. A join whose plan relies on its probe order always takes npj, which keeps it.
-        pub join_algorithm: JoinAlgorithmSetting, default = JoinAlgorithmSetting::Auto
-        /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows, but at least 16,384 (fewer only when gpu.memory_limit asks for smaller batches): each batch costs launches whatever its size.
-        pub batch_rows: usize, default = 1 << 22
+        pub join_algorithm: JoinAlgorithmSetting, key = "join.algorithm", default = JoinAlgorithmSetting::Auto
+        /// Rows per GPU batch: probe input is coalesced into chunks of about this many rows before a join probes it, and join output batches hold about this many rows, but at least 16,384 (fewer only when gpu.memory.limit asks for smaller batches): each batch costs launches whatever its size.
+        pub batch_rows: usize, key = "batch_rows", default = 1 << 22
         /// Device batches a GPU join reads ahead from a GPU probe input (a filter and projection the device evaluates over a scan, another GPU join) while its build is collected and built, so the probe side's scan and filtering overlap the build instead of starting after it; 0 starts reading the probe only once the build is ready. Not for joins planned out of core.
-        pub probe_read_ahead: usize, default = 1
+        pub probe_read_ahead: usize, key = "join.probe_read_ahead", default = 1
         /// GPU group-by algorithm: auto (the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators), sort (a radix sort of the keys gives group ids) or partition (radix partitions of the keys, each numbered and aggregated in shared memory).
-        pub aggregate_algorithm: AggregateAlgorithmSetting, default = AggregateAlgorithmSetting::Auto
-        /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers of inputs not already on the device included, beats the CPU's, or when neither the statistics nor the plan's shape give an input size; EXPLAIN shows both estimates) or always (every eligible operator over gpu.min_rows on the GPU).
-        pub placement: PlacementSetting, default = PlacementSetting::Cost
+        pub aggregate_algorithm: AggregateAlgorithmSetting, key = "aggregate.algorithm", default = AggregateAlgorithmSetting::Auto
+        /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers of inputs not already on the device included, beats the CPU's, or when neither the statistics nor the plan's shape give an input size; EXPLAIN shows both estimates) or always (every eligible operator over gpu.cost.min_rows on the GPU).
+        pub placement: PlacementSetting, key = "placement", default = PlacementSetting::Cost
         /// With gpu.placement = cost, an operator goes to the GPU only when the model expects it to run at least this many times faster there than on the CPU, transfers included: 1.0 takes any expected gain; more keeps near ties, where the model's error decides, on the CPU.
-        pub min_speedup: f64, default = 1.0
+        pub min_speedup: f64, key = "cost.min_speedup", default = 1.0
         /// With gpu.placement = cost, a join the model keeps on the CPU under a GPU parent is priced on the GPU together with the CPU-kept joins it reads (through the hash repartition or coalesce a GPU join drops), each moved when the joins cost less together on the device, where each reads the one below without a transfer; false prices one join below the parent at a time.
-        pub join_chain_pricing: bool, default = true
+        pub join_chain_pricing: bool, key = "cost.join_chain_pricing", default = true
         /// With gpu.placement = cost, a GPU aggregate whose input DataFusion cannot estimate (a join's output, when the tables have no column statistics) prices the joins the model kept on the CPU below it, with its input's likely size from the plan's shape (a join's probe side times the share of its build side's table that the build keeps; a filter DataFusion estimates at 100% for want of min/max at its default selectivity): each moves to the GPU when it costs less there, the aggregate reading its output on the device, than on the CPU plus the upload of its output. That size neither places the aggregate (it runs on the GPU, as without an estimate) nor chooses its algorithm. An aggregate reading a GPU exec is priced without an upload. false leaves such aggregates unpriced and the joins below them priced alone.
-        pub aggregate_join_pricing: bool, default = true
-        /// The cost model prices the upload of a join input that is a filter the device takes over (gpu.fuse_filters) at the filter's default selectivity (datafusion.optimizer.default_filter_selectivity) when DataFusion estimates it at 100% of its input for want of column min/max statistics (in-memory tables have none); the host filters a selective filter's rows before they are staged. false prices every input row's upload.
-        pub default_selectivity_for_unbounded_filters: bool, default = true
+        pub aggregate_join_pricing: bool, key = "cost.aggregate_join_pricing", default = true
+        /// The cost model prices the upload of a join input that is a filter the device takes over (gpu.fuse.filters) at the filter's default selectivity (datafusion.optimizer.default_filter_selectivity) when DataFusion estimates it at 100% of its input for want of column min/max statistics (in-memory tables have none); the host filters a selective filter's rows before they are staged. false prices every input row's upload.
+        pub default_selectivity_for_unbounded_filters: bool, key = "cost.default_selectivity_for_unbounded_filters", default = true
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
-        pub profile_dir: String, default = String::new()
+        pub profile_dir: String, key = "cost.profile_dir", default = String::new()
         /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones: arithmetic (Decimal128 with arrow's scales and overflow errors), comparisons, AND/OR, CASE, IN, casts, [NOT] LIKE whose only wildcard is %, and date_part/EXTRACT of a date's year, month or day. EXPLAIN shows what was fused, or why an expression stayed on the CPU; false keeps them all on the CPU.
-        pub fuse_expressions: bool, default = true
-        /// With gpu.fuse_expressions, evaluate the FilterExecs below a GPU aggregate or join on the GPU too. Each partition measures the bottom filter on its first 65536 rows: when it keeps less than gpu.host_filter_below of them the host keeps filtering before the upload (a selective filter shrinks the upload more than it costs), otherwise rows are uploaded unfiltered and only the GPU filters them. false leaves the filters to DataFusion on the CPU.
-        pub fuse_filters: bool, default = true
-        /// With gpu.fuse_filters: a partition whose bottom filter keeps less than this fraction of its first 65536 rows is filtered on the host before the upload; otherwise its rows are uploaded whole and only the GPU filters them (0 never filters on the host, 1 always does).
-        pub host_filter_below: f64, default = 0.5
-        /// Price the host pre-filter's choice instead of gpu.host_filter_below: the host filters a partition when the time it measured filtering the sample, per row, is below the upload time of the rows the filter drops (the profile's transfer cost of the uploaded columns, the link shared by the input's partitions).
-        pub host_filter_priced: bool, default = true
+        pub fuse_expressions: bool, key = "fuse.expressions", default = true
+        /// With gpu.fuse.expressions, evaluate the FilterExecs below a GPU aggregate or join on the GPU too. Each partition measures the bottom filter on its first 65536 rows: when it keeps less than gpu.fuse.host_filter_below of them the host keeps filtering before the upload (a selective filter shrinks the upload more than it costs), otherwise rows are uploaded unfiltered and only the GPU filters them. false leaves the filters to DataFusion on the CPU.
+        pub fuse_filters: bool, key = "fuse.filters", default = true
+        /// With gpu.fuse.filters: a partition whose bottom filter keeps less than this fraction of its first 65536 rows is filtered on the host before the upload; otherwise its rows are uploaded whole and only the GPU filters them (0 never filters on the host, 1 always does).
+        pub host_filter_below: f64, key = "fuse.host_filter_below", default = 0.5
+        /// Price the host pre-filter's choice instead of gpu.fuse.host_filter_below: the host filters a partition when the time it measured filtering the sample, per row, is below the upload time of the rows the filter drops (the profile's transfer cost of the uploaded columns, the link shared by the input's partitions).
+        pub host_filter_priced: bool, key = "fuse.host_filter_priced", default = true
         /// Merge a GPU Partial aggregate's states into the GPU Final aggregate above it on the device, removing the RepartitionExec or CoalescePartitionsExec between them (one GPU does all the work, so states never cross PCIe; the output keeps the exchange's hash partitioning); false keeps DataFusion's exchange on the host.
-        pub aggregate_exchange: bool, default = true
-        /// With gpu.aggregate_exchange, also remove the exchange when the GPU Partial reads a CPU operator whose row count DataFusion does not know exactly (a CPU join, an unfused filter). Such partitions often end below gpu.min_rows and run on the CPU, and DataFusion's exchange then streams each one's states to the Final as it finishes, where the device exchange waits for the last; false (the default) keeps that exchange on the host.
-        pub aggregate_exchange_host_input: bool, default = false
+        pub aggregate_exchange: bool, key = "aggregate.exchange", default = true
+        /// With gpu.aggregate.exchange, also remove the exchange when the GPU Partial reads a CPU operator whose row count DataFusion does not know exactly (a CPU join, an unfused filter). Such partitions often end below gpu.cost.min_rows and run on the CPU, and DataFusion's exchange then streams each one's states to the Final as it finishes, where the device exchange waits for the last; false (the default) keeps that exchange on the host.
+        pub aggregate_exchange_host_input: bool, key = "experimental.aggregate_exchange_host_input", default = false
         /// A SinglePartitioned aggregate whose input is a hash RepartitionExec of a GPU operator's output (a GPU join read around its own repartitions, whose output the rule hashes again for the aggregate) is planned as DataFusion would over unpartitioned input, Partial and FinalPartitioned aggregates, when both then run on the GPU with the exchange between them on the device: the GPU output stays on the device instead of crossing PCIe twice for the CPU's hashing; false keeps the repartition.
-        pub aggregate_split_device_input: bool, default = true
+        pub aggregate_split_device_input: bool, key = "aggregate.split_device_input", default = true
         /// Keep the hash RepartitionExecs below a Partitioned GPU join. false (the default) lets such a join read the repartitions' inputs in CollectLeft mode: one build from every partition of its build input, each input partition of its probe side probed as it comes (the CPU no longer hashes and redistributes both inputs, and GPU inputs stay on the device); where a node above needs the join keys' partitioning, the join's output is hash-repartitioned instead (below another GPU join the repartitions stay).
-        pub join_repartition: bool, default = false
+        pub join_repartition: bool, key = "join.repartition", default = false
         /// How a Partitioned GPU join read around its repartitions is judged once repriced for its one build: false (the default) keeps the rebuilt join unless the Partitioned GPU join as placed (its per-partition builds, with the CPU still hashing its inputs) is expected to be faster; true keeps the rebuilt join only when it is expected to beat the CPU join (the earlier rule, kept for A/Bs), else the Partitioned GPU join stays.
-        pub reprice_against_cpu: bool, default = false
+        pub reprice_against_cpu: bool, key = "experimental.reprice_against_cpu", default = false
     }
 }
 
@@ -449,10 +456,15 @@ pub fn options_markdown() -> String {
          DFG_UPDATE_DOCS=1 cargo test --release options_doc_is_current -->\n\n\
          Set with `SET gpu.<name> = <value>` in SQL, or on the `SessionConfig`\n\
          (`SessionConfig::new().with_option_extension(GpuConfig { .. })`). `SHOW ALL` lists them with\n\
-         their current values.\n\n\
+         their current values. Options are grouped by concern (`memory`, `transfer`, `join`,\n\
+         `aggregate`, `fuse`, `cost`); `experimental` holds switches kept for measurements, whose\n\
+         defaults are the measured choice. The flat names of earlier releases (`gpu.memory_limit`,\n\
+         `gpu.join_algorithm`) are still accepted by `SET`.\n\n\
          | option | default | meaning |\n|---|---|---|\n",
     );
-    for e in GpuConfig::default().entries() {
+    let mut entries = GpuConfig::default().entries();
+    entries.sort_by(|a, b| a.key.cmp(&b.key));
+    for e in entries {
         let default = e.value.as_deref().unwrap_or("(none)");
         let _ = writeln!(out, "| `{}` | `{default}` | {} |", e.key, e.description.replace('|', "\\|"));
     }
@@ -477,6 +489,33 @@ mod tests {
             have == want,
             "docs/options.md is stale: run `DFG_UPDATE_DOCS=1 cargo test --release options_doc_is_current`"
         );
+    }
+
+    /// Options are set under their grouped names and under the flat names of earlier
+    /// releases; SHOW ALL lists the grouped names only; an unknown name lists the valid ones.
+    #[test]
+    fn grouped_names_and_the_flat_ones_set_the_same_option() {
+        let mut cfg = GpuConfig::default();
+        cfg.set("memory.limit", "8M").unwrap();
+        assert_eq!(cfg.memory_limit, ByteSize::Bytes(8 << 20));
+        cfg.set("memory_limit", "16M").unwrap();
+        assert_eq!(cfg.memory_limit, ByteSize::Bytes(16 << 20));
+        cfg.set("join.algorithm", "npj").unwrap();
+        cfg.set("experimental.streaming_stores", "true").unwrap();
+        assert!(cfg.streaming_stores);
+        let keys: Vec<String> = cfg.entries().into_iter().map(|e| e.key).collect();
+        assert!(keys.contains(&"gpu.memory.limit".to_string()) && !keys.contains(&"gpu.memory_limit".to_string()));
+        assert!(keys.iter().all(|k| k.starts_with("gpu.")), "{keys:?}");
+        let err = cfg.set("memory.limits", "1G").unwrap_err().to_string();
+        assert!(err.contains("gpu.memory.limits") && err.contains("memory.limit,"), "{err}");
+        // Through DataFusion's SET path: the extension's prefix, then the grouped key.
+        let mut extensions = datafusion::config::Extensions::new();
+        extensions.insert(GpuConfig::default());
+        let mut options = datafusion::config::ConfigOptions::new().with_extensions(extensions);
+        options.set("gpu.memory.limit", "1G").unwrap();
+        options.set("gpu.cost.min_rows", "0").unwrap();
+        let got = GpuConfig::from_options(&options);
+        assert_eq!((got.memory_limit, got.min_rows), (ByteSize::Bytes(1 << 30), 0));
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub fn gpu_error(msg: impl Into<String>) -> DataFusionError {
 /// The prefix of every error this crate raises.
 pub const GPU_PREFIX: &str = "GPU: ";
 
-/// Device memory that could not be had (over `gpu.memory_limit`, or refused by the driver): a
+/// Device memory that could not be had (over `gpu.memory.limit`, or refused by the driver): a
 /// `ResourcesExhausted` error, which the execs answer by finishing the work on the CPU where
 /// they can ([`recoverable_on_cpu`]).
 pub fn device_memory_error(msg: impl Into<String>) -> DataFusionError {

@@ -49,7 +49,7 @@ mod tests {
 
         let state = SessionStateBuilder::new().with_default_features().with_gpu().build();
         let ctx = SessionContext::new_with_state(state);
-        ctx.sql("SET gpu.min_rows = 1000").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.cost.min_rows = 1000").await.unwrap().collect().await.unwrap();
 
         let state = ctx.state();
         assert!(state.physical_optimizers().iter().any(|r| r.name() == "gpu"));

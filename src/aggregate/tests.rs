@@ -490,7 +490,7 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
     register(&cpu, &batch, 4);
     for sql in &queries {
         let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
-        // The last run's partial partitions all find fewer rows than gpu.min_rows (set after
+        // The last run's partial partitions all find fewer rows than gpu.cost.min_rows (set after
         // planning) and run on the CPU; the Final merges their states there too.
         for (exchange, batch_rows, all_cpu) in
             [(true, 1 << 22, false), (true, 5_000, false), (false, 1 << 22, false), (true, 1 << 22, true)]
@@ -502,7 +502,7 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
             }
             // ... and behind its repartitions: the exchange's partitions must meet the other
             // side's hash partitions (without them the GPU join builds from every partition).
-            ctx.sql("SET gpu.join_repartition = true").await.unwrap().collect().await.unwrap();
+            ctx.sql("SET gpu.join.repartition = true").await.unwrap().collect().await.unwrap();
             register(&ctx, &batch, 4);
             let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
             let text = displayable(plan.as_ref()).indent(true).to_string();
@@ -513,7 +513,7 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
                 assert!(text.contains("mode=FinalPartitioned") && text.contains("mode=Partitioned"), "{text}");
             }
             if all_cpu {
-                ctx.sql("SET gpu.min_rows = 1000000").await.unwrap().collect().await.unwrap();
+                ctx.sql("SET gpu.cost.min_rows = 1000000").await.unwrap().collect().await.unwrap();
             }
             let got = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
             let label = format!("exchange {exchange}, batch_rows {batch_rows}, partials on the CPU {all_cpu}");
@@ -724,7 +724,7 @@ fn algorithm_settings_parse() {
 }
 
 /// Filters and projections below the aggregate, and its own argument expressions, evaluated on
-/// the GPU (`gpu.fuse_expressions`): decimal arithmetic at arrow's scales, comparisons of every
+/// the GPU (`gpu.fuse.expressions`): decimal arithmetic at arrow's scales, comparisons of every
 /// type (floats in arrow's total order), IN lists, CASE, Kleene AND/OR over NULLs, filters that
 /// keep nothing, LIKE with `%` wildcards (strings with multi-byte characters), and the year,
 /// month and day of dates (mostly outside chrono's years in `v_date`, which gives NULL).
@@ -789,7 +789,7 @@ async fn gpu_aggregate_fuses_filters_and_projections() {
     assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
 
     // A decimal product that overflows 128 bits fails on the GPU as on the CPU; with
-    // gpu.fuse_expressions off the plan keeps DataFusion's own evaluation.
+    // gpu.fuse.expressions off the plan keeps DataFusion's own evaluation.
     let batch = table(&mut rng, Dist::Groups(10), 20_000);
     let sql = "SELECT sum(v_dec * v_dec * v_dec) FROM t";
     let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
@@ -801,7 +801,7 @@ async fn gpu_aggregate_fuses_filters_and_projections() {
     assert!(fused(&plan));
     let gpu_err = collect(plan, ctx.task_ctx()).await.expect_err("the GPU overflows");
     assert!(gpu_err.to_string().contains("Overflow"), "GPU: {gpu_err}; CPU: {cpu_err}");
-    ctx.sql("SET gpu.fuse_expressions = false").await.unwrap().collect().await.unwrap();
+    ctx.sql("SET gpu.fuse.expressions = false").await.unwrap().collect().await.unwrap();
     let plan = ctx.sql(FUSED_QUERIES[0]).await.unwrap().create_physical_plan().await.unwrap();
     assert!(!fused(&plan), "{}", displayable(plan.as_ref()).indent(true));
 }
@@ -816,7 +816,7 @@ fn gpu_aggregate_metric(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
 }
 
 /// Partial partitions split between the GPU and the CPU (one large partition, three under
-/// `gpu.min_rows`): when at least as many state rows are on the host as on the device, the
+/// `gpu.cost.min_rows`): when at least as many state rows are on the host as on the device, the
 /// device states are downloaded and DataFusion merges them all (`cpu_merges`); when more are
 /// on the device, the host states are uploaded and merged there. Both match the CPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -847,7 +847,7 @@ async fn gpu_aggregate_exchange_merges_mixed_partials_where_most_states_are() {
         cpu.register_table("t", Arc::new(MemTable::try_new(batch.schema(), parts.clone()).unwrap())).unwrap();
         let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, 1 << 22, true);
         ctx.register_table("t", Arc::new(MemTable::try_new(batch.schema(), parts).unwrap())).unwrap();
-        ctx.sql("SET gpu.min_rows = 10000").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.cost.min_rows = 10000").await.unwrap().collect().await.unwrap();
         for sql in &queries {
             let label = format!("{groups} groups, partitions {big}/{small}x3: {sql}");
             let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
@@ -875,9 +875,9 @@ async fn gpu_aggregate_exchange_merges_mixed_partials_where_most_states_are() {
 }
 
 /// A GPU Partial over a CPU operator of unknown size (an unfused filter here) keeps DataFusion's
-/// exchange below its Final, and EXPLAIN says why, unless `gpu.aggregate_exchange_host_input`
+/// exchange below its Final, and EXPLAIN says why, unless `gpu.experimental.aggregate_exchange_host_input`
 /// removes it; over a scan of known size the exchange goes either way. Every plan matches the
-/// CPU with the partitions on the GPU (`gpu.min_rows = 0`) and on the CPU.
+/// CPU with the partitions on the GPU (`gpu.cost.min_rows = 0`) and on the CPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_aggregate_keeps_the_exchange_over_cpu_input_of_unknown_size() {
     let _g = gpu_lock();
@@ -898,15 +898,15 @@ async fn gpu_aggregate_keeps_the_exchange_over_cpu_input_of_unknown_size() {
             let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, 1 << 22, true);
             register(&ctx, &batch, 4);
             for set in [
-                format!("SET gpu.min_rows = {min_rows}"),
-                format!("SET gpu.aggregate_exchange_host_input = {host_input}"),
-                "SET gpu.fuse_filters = false".to_string(),
+                format!("SET gpu.cost.min_rows = {min_rows}"),
+                format!("SET gpu.experimental.aggregate_exchange_host_input = {host_input}"),
+                "SET gpu.fuse.filters = false".to_string(),
                 "SET datafusion.optimizer.default_filter_selectivity = 100".to_string(),
             ] {
                 ctx.sql(&set).await.unwrap().collect().await.unwrap();
             }
             for (sql, unknown) in [(filtered, true), (scanned.as_str(), false)] {
-                let label = format!("host_input {host_input}, gpu.min_rows {min_rows}: {sql}");
+                let label = format!("host_input {host_input}, gpu.cost.min_rows {min_rows}: {sql}");
                 let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
                 let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
                 let text = displayable(plan.as_ref()).indent(true).to_string();
@@ -933,10 +933,10 @@ async fn gpu_aggregate_keeps_the_exchange_over_cpu_input_of_unknown_size() {
     println!("GPU aggregates over CPU inputs of unknown size matched the CPU, exchange kept or not (seed {seed})");
 }
 
-/// A partition whose whole input has fewer than `gpu.min_rows` rows (the plan expected more) is
+/// A partition whose whole input has fewer than `gpu.cost.min_rows` rows (the plan expected more) is
 /// aggregated by DataFusion on the CPU, with the filters fused into the GPU exec, in every
 /// stage: Single/Partial/Final run on their own, and a partial merged into its Final on the
-/// device hands DataFusion's states over. `gpu.min_rows = 0` never does.
+/// device hands DataFusion's states over. `gpu.cost.min_rows = 0` never does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_aggregate_partitions_below_min_rows_run_on_the_cpu() {
     let _g = gpu_lock();
@@ -963,14 +963,14 @@ async fn gpu_aggregate_partitions_below_min_rows_run_on_the_cpu() {
             let ctx = gpu_ctx_with(AggregateAlgorithmSetting::Hash, 4, 1 << 22, exchange);
             register(&ctx, &batch, 4);
             for set in [
-                format!("SET gpu.min_rows = {min_rows}"),
+                format!("SET gpu.cost.min_rows = {min_rows}"),
                 // The plan must expect every row past the filters, or it keeps them on the CPU.
                 "SET datafusion.optimizer.default_filter_selectivity = 100".to_string(),
             ] {
                 ctx.sql(&set).await.unwrap().collect().await.unwrap();
             }
             for sql in &queries {
-                let label = format!("exchange {exchange}, gpu.min_rows {min_rows}: {sql}");
+                let label = format!("exchange {exchange}, gpu.cost.min_rows {min_rows}: {sql}");
                 let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
                 let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
                 let text = displayable(plan.as_ref()).indent(true).to_string();
@@ -981,7 +981,7 @@ async fn gpu_aggregate_partitions_below_min_rows_run_on_the_cpu() {
                 }
                 let on_cpu = gpu_aggregate_metric(&plan, "cpu_partitions");
                 match min_rows {
-                    0 => assert_eq!(on_cpu, 0, "{label}: gpu.min_rows = 0 ran partitions on the CPU"),
+                    0 => assert_eq!(on_cpu, 0, "{label}: gpu.cost.min_rows = 0 ran partitions on the CPU"),
                     _ => assert!(on_cpu > 0, "{label}: no partition ran on the CPU\n{text}"),
                 }
                 if on_cpu > 0 && fused(&plan) && sql.contains("WHERE") {

@@ -132,10 +132,10 @@ const NARROW_MIN_BYTES: usize = 64 << 10;
 
 /// For a column whose values may cross the link narrowed, a device buffer for the narrowed
 /// values and the first narrowing to try (see [`UploadPiece::narrow`]):
-/// - Decimal128 of at most 18 digits: 4-byte values with `gpu.narrow_integers`, else 8-byte ones
-///   with `gpu.narrow_decimals`; the buffer has room for 8-byte values, the fallback of a piece
+/// - Decimal128 of at most 18 digits: 4-byte values with `gpu.transfer.narrow_integers`, else 8-byte ones
+///   with `gpu.transfer.narrow_decimals`; the buffer has room for 8-byte values, the fallback of a piece
 ///   whose values do not fit in 4 bytes (see [`fallback`]);
-/// - Int64: 4-byte values with `gpu.narrow_integers`.
+/// - Int64: 4-byte values with `gpu.transfer.narrow_integers`.
 ///
 /// Narrowing halves or quarters the staged copy's writes and the link's bytes. `None` for other
 /// columns, small ones, or when the allocation fails (the column then uploads as it is).

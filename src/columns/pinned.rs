@@ -130,7 +130,7 @@ fn pin_column(pool: &Arc<PinnedPool>, limit: u64, arrays: &[&ArrayRef]) -> Resul
 /// `partitions` copied into pinned host memory of `gpu`'s pool: the same schema, batches, rows
 /// and values, each partition's column in one held block (see the module documentation and
 /// [`PinnedPool::alloc_held`]). Fails when the host cannot lock that much memory, or it would
-/// take the process's pinned memory over `gpu.pinned_memory_limit`; the blocks already filled
+/// take the process's pinned memory over `gpu.memory.pinned_limit`; the blocks already filled
 /// are then freed.
 pub fn pin_partitions(gpu: &Gpu, partitions: &[Vec<RecordBatch>]) -> Result<Vec<Vec<RecordBatch>>> {
     let (pool, limit) = (gpu.pinned(), gpu.pinned_limit());

@@ -60,7 +60,7 @@ pub fn row_bytes(schema: &Schema) -> f64 {
 }
 
 /// Bytes per row of all columns of `schema` as they cross the link through the staging
-/// buffers: with `narrow` (`gpu.narrow_decimals`), Decimal128 values of at most 18 digits travel
+/// buffers: with `narrow` (`gpu.transfer.narrow_decimals`), Decimal128 values of at most 18 digits travel
 /// as 8-byte integers (see `columns::device::upload_pieces`); everything else as on the host.
 pub fn staged_row_bytes(schema: &Schema, narrow: bool) -> f64 {
     let narrow = narrow && crate::device::transfer::NARROWING;
@@ -99,7 +99,7 @@ pub struct Verdict {
     /// The hash repartitions of its inputs that the CPU operator needs and the GPU one drops (a
     /// Partitioned join's, see [`join::repartition_seconds`]; 0 when none).
     pub cpu_exchange: f64,
-    /// How many times faster than the CPU the GPU must be expected to be (`gpu.min_speedup`).
+    /// How many times faster than the CPU the GPU must be expected to be (`gpu.cost.min_speedup`).
     pub min_speedup: f64,
 }
 
@@ -141,7 +141,7 @@ impl Verdict {
             true => fmt_seconds(self.cpu),
         };
         let margin = match self.margin() > 1.0 {
-            true => format!(", the GPU to be {:.2}x faster (gpu.min_speedup)", self.margin()),
+            true => format!(", the GPU to be {:.2}x faster (gpu.cost.min_speedup)", self.margin()),
             false => String::new(),
         };
         format!(
@@ -250,11 +250,11 @@ mod tests {
             "{}",
             v.describe()
         );
-        // gpu.min_speedup: 3 ms against 4.5 ms is 1.5x, enough for 1.4 and not for 1.6, and
+        // gpu.cost.min_speedup: 3 ms against 4.5 ms is 1.5x, enough for 1.4 and not for 1.6, and
         // the reason says what was asked.
         assert!(Verdict { min_speedup: 1.4, ..v.clone() }.gpu_wins());
         let v = Verdict { min_speedup: 1.6, ..v };
         assert!(!v.gpu_wins());
-        assert!(v.describe().ends_with(", the GPU to be 1.60x faster (gpu.min_speedup)"), "{}", v.describe());
+        assert!(v.describe().ends_with(", the GPU to be 1.60x faster (gpu.cost.min_speedup)"), "{}", v.describe());
     }
 }

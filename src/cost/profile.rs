@@ -216,8 +216,8 @@ fn read(path: &Path) -> Result<Profile> {
 
 /// Writes `profile` to the cache folder and makes it the one this process uses; returns the path.
 pub fn save(profile: &Profile, dir: &str) -> Result<PathBuf> {
-    let folder =
-        profile_dir(dir).ok_or_else(|| gpu_error("no cache folder for the device profile: set gpu.profile_dir"))?;
+    let folder = profile_dir(dir)
+        .ok_or_else(|| gpu_error("no cache folder for the device profile: set gpu.cost.profile_dir"))?;
     std::fs::create_dir_all(&folder).map_err(|e| gpu_error(format!("creating {}: {e}", folder.display())))?;
     let path = folder.join(file_name(&profile.device));
     let text = serde_json::to_string_pretty(profile).map_err(|e| gpu_error(format!("encoding the profile: {e}")))?;

@@ -157,7 +157,7 @@ impl fmt::Display for DoctorReport {
                 "memory",
                 format!("{} total, {} free at start", human_bytes(i.total_memory), human_bytes(i.free_memory_at_start)),
             ),
-            ("gpu.memory_limit", human_bytes(self.memory_limit)),
+            ("gpu.memory.limit", human_bytes(self.memory_limit)),
             ("multiprocessors", i.sm_count.to_string()),
             ("L2 cache", human_bytes(i.l2_cache_bytes as u64)),
             ("shared memory / block", format!("{} (opt-in)", human_bytes(i.shared_memory_per_block_optin as u64))),

@@ -2,7 +2,7 @@
 //! byte budgets, with accounting of the bytes in use and their peak.
 //!
 //! Budgets nest: a device has one (its `auto` limit, a share of the memory free when it was
-//! opened) and each session a child of it (`gpu.memory_limit`), so a reservation counts against
+//! opened) and each session a child of it (`gpu.memory.limit`), so a reservation counts against
 //! both, and two sessions with different limits do not change each other's. Memory is a budget
 //! to wait for: a request that fits under the limits, but not next to what others hold now,
 //! waits for their releases. It fails (a `ResourcesExhausted` error, which the execs answer by
@@ -186,8 +186,8 @@ impl MemoryBudget {
             None => String::new(),
         };
         device_memory_error(format!(
-            "{what} needs {} of device memory, but gpu.memory_limit is {} and {} is in use{device}{waited}; \
-             raise it with SET gpu.memory_limit = '<size>' or run the query on the CPU with SET gpu.enable = false",
+            "{what} needs {} of device memory, but gpu.memory.limit is {} and {} is in use{device}{waited}; \
+             raise it with SET gpu.memory.limit = '<size>' or run the query on the CPU with SET gpu.enable = false",
             human_bytes(bytes),
             human_bytes(limit),
             human_bytes(used)
@@ -327,7 +327,7 @@ impl DeviceBuffer {
             Some(unsafe { stream.alloc::<u8>(len) }.map_err(|e| {
                 device_memory_error(format!(
                     "allocating {} of device memory for {what} failed ({e}); the device may be \
-                     shared with other processes: lower gpu.memory_limit",
+                     shared with other processes: lower gpu.memory.limit",
                     human_bytes(len as u64)
                 ))
             })?)
@@ -459,7 +459,7 @@ mod tests {
         let a = budget.reserve(600, "a").unwrap();
         assert_eq!(budget.used(), 600);
         let err = budget.try_reserve(500, "the join's hash table").unwrap_err().to_string();
-        assert!(err.contains("gpu.memory_limit"), "{err}");
+        assert!(err.contains("gpu.memory.limit"), "{err}");
         assert!(err.contains("the join's hash table"), "{err}");
         drop(a);
         assert_eq!(budget.used(), 0);
@@ -542,7 +542,7 @@ mod tests {
         assert_eq!(large.available(), 700);
         let b = large.try_reserve(700, "c").unwrap();
         let err = large.try_reserve(1, "d").unwrap_err().to_string();
-        assert!(err.contains("gpu.memory_limit"), "{err}");
+        assert!(err.contains("gpu.memory.limit"), "{err}");
         assert_eq!((small.used(), large.used(), device.used()), (300, 700, 1000));
         drop((a, b));
         assert_eq!((small.used(), large.used(), device.used()), (0, 0, 0));

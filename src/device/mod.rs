@@ -28,9 +28,9 @@ use crate::error::{CudaResultExt, Result, gpu_error};
 
 /// Most streams `gpu.streams` may ask for.
 pub const MAX_STREAMS: usize = 64;
-/// Share of the free device memory that `gpu.memory_limit = auto` grants.
+/// Share of the free device memory that `gpu.memory.limit = auto` grants.
 const AUTO_LIMIT_SHARE: f64 = 0.9;
-/// Default of `gpu.host_register_limit`.
+/// Default of `gpu.memory.host_register_limit`.
 pub const DEFAULT_REGISTER_LIMIT: u64 = 8 << 30;
 /// Most free pinned bytes the pool keeps for reuse.
 const PINNED_CACHE_LIMIT: u64 = 4 << 30;
@@ -53,11 +53,11 @@ pub const SPLIT_WORKERS: usize = 4;
 pub struct TransferSettings {
     pub staging_bytes: usize,
     pub threads: usize,
-    /// `gpu.narrow_decimals`.
+    /// `gpu.transfer.narrow_decimals`.
     pub narrow_decimals: bool,
-    /// `gpu.narrow_integers`.
+    /// `gpu.transfer.narrow_integers`.
     pub narrow_integers: bool,
-    /// `gpu.streaming_stores`: how the staging slots are filled.
+    /// `gpu.experimental.streaming_stores`: how the staging slots are filled.
     pub stores: transfer::Stores,
 }
 
@@ -142,7 +142,7 @@ impl Device {
 }
 
 /// One GPU as one session sees it: the shared device with the session's settings (its memory
-/// budget under `gpu.memory_limit`, streams, staging size, transfer threads, host registration
+/// budget under `gpu.memory.limit`, streams, staging size, transfer threads, host registration
 /// limit). Sessions with different `gpu.` settings in one process do not change each other's.
 #[derive(Debug)]
 pub struct Gpu {
@@ -152,9 +152,9 @@ pub struct Gpu {
     /// `gpu.streams`: work takes the first this many streams of the pool.
     streams: usize,
     copy_threads: Arc<rayon::ThreadPool>,
-    /// `gpu.host_register_limit`.
+    /// `gpu.memory.host_register_limit`.
     register_limit: u64,
-    /// `gpu.pinned_memory_limit`.
+    /// `gpu.memory.pinned_limit`.
     pinned_limit: u64,
 }
 
@@ -187,7 +187,7 @@ impl Gpu {
     }
 
     /// The session's device with `cfg`'s settings, and a budget of its own under
-    /// `gpu.memory_limit` (planning, tools). The kernel cache folder is the process's
+    /// `gpu.memory.limit` (planning, tools). The kernel cache folder is the process's
     /// ([`kernels::default_cache_dir`]): not a session setting, since the cache holds code the
     /// device runs.
     pub fn for_config(cfg: &GpuConfig) -> Result<Arc<Gpu>> {
@@ -197,7 +197,7 @@ impl Gpu {
     }
 
     /// The device as session `session` sees it with `cfg`: every query of the session draws on
-    /// one budget under its `gpu.memory_limit`.
+    /// one budget under its `gpu.memory.limit`.
     pub fn for_session(cfg: &GpuConfig, session: &str) -> Result<Arc<Gpu>> {
         let device = Gpu::open_device(cfg.device)?;
         let memory = device.session_budget(session, cfg.memory_limit.bytes());
@@ -256,7 +256,7 @@ impl Gpu {
         let default_limit = (info.free_memory_at_start as f64 * AUTO_LIMIT_SHARE) as u64;
         if ctx.has_async_alloc() {
             // Freed memory stays in the device's pool for reuse up to the budget, and goes back
-            // to the driver beyond it: the process's footprint stays near gpu.memory_limit.
+            // to the driver beyond it: the process's footprint stays near gpu.memory.limit.
             memory::release_pool_memory_above(&ctx, default_limit)?;
         }
         Ok(Device {
@@ -313,12 +313,12 @@ impl Gpu {
         &self.device.registry
     }
 
-    /// `gpu.host_register_limit` of this session.
+    /// `gpu.memory.host_register_limit` of this session.
     pub fn register_limit(&self) -> u64 {
         self.register_limit
     }
 
-    /// `gpu.pinned_memory_limit` of this session.
+    /// `gpu.memory.pinned_limit` of this session.
     pub fn pinned_limit(&self) -> u64 {
         self.pinned_limit
     }
@@ -573,7 +573,7 @@ mod tests {
         b.synchronize().unwrap();
     }
 
-    /// Two sessions' budgets: each under its own gpu.memory_limit, both under the device's, and
+    /// Two sessions' budgets: each under its own gpu.memory.limit, both under the device's, and
     /// one session's later queries share its budget.
     #[test]
     fn sessions_have_budgets_of_their_own() {

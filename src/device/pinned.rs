@@ -17,15 +17,15 @@ use datafusion::arrow::buffer::Buffer;
 use crate::config::human_bytes;
 use crate::error::{Result, gpu_error};
 
-/// A refusal for want of pinned memory under `gpu.pinned_memory_limit`: a `ResourcesExhausted`
+/// A refusal for want of pinned memory under `gpu.memory.pinned_limit`: a `ResourcesExhausted`
 /// error, which transfers answer by going through ordinary memory.
 fn pinned_memory_error(why: String) -> datafusion::error::DataFusionError {
     datafusion::error::DataFusionError::ResourcesExhausted(format!(
-        "{why}; raise it with SET gpu.pinned_memory_limit = '<size>'"
+        "{why}; raise it with SET gpu.memory.pinned_limit = '<size>'"
     ))
 }
 
-/// `gpu.pinned_memory_limit = auto`: a quarter of the host's physical memory.
+/// `gpu.memory.pinned_limit = auto`: a quarter of the host's physical memory.
 pub fn default_pinned_limit() -> u64 {
     // SAFETY: sysconf reads system constants.
     let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
@@ -189,7 +189,7 @@ impl PinnedPool {
             return Ok(());
         }
         Err(pinned_memory_error(format!(
-            "{} of pinned host memory is over gpu.pinned_memory_limit ({}), with {} pinned by this process",
+            "{} of pinned host memory is over gpu.memory.pinned_limit ({}), with {} pinned by this process",
             human_bytes(size as u64),
             human_bytes(limit),
             human_bytes(self.allocated_bytes())
@@ -485,7 +485,7 @@ mod tests {
         assert_eq!(pool.allocated_bytes(), (12 * mb) as u64, "the cached 8 MiB block made room");
         let err = pool.alloc_within(6 * mb, limit).unwrap_err();
         assert!(matches!(err, datafusion::error::DataFusionError::ResourcesExhausted(_)), "{err}");
-        assert!(err.to_string().contains("gpu.pinned_memory_limit"), "{err}");
+        assert!(err.to_string().contains("gpu.memory.pinned_limit"), "{err}");
         assert!(pool.alloc_held(6 * mb, limit).is_err(), "held blocks are under the limit too");
         drop(a);
         let held = pool.alloc_held(6 * mb, limit).unwrap();

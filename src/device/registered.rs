@@ -37,7 +37,7 @@ struct State {
 }
 
 /// Registered host buffers of one context. Each upload brings its session's byte limit
-/// (`gpu.host_register_limit`): a buffer is registered only within it, evicting others first.
+/// (`gpu.memory.host_register_limit`): a buffer is registered only within it, evicting others first.
 #[derive(Debug)]
 pub struct HostRegistry {
     ctx: Arc<CudaContext>,

@@ -21,7 +21,7 @@ use super::single_child;
 pub enum FallbackReason {
     /// No usable GPU (driver, NVRTC, device or ordinal missing).
     NoDevice(String),
-    /// Estimated input rows below `gpu.min_rows`.
+    /// Estimated input rows below `gpu.cost.min_rows`.
     BelowMinRows { rows: usize, min_rows: usize },
     /// A key or value of a type the GPU path does not handle.
     UnsupportedType { what: String, data_type: DataType },
@@ -29,7 +29,7 @@ pub enum FallbackReason {
     UnsupportedExpression { what: String, expr: String },
     /// A feature of the operator the GPU path does not handle, in words.
     Unsupported(String),
-    /// The join's build side, by the plan's statistics, would not fit under `gpu.memory_limit`.
+    /// The join's build side, by the plan's statistics, would not fit under `gpu.memory.limit`.
     OverMemoryLimit { build_bytes: u64, need_bytes: u64, limit: u64 },
     /// The cost model estimates the CPU faster (its estimates, in words).
     Cost(String),
@@ -40,7 +40,7 @@ impl fmt::Display for FallbackReason {
         match self {
             FallbackReason::NoDevice(r) => write!(f, "no GPU ({r})"),
             FallbackReason::BelowMinRows { rows, min_rows } => {
-                write!(f, "about {rows} input rows, below gpu.min_rows = {min_rows}")
+                write!(f, "about {rows} input rows, below gpu.cost.min_rows = {min_rows}")
             }
             FallbackReason::UnsupportedType { what, data_type } => write!(f, "{what} has unsupported type {data_type}"),
             FallbackReason::UnsupportedExpression { what, expr } => write!(f, "{what} `{expr}` is not a plain column"),
@@ -56,7 +56,7 @@ impl fmt::Display for FallbackReason {
                 write!(
                     f,
                     "the build side holds about {:.2} GiB (estimated); building on the GPU needs about {:.2} GiB, \
-                     over gpu.memory_limit = {:.2} GiB (raise gpu.memory_limit, or use a GPU with more memory)",
+                     over gpu.memory.limit = {:.2} GiB (raise gpu.memory.limit, or use a GPU with more memory)",
                     gib(*build_bytes),
                     gib(*need_bytes),
                     gib(*limit)

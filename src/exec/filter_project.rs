@@ -42,7 +42,7 @@ pub struct GpuFilterProjectExec {
 
 impl GpuFilterProjectExec {
     /// The filters and projections from `top` down taken into one exec, when every expression
-    /// compiles for the device (`filters`: FilterExecs too, `gpu.fuse_filters`). `Ok(None)` when
+    /// compiles for the device (`filters`: FilterExecs too, `gpu.fuse.filters`). `Ok(None)` when
     /// `top` is neither; `Err` says why the chain stays on the CPU.
     pub fn try_new(top: &Arc<dyn ExecutionPlan>, filters: bool) -> crate::error::Result<Option<Self>> {
         let schema = top.schema();

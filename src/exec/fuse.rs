@@ -50,7 +50,7 @@ pub struct FusedInput {
     pub after_host_filter: Option<DeviceProjection>,
     /// Nanoseconds one input row costs to upload, priced by the rule at plan time
     /// ([`FusedInput::priced`]) for the host pre-filter's choice; `None` without a price (the
-    /// choice then follows `gpu.host_filter_below`).
+    /// choice then follows `gpu.fuse.host_filter_below`).
     pub upload_ns_per_row: Option<f64>,
 }
 
@@ -199,7 +199,7 @@ impl FusedInput {
     }
 }
 
-/// With `gpu.host_filter_priced` and a host pre-filter: nanoseconds one row of `f`'s input
+/// With `gpu.fuse.host_filter_priced` and a host pre-filter: nanoseconds one row of `f`'s input
 /// costs to upload, for one of the input's partitions sharing the link (the profile's transfer
 /// cost per byte, or the link's own for a scan of pinned memory, which goes up without a host
 /// copy, times the uploaded columns' bytes times the partitions).
@@ -218,7 +218,7 @@ pub fn upload_ns_per_row(f: &FusedInput, cfg: &GpuConfig, gpu: &Gpu, profile: &c
 }
 
 /// The host pre-filter of a partition of `f`'s input, when `f` has a filter the host can apply:
-/// filtering below `keep_below` (`gpu.host_filter_below`), or priced against
+/// filtering below `keep_below` (`gpu.fuse.host_filter_below`), or priced against
 /// `upload_ns_per_row` when given ([`upload_ns_per_row`]).
 pub fn host_prefilter(f: &FusedInput, keep_below: f64, upload_ns_per_row: Option<f64>) -> Option<HostPrefilter> {
     let pre = HostPrefilter::new(Arc::clone(f.host_filter.as_ref()?), keep_below);
@@ -355,7 +355,7 @@ pub enum PrefilterMode {
 /// Uploading a row costs a host copy into the pinned staging buffer and the DMA (about as long
 /// again); filtering it on the host costs the predicate and, for kept rows, one copy. So the host
 /// filter pays while it keeps less than about half of the rows, the predicate's own cost aside:
-/// `gpu.host_filter_below` defaults to a half. Measured
+/// `gpu.fuse.host_filter_below` defaults to a half. Measured
 /// on TPC-H SF10 (H100): Q1's filter keeps 98% of lineitem and runs 1.4x faster uploaded whole;
 /// Q15's (4%) and Q20's (15%) ran 2x and 1.3x slower uploaded whole. DataFusion's statistics of
 /// in-memory tables cannot tell these apart at plan time, so the fraction is measured on the first
@@ -365,9 +365,9 @@ pub enum PrefilterMode {
 #[derive(Debug)]
 pub struct HostPrefilter {
     predicate: Arc<dyn PhysicalExpr>,
-    /// The host filters while the sample's kept fraction is below this (`gpu.host_filter_below`).
+    /// The host filters while the sample's kept fraction is below this (`gpu.fuse.host_filter_below`).
     keep_below: f64,
-    /// With `gpu.host_filter_priced`: nanoseconds one row's upload costs this partition (its
+    /// With `gpu.fuse.host_filter_priced`: nanoseconds one row's upload costs this partition (its
     /// share of the link), against which the measured host filter time is priced.
     upload_ns_per_row: Option<f64>,
     /// Time spent filtering the sampled rows on the host.
@@ -394,7 +394,7 @@ impl HostPrefilter {
         }
     }
 
-    /// Prices the choice instead (`gpu.host_filter_priced`): the host filters when its measured
+    /// Prices the choice instead (`gpu.fuse.host_filter_priced`): the host filters when its measured
     /// time per row is below the upload time of the rows it drops, a row costing
     /// `upload_ns_per_row` (see [`priced_mode`]).
     pub fn priced(mut self, upload_ns_per_row: f64) -> Self {
@@ -497,7 +497,7 @@ mod tests {
         use rand::SeedableRng;
         let seed = crate::testing::fresh_seed("host_prefilter");
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        // (v < below keeps about 0.9 * below % of the rows, gpu.host_filter_below, the mode).
+        // (v < below keeps about 0.9 * below % of the rows, gpu.fuse.host_filter_below, the mode).
         for (below, keep_below, mode) in [
             (10, 0.5, PrefilterMode::Filter),
             (45, 0.5, PrefilterMode::Filter),

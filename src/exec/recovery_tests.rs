@@ -197,14 +197,14 @@ async fn gpu_aggregates_over_device_input_out_of_memory_finish_on_the_cpu() {
     assert!(metric(&plan, "GpuAggregateExec", "cpu_fallbacks") > 0, "{text}");
 }
 
-/// Without gpu.cpu_fallback the error stands, and names the limit.
+/// Without gpu.memory.cpu_fallback the error stands, and names the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_without_cpu_fallback_the_error_stands() {
     let _l = gpu_lock();
     let Some(_g) = gpu_or_skip("gpu_without_cpu_fallback_the_error_stands") else { return };
     let seed = fresh_seed("gpu_without_cpu_fallback_the_error_stands");
     let gpu = gpu_ctx(seed);
-    gpu.sql("SET gpu.cpu_fallback = false").await.unwrap().collect().await.unwrap();
+    gpu.sql("SET gpu.memory.cpu_fallback = false").await.unwrap().collect().await.unwrap();
     let budget = Gpu::for_session(&GpuConfig::from_options(gpu.state().config_options()), &gpu.session_id()).unwrap();
     budget.memory().fail_after(Some(("the join's hash table", 0)));
     let err = gpu.sql(JOINS[0]).await.unwrap().collect().await.unwrap_err().to_string();

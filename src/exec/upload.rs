@@ -369,18 +369,18 @@ mod tests {
         }
     }
 
-    /// A request over gpu.memory_limit fails with the option's name in the message.
+    /// A request over gpu.memory.limit fails with the option's name in the message.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn gpu_request_over_memory_limit_is_a_clear_error() {
         let _l = gpu_lock();
         let Some(gpu) = gpu_or_skip("gpu_request_over_memory_limit_is_a_clear_error") else { return };
         let (plan, _) = source(1, 1, 50_000);
         let ctx = gpu_session_context(SessionConfig::new());
-        ctx.sql("SET gpu.memory_limit = '64K'").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.memory.limit = '64K'").await.unwrap().collect().await.unwrap();
         let err = collect(Arc::new(GpuUploadExec::new(plan)), ctx.task_ctx()).await.unwrap_err().to_string();
         // Restore the default for the other tests before asserting.
         gpu.memory().set_limit(None);
-        assert!(err.contains("gpu.memory_limit is 64KiB"), "{err}");
+        assert!(err.contains("gpu.memory.limit is 64KiB"), "{err}");
         assert_eq!(gpu.memory().used(), 0, "failed uploads must release their reservations");
     }
 

@@ -213,7 +213,7 @@ struct JoinCase<'a> {
     projection: Option<Vec<usize>>,
     null_aware: bool,
     filter: Option<JoinFilter>,
-    /// Partitioned mode: keep the hash repartitions below the GPU join (`gpu.join_repartition`).
+    /// Partitioned mode: keep the hash repartitions below the GPU join (`gpu.join.repartition`).
     keep_repartitions: bool,
     /// CollectLeft mode: the probe side hash-partitioned on its keys (three partitions), so the
     /// join's output is partitioned like it (inner and right joins).
@@ -973,13 +973,13 @@ async fn gpu_joins_without_repartitions_match_cpu() {
     let mut removed = 0;
     let mut per_query = Vec::new();
     for keep in [false, true] {
-        gpu.sql(&format!("SET gpu.join_repartition = {keep}")).await.expect("set").collect().await.expect("set");
+        gpu.sql(&format!("SET gpu.join.repartition = {keep}")).await.expect("set").collect().await.expect("set");
         for q in queries {
             let (shown, failure) = compare_sql(&cpu, &gpu, q, &format!("keep {keep}")).await;
             failures.extend(failure);
             let n = shown.matches("repartitions removed").count();
             if keep && n > 0 {
-                failures.push(format!("gpu.join_repartition = true removed repartitions:\n{shown}"));
+                failures.push(format!("gpu.join.repartition = true removed repartitions:\n{shown}"));
             }
             removed += n;
             if !keep {
@@ -1002,7 +1002,7 @@ async fn gpu_joins_without_repartitions_match_cpu() {
 
 /// A SinglePartitioned aggregate over a GPU join read around its repartitions (TPC-H q13's shape:
 /// the rule hashes the join's output again for it) runs as a GPU Partial over the join's device
-/// output and a GPU Final with the exchange on the device (`gpu.aggregate_split_device_input`),
+/// output and a GPU Final with the exchange on the device (`gpu.aggregate.split_device_input`),
 /// or over the restored repartition with the option off: SQL answers equal DataFusion's on the
 /// CPU either way, for inner and outer joins, nested aggregates and DISTINCT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1024,7 +1024,7 @@ async fn gpu_single_partitioned_aggregates_over_gpu_joins_split_on_the_device() 
     let mut failures = Vec::new();
     let mut split_per_query = Vec::new();
     for split in [true, false] {
-        let set = format!("SET gpu.aggregate_split_device_input = {split}");
+        let set = format!("SET gpu.aggregate.split_device_input = {split}");
         gpu.sql(&set).await.expect("set").collect().await.expect("set");
         for q in queries {
             let (shown, failure) = compare_sql(&cpu, &gpu, q, &format!("split {split}")).await;
@@ -1085,7 +1085,7 @@ async fn gpu_aggregates_read_gpu_join_output_on_the_device() {
     let mut failures = Vec::new();
     let mut on_device = Vec::new();
     for fuse in [true, false] {
-        gpu.sql(&format!("SET gpu.fuse_expressions = {fuse}")).await.expect("set").collect().await.expect("set");
+        gpu.sql(&format!("SET gpu.fuse.expressions = {fuse}")).await.expect("set").collect().await.expect("set");
         for q in queries {
             let (shown, failure) = compare_sql(&cpu, &gpu, q, &format!("fuse {fuse}")).await;
             failures.extend(failure);
@@ -1108,9 +1108,9 @@ async fn gpu_aggregates_read_gpu_join_output_on_the_device() {
 
 /// The filters and projections below GPU joins run on the device (`GpuFilterProjectExec`), on
 /// the probe and the build side, with the host pre-filter filtering every partition
-/// (`gpu.host_filter_below = 1`), none (`0`) or as priced: SQL answers equal DataFusion's on the
+/// (`gpu.fuse.host_filter_below = 1`), none (`0`) or as priced: SQL answers equal DataFusion's on the
 /// CPU, including filters that keep nothing, filters on nullable and string columns, computed
-/// join keys, LIKE, and outer, semi and anti joins; and with `gpu.fuse_expressions = false` the chains
+/// join keys, LIKE, and outer, semi and anti joins; and with `gpu.fuse.expressions = false` the chains
 /// stay on the CPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_join_inputs_filtered_and_projected_on_the_device() {
@@ -1139,9 +1139,9 @@ async fn gpu_join_inputs_filtered_and_projected_on_the_device() {
         "SELECT a.s, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k WHERE b.s LIKE '%3%' AND a.s NOT LIKE 'a1%' GROUP BY a.s ORDER BY 1",
     ];
     let settings = [
-        ("gpu.host_filter_priced = false", "gpu.host_filter_below = 1"),
-        ("gpu.host_filter_priced = false", "gpu.host_filter_below = 0"),
-        ("gpu.host_filter_priced = true", "gpu.host_filter_below = 0.5"),
+        ("gpu.fuse.host_filter_priced = false", "gpu.fuse.host_filter_below = 1"),
+        ("gpu.fuse.host_filter_priced = false", "gpu.fuse.host_filter_below = 0"),
+        ("gpu.fuse.host_filter_priced = true", "gpu.fuse.host_filter_below = 0.5"),
     ];
     let mut failures = Vec::new();
     let mut fused = Vec::new();
@@ -1155,12 +1155,12 @@ async fn gpu_join_inputs_filtered_and_projected_on_the_device() {
             fused.push(shown.matches("GpuFilterProjectExec").count());
         }
     }
-    gpu.sql("SET gpu.fuse_expressions = false").await.expect("set").collect().await.expect("set");
+    gpu.sql("SET gpu.fuse.expressions = false").await.expect("set").collect().await.expect("set");
     for q in queries {
         let (shown, failure) = compare_sql(&cpu, &gpu, q, "fuse_expressions = false").await;
         failures.extend(failure);
         if shown.contains("GpuFilterProjectExec") {
-            failures.push(format!("gpu.fuse_expressions = false fused a join input:\n{shown}"));
+            failures.push(format!("gpu.fuse.expressions = false fused a join input:\n{shown}"));
         }
     }
     let _ = writeln!(

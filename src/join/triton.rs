@@ -1,5 +1,5 @@
 //! The out-of-core join of Lutz et al. 2022 (Triton join), adapted to PCIe: when the build side's state
-//! would not fit under `gpu.memory_limit`, both sides are radix-partitioned on the GPU by the top
+//! would not fit under `gpu.memory.limit`, both sides are radix-partitioned on the GPU by the top
 //! bits of their key words and the partitions are kept in pinned host memory; then each
 //! partition's build rows come back to the device, are prepared by the in-memory algorithm
 //! ([`super::JoinBuild`]), and that partition's probe rows stream through them in groups.

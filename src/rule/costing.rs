@@ -105,7 +105,7 @@ pub fn join_estimate(
         let fraction = host_filtered_fraction(side, build, cfg);
         if fraction < 1.0 {
             notes.push(format!(
-                "{} upload priced at {:.0}% of its filter's input: DataFusion estimates the filter at 100% without column min/max (gpu.default_selectivity_for_unbounded_filters)",
+                "{} upload priced at {:.0}% of its filter's input: DataFusion estimates the filter at 100% without column min/max (gpu.cost.default_selectivity_for_unbounded_filters)",
                 if build { "build" } else { "probe" },
                 fraction * 100.0
             ));
@@ -146,7 +146,7 @@ pub fn join_estimate(
         rounds_seconds = steps * OUT_OF_CORE_STEP_SECONDS;
     }
     // A Partitioned join reads its inputs through hash repartitions; on the GPU it drops them
-    // and reads what they redistribute (`gpu.join_repartition` off), so only the CPU join pays
+    // and reads what they redistribute (`gpu.join.repartition` off), so only the CPU join pays
     // them.
     let cpu_exchange = match partitioned && !cfg.join_repartition {
         true => [(left, left_rows), (right, right_rows)]
@@ -170,17 +170,17 @@ pub fn join_estimate(
 }
 
 /// The fraction of a host join input's estimated rows that crosses the link when the input is a
-/// filter the device takes over (`gpu.fuse_expressions` and `gpu.fuse_filters`, projections
+/// filter the device takes over (`gpu.fuse.expressions` and `gpu.fuse.filters`, projections
 /// above it; below a build side's `CoalescePartitionsExec`), whose rows DataFusion estimates
 /// with no selectivity at all: the filter's default selectivity
 /// (`datafusion.optimizer.default_filter_selectivity`) when
-/// `gpu.default_selectivity_for_unbounded_filters` is on, else 1.
+/// `gpu.cost.default_selectivity_for_unbounded_filters` is on, else 1.
 ///
 /// DataFusion's interval analysis gives a comparison with a literal a selectivity only from its
 /// columns' min/max, which in-memory tables do not have; without them it estimates 100% of the
 /// input (a predicate it cannot analyze gets the default selectivity instead). The CPU join's
 /// estimate reads the same rows, but the upload is the GPU's alone, and the host filters a
-/// selective filter's rows before they are staged (see `gpu.host_filter_below`): pricing every
+/// selective filter's rows before they are staged (see `gpu.fuse.host_filter_below`): pricing every
 /// input row's upload kept joins over selective filters on the CPU (SSB q1.x: 1.7-2.1x with
 /// them on the GPU, 0.66-0.93x as the model placed them; `benches/results/`, 2026-11-26).
 pub fn host_filtered_fraction(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuConfig) -> f64 {
@@ -216,7 +216,7 @@ fn side_below_gather(side: &Arc<dyn ExecutionPlan>, build: bool) -> &Arc<dyn Exe
 
 /// The bytes a join input `side` uploads straight from `gpu`'s pinned memory: a scan of pinned
 /// tables, or the raw columns of one that filters and projections over it read when they compile
-/// for the device (`gpu.fuse_expressions`; filters with `gpu.fuse_filters`), looking below a
+/// for the device (`gpu.fuse.expressions`; filters with `gpu.fuse.filters`), looking below a
 /// build side's `CoalescePartitionsExec` (see [`crate::rule::join_inputs`]). `None` for any other
 /// input, or one whose size the plan does not bound.
 pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuConfig, gpu: &Gpu) -> Option<f64> {
@@ -260,7 +260,7 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
 /// placement is settled), so the rebuilt join is measured against that one: its per-partition
 /// builds plus the CPU's hashing of its inputs (and the transfers of any input a GPU exec
 /// produces, down to be hashed and up again, not counted here). With
-/// `gpu.reprice_against_cpu` the rebuilt join must beat the CPU join instead (a join placed with
+/// `gpu.experimental.reprice_against_cpu` the rebuilt join must beat the CPU join instead (a join placed with
 /// its GPU parent without its download).
 pub fn reprice_without_repartitions(
     g: GpuHashJoinExec,
@@ -328,8 +328,8 @@ pub fn device_side(
 }
 
 /// The GPU exec below `top`'s chain of filters and projections, when
-/// [`GpuFilterProjectExec`] takes the chain onto the device (`gpu.fuse_expressions`, filters
-/// with `gpu.fuse_filters`) and reads that exec's batches there.
+/// [`GpuFilterProjectExec`] takes the chain onto the device (`gpu.fuse.expressions`, filters
+/// with `gpu.fuse.filters`) and reads that exec's batches there.
 fn computed_over_gpu(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Arc<dyn ExecutionPlan>> {
     if !cfg.fuse_expressions {
         return None;
@@ -356,7 +356,7 @@ fn computed_over_gpu(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Ar
 }
 
 /// The estimate of a GPU aggregate: from the statistics' input size, else (with
-/// `gpu.aggregate_join_pricing`) from its likely size ([`likely_rows`]), marked `bounded`; `None`
+/// `gpu.cost.aggregate_join_pricing`) from its likely size ([`likely_rows`]), marked `bounded`; `None`
 /// without either.
 pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Profile) -> Option<AggregateEstimate> {
     let agg = exec.original();
@@ -599,7 +599,7 @@ mod tests {
     }
 
     /// A Partitioned join's CPU estimate pays the hash repartitions of its inputs, which the GPU
-    /// join drops; not with `gpu.join_repartition` on, and a CollectLeft join pays none.
+    /// join drops; not with `gpu.join.repartition` on, and a CollectLeft join pays none.
     #[test]
     fn partitioned_cpu_joins_pay_their_repartitions() {
         use datafusion::physical_expr::expressions::Column;
@@ -638,7 +638,7 @@ mod tests {
 
         // Without its repartitions, the join is priced again. It stays on the GPU either way: it
         // is kept unless the Partitioned GPU join (its builds, and the CPU's repartitions) is
-        // expected to be faster; with gpu.reprice_against_cpu, only when it beats the CPU join,
+        // expected to be faster; with gpu.experimental.reprice_against_cpu, only when it beats the CPU join,
         // which still pays the repartitions.
         let exec = GpuHashJoinExec::try_new(Arc::clone(&partitioned), &cfg).unwrap();
         let e = join_estimate(&exec, &partitioned, &cfg, &profile, None, None).unwrap();
@@ -685,7 +685,7 @@ mod tests {
 
     /// A GPU join below a projection or a filter that the device evaluates is a device input too
     /// (the projection renames and computes, the filter keeps some rows); not with
-    /// `gpu.fuse_expressions` off, nor a filter with `gpu.fuse_filters` off, nor over a CPU join.
+    /// `gpu.fuse.expressions` off, nor a filter with `gpu.fuse.filters` off, nor over a CPU join.
     #[test]
     fn inputs_computed_on_the_device_from_a_gpu_join_are_device_inputs() {
         use datafusion::logical_expr::Operator;
@@ -785,7 +785,7 @@ mod tests {
     }
 
     /// An aggregate over a join whose output DataFusion cannot estimate is priced from the
-    /// join's likely size (with `gpu.aggregate_join_pricing`; without it, not at all), and marked
+    /// join's likely size (with `gpu.cost.aggregate_join_pricing`; without it, not at all), and marked
     /// bounded; reading a GPU join, it uploads nothing and the CPU aggregate pays the download.
     #[tokio::test]
     async fn aggregates_over_joins_are_priced_from_their_likely_size() {

@@ -279,7 +279,7 @@ pub fn out_of_core_note(over: &FallbackReason) -> String {
         FallbackReason::OverMemoryLimit { build_bytes, need_bytes, limit } => {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             format!(
-                "build about {:.1} MiB, state about {:.1} MiB over gpu.memory_limit = {:.1} MiB",
+                "build about {:.1} MiB, state about {:.1} MiB over gpu.memory.limit = {:.1} MiB",
                 mib(*build_bytes),
                 mib(*need_bytes),
                 mib(*limit)

@@ -23,7 +23,7 @@ use crate::exec::join::gathered_input;
 use crate::exec::{GpuFilterProjectExec, GpuHashJoinExec};
 
 /// `plan` with the inputs of every GPU join filtered and projected on the device where they
-/// compile (`gpu.fuse_expressions`; filters with `gpu.fuse_filters`).
+/// compile (`gpu.fuse.expressions`; filters with `gpu.fuse.filters`).
 pub fn fuse_join_inputs(
     plan: Arc<dyn ExecutionPlan>,
     cfg: &GpuConfig,
@@ -112,7 +112,7 @@ mod tests {
 
     /// A GPU join over filtered inputs reads them from the device: the probe's filter directly,
     /// the build's below its CoalescePartitionsExec; a CPU join's inputs and a join with
-    /// `gpu.fuse_expressions` off are left alone. Running the pass again changes nothing.
+    /// `gpu.fuse.expressions` off are left alone. Running the pass again changes nothing.
     #[test]
     fn filters_below_gpu_joins_move_to_the_device() {
         let filtered = |rows: i64| -> Arc<dyn ExecutionPlan> {

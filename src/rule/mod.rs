@@ -122,7 +122,7 @@ impl GpuOptimizerRule {
         // The device memory the GPU operators may hold, to keep joins whose build would not fit
         // on the CPU (only with a device: without one every operator falls back anyway).
         // Opened only for what needs it: the default memory limit, and the cost model's profile.
-        // And the fused uploads' price for the host pre-filter (gpu.host_filter_priced).
+        // And the fused uploads' price for the host pre-filter (gpu.fuse.host_filter_priced).
         let prices_uploads = cfg.fuse_expressions && cfg.host_filter_priced;
         let needs_gpu = cfg.memory_limit.bytes().is_none() || cfg.placement == PlacementSetting::Cost || prices_uploads;
         let gpu = if device.is_none() && needs_gpu { Gpu::for_config(&cfg).ok() } else { None };
@@ -214,7 +214,7 @@ struct Placer<'a> {
     /// The device, when the rule opened it: the cost model prices uploads from its pinned memory.
     gpu: Option<&'a Gpu>,
     /// The device and profile that price fused uploads for the host pre-filter
-    /// (`gpu.host_filter_priced`; see [`crate::exec::fuse::FusedInput::priced`]).
+    /// (`gpu.fuse.host_filter_priced`; see [`crate::exec::fuse::FusedInput::priced`]).
     pricing: Option<(&'a Gpu, &'a Profile)>,
 }
 
@@ -254,7 +254,7 @@ impl Placer<'_> {
     }
 
     /// Child `i` of `node` as [`Placer::gpu_join`] moves it to the GPU, with its verdict: the
-    /// child itself, or, with `gpu.join_chain_pricing`, a CPU-kept join under the exchange a GPU
+    /// child itself, or, with `gpu.cost.join_chain_pricing`, a CPU-kept join under the exchange a GPU
     /// join drops when `node` is a join (the hash repartition of a Partitioned join's input, the
     /// coalesce of a CollectLeft build), kept around the moved join as the plan has it.
     fn gpu_join_below(
@@ -281,7 +281,7 @@ impl Placer<'_> {
 
     /// A join that the model alone kept on the CPU (`placed` is its annotation with no other
     /// reason), on the GPU instead, with the model's verdict on `profile`. With
-    /// `gpu.join_chain_pricing`, each CPU-kept join it reads (see [`Placer::gpu_join_below`])
+    /// `gpu.cost.join_chain_pricing`, each CPU-kept join it reads (see [`Placer::gpu_join_below`])
     /// moves with it when the two cost less on the GPU, this join reading that one's output on
     /// the device, than this one on the GPU over that one on the CPU; the verdict then counts
     /// the moved joins' GPU time and uploads on the GPU side and their CPU time on the CPU side.
@@ -514,7 +514,7 @@ mod tests {
     /// A join the model keeps on the CPU by its own estimate moves to the GPU under a GPU
     /// aggregate when the two cost less on the device than the join on the CPU plus the upload
     /// of its output, whose size DataFusion cannot estimate and the plan's shape gives; a small
-    /// join stays. Without `gpu.aggregate_join_pricing` the aggregate is unpriced and the join
+    /// join stays. Without `gpu.cost.aggregate_join_pricing` the aggregate is unpriced and the join
     /// is priced alone.
     #[tokio::test]
     async fn aggregates_price_the_cpu_kept_joins_below_them() {
@@ -538,7 +538,7 @@ mod tests {
         let ctx = ctx_with_tables(SessionConfig::new()).await;
         let plan = physical_plan(&ctx, JOIN_AGG).await;
         assert!(plan.contains("CpuFallbackExec: HashJoinExec stays on the CPU"), "{plan}");
-        assert!(plan.contains("below gpu.min_rows = 100000"), "{plan}");
+        assert!(plan.contains("below gpu.cost.min_rows = 100000"), "{plan}");
         if probe::device_count().is_err() {
             assert!(plan.contains("no GPU ("), "{plan}");
             assert!(plan.contains("CpuFallbackExec: AggregateExec stays on the CPU"), "{plan}");
@@ -560,18 +560,18 @@ mod tests {
     async fn options_are_settable_with_set() {
         let _g = crate::testing::gpu_lock();
         let ctx = ctx_with_tables(SessionConfig::new().with_information_schema(true)).await;
-        ctx.sql("SET gpu.min_rows = 10").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.cost.min_rows = 10").await.unwrap().collect().await.unwrap();
         let plan = physical_plan(&ctx, JOIN_AGG).await;
-        assert!(!plan.contains("below gpu.min_rows"), "{plan}");
+        assert!(!plan.contains("below gpu.cost.min_rows"), "{plan}");
 
         ctx.sql("SET gpu.enable = false").await.unwrap().collect().await.unwrap();
         let plan = physical_plan(&ctx, JOIN_AGG).await;
         assert!(!plan.contains("CpuFallbackExec"), "{plan}");
 
-        ctx.sql("SET gpu.memory_limit = '2G'").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.memory.limit = '2G'").await.unwrap().collect().await.unwrap();
         let cfg = GpuConfig::from_options(ctx.state().config_options());
         assert_eq!(cfg.memory_limit.bytes(), Some(2 << 30));
-        assert!(ctx.sql("SET gpu.memory_limit = 'lots'").await.is_err());
+        assert!(ctx.sql("SET gpu.memory.limit = 'lots'").await.is_err());
         assert!(ctx.sql("SET gpu.no_such_option = 1").await.is_err());
 
         // Extension options are listed with DataFusion's own settings.
@@ -583,12 +583,12 @@ mod tests {
             .await
             .unwrap();
         let text = pretty_format_batches(&shown).unwrap().to_string();
-        for expected in ["| gpu.min_rows ", "| 10 ", "| gpu.memory_limit ", "| 2GiB ", "| gpu.enable "] {
+        for expected in ["| gpu.cost.min_rows ", "| 10 ", "| gpu.memory.limit ", "| 2GiB ", "| gpu.enable "] {
             assert!(text.contains(expected), "{expected} missing from\n{text}");
         }
     }
 
-    /// A join whose build side would not fit under gpu.memory_limit runs out of core (EXPLAIN
+    /// A join whose build side would not fit under gpu.memory.limit runs out of core (EXPLAIN
     /// says so), stays within the limit and answers as the CPU does; a join that cannot run out
     /// of core (NOT IN) stays on the CPU and says why.
     #[tokio::test]
@@ -599,7 +599,7 @@ mod tests {
         let ctx = gpu_session_context(config.clone());
         ctx.register_table("a", table(300_000)).unwrap();
         ctx.register_table("b", table(300_000)).unwrap();
-        ctx.sql("SET gpu.min_rows = 0").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.cost.min_rows = 0").await.unwrap().collect().await.unwrap();
         ctx.sql("SET gpu.placement = 'always'").await.unwrap().collect().await.unwrap();
         let cpu = SessionContext::new_with_config(config);
         cpu.register_table("a", table(300_000)).unwrap();
@@ -610,11 +610,11 @@ mod tests {
         let not_in = "SELECT a.k FROM a WHERE a.k NOT IN (SELECT k FROM b WHERE k > 5) ORDER BY a.k LIMIT 5";
         let plan = physical_plan(&ctx, sql).await;
         assert!(plan.contains("GpuHashJoinExec") && !plan.contains("out_of_core"), "{plan}");
-        ctx.sql("SET gpu.memory_limit = '2M'").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.memory.limit = '2M'").await.unwrap().collect().await.unwrap();
         let plan = physical_plan(&ctx, sql).await;
         assert!(plan.contains("GpuHashJoinExec") && plan.contains("out_of_core=[build about"), "{plan}");
         let plan = physical_plan(&ctx, not_in).await;
-        assert!(plan.contains("over gpu.memory_limit") && plan.contains("cannot run out of core"), "{plan}");
+        assert!(plan.contains("over gpu.memory.limit") && plan.contains("cannot run out of core"), "{plan}");
         for q in [sql, not_in] {
             gpu.memory().reset_peak();
             let got = pretty_format_batches(&ctx.sql(q).await.unwrap().collect().await.unwrap()).unwrap().to_string();
@@ -623,7 +623,7 @@ mod tests {
             assert_eq!(got, want, "{q}");
         }
         // Leave the shared device's budget as the default configuration sets it.
-        ctx.sql("SET gpu.memory_limit = 'auto'").await.unwrap().collect().await.unwrap();
+        ctx.sql("SET gpu.memory.limit = 'auto'").await.unwrap().collect().await.unwrap();
         let _ = physical_plan(&ctx, sql).await;
     }
 

@@ -91,7 +91,7 @@ enum Command {
     },
     /// Differential fuzzing: random tables and join / aggregate / filter / subquery queries, each
     /// run by DataFusion alone and with every eligible operator forced onto the GPU under a
-    /// rotating gpu.memory_limit; prints every mismatch, GPU-only error, panic or hang with a
+    /// rotating gpu.memory.limit; prints every mismatch, GPU-only error, panic or hang with a
     /// self-contained repro, and exits non-zero when there is one.
     Fuzz(FuzzOptions),
     /// Benchmarks (results belong in benches/results/).

@@ -106,7 +106,7 @@ impl GpuAggregateExec {
         };
         Some(format!(
             "exchange kept on the host: the partial reads {input}, of unknown size, whose partitions may run on the \
-             CPU (gpu.aggregate_exchange_host_input)"
+             CPU (gpu.experimental.aggregate_exchange_host_input)"
         ))
     }
 

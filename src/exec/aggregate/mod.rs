@@ -11,7 +11,7 @@
 //!
 //! A Final aggregate above a GPU Partial one (across the `RepartitionExec` or
 //! `CoalescePartitionsExec` DataFusion put between them) takes the exchange's place
-//! (`gpu.aggregate_exchange`): it runs every partial partition as a task, takes their device
+//! (`gpu.aggregate.exchange`): it runs every partial partition as a task, takes their device
 //! states as its input, and splits its output by the exchange's hash, so no state crosses PCIe.
 
 use datafusion::common::not_impl_err;
@@ -103,8 +103,8 @@ impl GpuAggregateExec {
     }
 
     /// This exec with the `FilterExec`s and `ProjectionExec`s directly below it evaluated on the
-    /// GPU, when every expression can be (`gpu.fuse_expressions`); EXPLAIN says why not otherwise.
-    /// Filters are taken in only with `filters` (`gpu.fuse_filters`).
+    /// GPU, when every expression can be (`gpu.fuse.expressions`); EXPLAIN says why not otherwise.
+    /// Filters are taken in only with `filters` (`gpu.fuse.filters`).
     pub fn with_fused_input(mut self, filters: bool) -> Self {
         let Ok(a) = aggregate(&self.agg) else { return self };
         let outputs: Vec<_> = self
@@ -141,7 +141,7 @@ impl GpuAggregateExec {
         self.fused.as_deref()
     }
 
-    /// This exec with the cost model's estimate; under `gpu.aggregate_algorithm = auto` it runs
+    /// This exec with the cost model's estimate; under `gpu.aggregate.algorithm = auto` it runs
     /// the method the model chose.
     pub fn with_estimate(mut self, estimate: AggregateEstimate) -> Self {
         if self.setting == AggregateAlgorithmSetting::Auto {
@@ -161,7 +161,7 @@ impl GpuAggregateExec {
         &self.agg
     }
 
-    /// The group-by method this aggregate starts with (its `gpu.aggregate_algorithm` setting
+    /// The group-by method this aggregate starts with (its `gpu.aggregate.algorithm` setting
     /// resolved; under `auto` with an estimate, hash, then the model's choice on the groups found).
     pub fn method_name(&self) -> &'static str {
         self.first_method().name()
@@ -186,13 +186,13 @@ impl GpuAggregateExec {
 
     /// This Final aggregate merging the states of the GPU Partial aggregate below it on the
     /// device, the exchange between them (a hash `RepartitionExec` or a
-    /// `CoalescePartitionsExec`) removed, when the plan allows (`gpu.aggregate_exchange`);
+    /// `CoalescePartitionsExec`) removed, when the plan allows (`gpu.aggregate.exchange`);
     /// otherwise unchanged.
     ///
-    /// Unless `host_input` (`gpu.aggregate_exchange_host_input`), the exchange stays when the
+    /// Unless `host_input` (`gpu.experimental.aggregate_exchange_host_input`), the exchange stays when the
     /// Partial reads a CPU operator whose row count DataFusion does not know exactly (a CPU
     /// join, an unfused filter): its plan-time size is a bound, its partitions often end below
-    /// `gpu.min_rows` and run on the CPU, and then DataFusion's exchange streams each one's
+    /// `gpu.cost.min_rows` and run on the CPU, and then DataFusion's exchange streams each one's
     /// states to the Final as it finishes, where the device exchange waits for the last of them
     /// (TPC-H q16's two distinct-count stages, whose every partition ran on the CPU, ran 6-8%
     /// slower than DataFusion's at SF 10 on an H100, and at its speed with the exchange kept).
@@ -248,12 +248,12 @@ impl DisplayAs for GpuAggregateExec {
                     )?,
                     Some(e) => write!(
                         f,
-                        ", algorithm={} (gpu.aggregate_algorithm={}; {})",
+                        ", algorithm={} (gpu.aggregate.algorithm={}; {})",
                         self.method.name(),
                         self.setting,
                         e.verdict.describe()
                     )?,
-                    None => write!(f, ", algorithm={} (gpu.aggregate_algorithm={})", self.method.name(), self.setting)?,
+                    None => write!(f, ", algorithm={} (gpu.aggregate.algorithm={})", self.method.name(), self.setting)?,
                 }
                 if let Some(why) = &self.exchange_kept {
                     write!(f, ", {why}")?;
@@ -446,14 +446,14 @@ struct Metrics {
     hash_fallbacks: Count,
     /// Times the run-time choice changed the group-by method (under `auto`).
     method_changes: Count,
-    /// Partitions whose whole input had fewer than `gpu.min_rows` rows, aggregated by
+    /// Partitions whose whole input had fewer than `gpu.cost.min_rows` rows, aggregated by
     /// DataFusion on the CPU instead.
     cpu_partitions: Count,
     /// Exchanges whose partial states were merged on the CPU, by DataFusion's exchange and
     /// Final aggregate (see [`GpuAggregateExec::exchange_output`]).
     cpu_merges: Count,
     /// Partitions (and device exchanges) the GPU could not finish for want of device memory,
-    /// finished by DataFusion's aggregate on their replayed input (`gpu.cpu_fallback`).
+    /// finished by DataFusion's aggregate on their replayed input (`gpu.memory.cpu_fallback`).
     cpu_fallbacks: Count,
     /// Rows a fused filter removed on the host before the upload (see [`fuse::HostPrefilter`]).
     host_filtered_rows: Count,

@@ -129,16 +129,16 @@ pub(super) struct Run {
     pub(super) adaptive: Option<Arc<AggregateEstimate>>,
     pub(super) chunk_rows: usize,
     pub(super) batch_size: usize,
-    /// A partition whose whole input has fewer rows runs on the CPU (`gpu.min_rows`).
+    /// A partition whose whole input has fewer rows runs on the CPU (`gpu.cost.min_rows`).
     pub(super) min_rows: usize,
-    /// `gpu.cpu_fallback`: finish on the CPU when device memory runs out.
+    /// `gpu.memory.cpu_fallback`: finish on the CPU when device memory runs out.
     pub(super) cpu_fallback: bool,
     /// Chunks of input rows grouped so far (a device input is kept for the CPU until the first).
     pub(super) grouped: Arc<std::sync::atomic::AtomicUsize>,
     pub(super) partition: usize,
-    /// `gpu.host_filter_below`: see [`fuse::HostPrefilter`].
+    /// `gpu.fuse.host_filter_below`: see [`fuse::HostPrefilter`].
     pub(super) host_filter_below: f64,
-    /// With `gpu.host_filter_priced`: what uploading one row of the fused input costs this
+    /// With `gpu.fuse.host_filter_priced`: what uploading one row of the fused input costs this
     /// partition, in nanoseconds (see [`crate::exec::fuse::priced_mode`]).
     pub(super) host_upload_ns_per_row: Option<f64>,
     pub(super) context: Arc<TaskContext>,
@@ -187,7 +187,7 @@ impl Piece {
 }
 
 impl Run {
-    /// This partition's output batches from its host input. The first `gpu.min_rows` rows are
+    /// This partition's output batches from its host input. The first `gpu.cost.min_rows` rows are
     /// read before anything is uploaded: when the input ends sooner, the plan's estimate was
     /// too high (sizes after joins and filters are guesses) and DataFusion's aggregate, with the
     /// filters and projections fused into this one, gives the output on the CPU: a GPU group-by
@@ -203,7 +203,7 @@ impl Run {
         }
     }
 
-    /// `input` reduced to a state on the device, or, for fewer than `gpu.min_rows` rows,
+    /// `input` reduced to a state on the device, or, for fewer than `gpu.cost.min_rows` rows,
     /// DataFusion's output on the host (see [`Run::run`]).
     pub(super) async fn reduce_or_cpu(&self, input: Input) -> Result<Reduced> {
         let mut input = match input {
@@ -246,9 +246,9 @@ impl Run {
         let (mut head, mut rows) = (Vec::new(), 0usize);
         if self.min_rows > 0 {
             // DataFusion's aggregate starts on the rows as they arrive, as it would without this
-            // exec, so that when the input ends under `gpu.min_rows` its work has overlapped the
+            // exec, so that when the input ends under `gpu.cost.min_rows` its work has overlapped the
             // input's (the operators below produce it over time). When the input reaches
-            // `gpu.min_rows`, that speculative aggregate is aborted and the rows go to the GPU.
+            // `gpu.cost.min_rows`, that speculative aggregate is aborted and the rows go to the GPU.
             let (tx, rx) = futures::channel::mpsc::unbounded::<Result<RecordBatch>>();
             let cpu =
                 self.on_cpu(Arc::clone(&schema), Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), rx)))?;
@@ -262,7 +262,7 @@ impl Run {
                     }
                     None => {
                         drop(tx);
-                        timeline::mark(&self.who, || format!("{rows} input rows, below gpu.min_rows: on the CPU"));
+                        timeline::mark(&self.who, || format!("{rows} input rows, below gpu.cost.min_rows: on the CPU"));
                         self.metrics.cpu_partitions.add(1);
                         self.metrics.input_rows.add(rows);
                         return cpu_output(cpu).await.map(Reduced::Host);

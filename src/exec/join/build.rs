@@ -195,7 +195,7 @@ impl BuildJob {
     /// mode each partition's join gets a share of the limit, and when the plan expects the join
     /// to run out of core (`planned_out_of_core`) every partition does, so that all their device
     /// work takes turns for the device's out-of-core work slots (a partition joined in memory
-    /// would not). When device memory runs out on the way (and `gpu.cpu_fallback` is on), the
+    /// would not). When device memory runs out on the way (and `gpu.memory.cpu_fallback` is on), the
     /// build goes to DataFusion's join instead, which then serves every probe partition.
     pub(super) async fn run(self, left: Arc<dyn ExecutionPlan>, partitions: std::ops::Range<usize>) -> Result<Built> {
         let input = collect(&left, partitions, &self.layout, &self.context).await?;

@@ -194,10 +194,10 @@ pub(super) fn choose_algorithm(setting: JoinAlgorithmSetting, ordered: bool) -> 
         return (JoinAlgorithm::Npj, "npj keeps the probe order the plan relies on".into());
     }
     match setting {
-        JoinAlgorithmSetting::Auto => (JoinAlgorithm::Npj, "gpu.join_algorithm=auto".into()),
-        JoinAlgorithmSetting::Phj => (JoinAlgorithm::PhjGftr, "gpu.join_algorithm=phj".into()),
-        JoinAlgorithmSetting::Smj => (JoinAlgorithm::SmjGftr, "gpu.join_algorithm=smj".into()),
-        JoinAlgorithmSetting::Fixed(a) => (a, format!("gpu.join_algorithm={a}")),
+        JoinAlgorithmSetting::Auto => (JoinAlgorithm::Npj, "gpu.join.algorithm=auto".into()),
+        JoinAlgorithmSetting::Phj => (JoinAlgorithm::PhjGftr, "gpu.join.algorithm=phj".into()),
+        JoinAlgorithmSetting::Smj => (JoinAlgorithm::SmjGftr, "gpu.join.algorithm=smj".into()),
+        JoinAlgorithmSetting::Fixed(a) => (a, format!("gpu.join.algorithm={a}")),
     }
 }
 

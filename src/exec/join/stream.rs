@@ -85,7 +85,7 @@ pub(super) async fn forward(
 
 /// `input` read by a task of its own from now on, up to `ahead` (at least 1) items ahead of its
 /// reader, and to its end or first error: a join's probe input then runs while the join builds,
-/// not after (`gpu.probe_read_ahead`).
+/// not after (`gpu.join.probe_read_ahead`).
 pub(super) fn read_ahead<T: Send + 'static>(
     mut input: Pin<Box<dyn Stream<Item = Result<T>> + Send>>,
     ahead: usize,

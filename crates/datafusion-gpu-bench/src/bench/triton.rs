@@ -1,7 +1,7 @@
 //! The out-of-core join benchmark (`datafusion-gpu bench triton`): Lutz et al.'s setting on PCIe.
 //! R (unique keys, shuffled) and S (foreign keys into R), one Int32 payload each, in host memory;
 //! DataFusion's `HashJoinExec` (CollectLeft, as `bench join`'s CPU baseline) placed by the GPU rule
-//! with `gpu.memory_limit` lowered so that the build state is 2x, 4x and 8x the limit, so the join
+//! with `gpu.memory.limit` lowered so that the build state is 2x, 4x and 8x the limit, so the join
 //! runs out of core ([`datafusion_gpu::join::triton`]); also the same join in memory (default limit) and on
 //! the CPU. The output (key, r payload, s payload) is streamed to the host and counted.
 //!
@@ -42,7 +42,7 @@ pub struct TritonBenchOptions {
     /// Build state over the memory limit, for each run out of core.
     #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
     pub factors: Vec<u64>,
-    /// The join algorithm setting (as gpu.join_algorithm).
+    /// The join algorithm setting (as gpu.join.algorithm).
     #[arg(long, default_value = "auto")]
     pub algorithm: JoinAlgorithmSetting,
     /// Partitions of the probe side (and DataFusion's target partitions).

@@ -1,7 +1,7 @@
 //! The differential fuzzer (`datafusion-gpu fuzz`): random tables and random join, aggregate,
 //! filter and subquery queries, each run by DataFusion alone and with the GPU rule forcing every
-//! eligible operator onto the GPU (`gpu.min_rows = 0`, `gpu.placement = always`) under a
-//! rotating `gpu.memory_limit`. A query whose answers differ, or that fails, panics or hangs only
+//! eligible operator onto the GPU (`gpu.cost.min_rows = 0`, `gpu.placement = always`) under a
+//! rotating `gpu.memory.limit`. A query whose answers differ, or that fails, panics or hangs only
 //! with the rule, is reported with a self-contained repro: the settings, `CREATE TABLE`
 //! statements that rebuild the data, and the query.
 //!
@@ -40,7 +40,7 @@ pub struct FuzzOptions {
     /// Seed of the tables and queries (the same seed replays the same run).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// gpu.memory_limit values to rotate through, comma-separated.
+    /// gpu.memory.limit values to rotate through, comma-separated.
     #[arg(long, default_value = "auto,1G,64M,8M", value_delimiter = ',')]
     pub memory_limits: Vec<String>,
     /// Rows of the larger tables.
@@ -190,10 +190,10 @@ async fn set(ctx: &SessionContext, sql: &str) -> Result<()> {
 /// The GPU session's settings for one query, as SQL.
 fn gpu_settings(shape: Shape, memory_limit: &str) -> Vec<String> {
     vec![
-        "SET gpu.min_rows = 0".to_string(),
+        "SET gpu.cost.min_rows = 0".to_string(),
         "SET gpu.placement = 'always'".to_string(),
         format!("SET gpu.batch_rows = {}", shape.gpu_batch_rows),
-        format!("SET gpu.memory_limit = '{memory_limit}'"),
+        format!("SET gpu.memory.limit = '{memory_limit}'"),
     ]
 }
 
@@ -365,7 +365,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
             };
             bar.suspend(|| {
                 println!(
-                    "FAILED query {} ({kind:?}, gpu.memory_limit = {memory_limit}): {sql}\n  {}\n  {where_}",
+                    "FAILED query {} ({kind:?}, gpu.memory.limit = {memory_limit}): {sql}\n  {}\n  {where_}",
                     index - 1,
                     detail.lines().take(6).collect::<Vec<_>>().join("\n  ")
                 )

@@ -33,7 +33,7 @@ pub struct ConcurrencyOptions {
     /// Queries each stream runs (all when omitted), e.g. `1,3,18`.
     #[arg(long, value_delimiter = ',')]
     pub queries: Vec<String>,
-    /// `gpu.memory_limit` of each stream's session, dealt round-robin (e.g. `auto,1G,256M`): the
+    /// `gpu.memory.limit` of each stream's session, dealt round-robin (e.g. `auto,1G,256M`): the
     /// sessions' limits are their own.
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     pub memory_limits: Vec<String>,
@@ -109,7 +109,7 @@ impl ConcurrencyReport {
             self.streams.len(),
             self.cpu_seconds
         );
-        out.push_str("| stream | gpu.memory_limit | queries | answers checked | seconds |\n|---|---|---|---|---|\n");
+        out.push_str("| stream | gpu.memory.limit | queries | answers checked | seconds |\n|---|---|---|---|---|\n");
         for s in &self.streams {
             let ok = s.queries.iter().filter(|q| q.problem.is_empty()).count();
             out.push_str(&format!(
@@ -165,7 +165,7 @@ pub async fn run(o: &ConcurrencyOptions) -> Result<ConcurrencyReport> {
     for s in 0..o.streams.max(1) {
         let limit = limits[s % limits.len()].clone();
         let mut gpu_config = config.clone().with_option_extension(GpuConfig::default());
-        gpu_config.options_mut().set("gpu.memory_limit", &limit)?;
+        gpu_config.options_mut().set("gpu.memory.limit", &limit)?;
         apply_settings(&mut gpu_config, &o.gpu_set)?;
         let ctx = gpu_session_context(gpu_config);
         data::register(&ctx, &tables)?;
@@ -220,7 +220,7 @@ mod tests {
             queries: vec!["1".into(), "3".into(), "5".into(), "18".into()],
             memory_limits: vec!["auto".into(), "64M".into(), "8M".into()],
             partitions: 4,
-            gpu_set: vec!["gpu.min_rows=0".into(), "gpu.placement=always".into()],
+            gpu_set: vec!["gpu.cost.min_rows=0".into(), "gpu.placement=always".into()],
             seed: 1,
         };
         let report = run(&o).await.unwrap();

@@ -45,12 +45,12 @@ pub struct SuiteBenchOptions {
     /// Partitions of each in-memory table and DataFusion's target partitions (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub partitions: usize,
-    /// `gpu.min_rows` of the GPU session (default: the option's default); 0 puts every eligible
+    /// `gpu.cost.min_rows` of the GPU session (default: the option's default); 0 puts every eligible
     /// operator on the GPU whatever its size.
     #[arg(long)]
     pub gpu_min_rows: Option<usize>,
     /// A setting of the GPU session only, as `KEY=VALUE` (repeatable), e.g.
-    /// `gpu.join_algorithm=phj` or `datafusion.optimizer.hash_join_single_partition_threshold_rows=1000000`.
+    /// `gpu.join.algorithm=phj` or `datafusion.optimizer.hash_join_single_partition_threshold_rows=1000000`.
     #[arg(long = "gpu-set", value_name = "KEY=VALUE")]
     pub gpu_set: Vec<String>,
     /// Seed of the SSB generator (TPC-H data is dbgen's, fixed).
@@ -556,7 +556,7 @@ impl std::fmt::Display for SuiteReport {
         }
         match (&self.device, &self.no_gpu) {
             (Some(d), _) => {
-                writeln!(f, "GPU: {d}; gpu.min_rows = {}", self.gpu_min_rows)?;
+                writeln!(f, "GPU: {d}; gpu.cost.min_rows = {}", self.gpu_min_rows)?;
                 if !self.gpu_settings.is_empty() {
                     writeln!(f, "GPU session settings: {}", self.gpu_settings.join(", "))?;
                 }
