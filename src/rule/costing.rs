@@ -49,7 +49,7 @@ pub fn join_estimate(
     exec: &GpuHashJoinExec,
     node: &Arc<dyn ExecutionPlan>,
     cfg: &GpuConfig,
-    profile: &Profile,
+    profile: &Arc<Profile>,
     out_of_core_limit: Option<u64>,
     gpu: Option<&Gpu>,
 ) -> Option<JoinEstimate> {
@@ -166,7 +166,7 @@ pub fn join_estimate(
         cpu_exchange,
         min_speedup: cfg.min_speedup,
     };
-    Some(JoinEstimate { shape, choice, verdict, bounded, notes, profile: Arc::new(profile.clone()) })
+    Some(JoinEstimate { shape, choice, verdict, bounded, notes, profile: Arc::clone(profile) })
 }
 
 /// The fraction of a host join input's estimated rows that crosses the link when the input is a
@@ -265,7 +265,7 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
 pub fn reprice_without_repartitions(
     g: GpuHashJoinExec,
     cfg: &GpuConfig,
-    profile: &Profile,
+    profile: &Arc<Profile>,
     gpu: Option<&Gpu>,
 ) -> Option<GpuHashJoinExec> {
     let Some(old) = g.estimate() else { return Some(g) };
@@ -358,7 +358,11 @@ fn computed_over_gpu(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Ar
 /// The estimate of a GPU aggregate: from the statistics' input size, else (with
 /// `gpu.cost.aggregate_join_pricing`) from its likely size ([`likely_rows`]), marked `bounded`; `None`
 /// without either.
-pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Profile) -> Option<AggregateEstimate> {
+pub fn aggregate_estimate(
+    exec: &GpuAggregateExec,
+    cfg: &GpuConfig,
+    profile: &Arc<Profile>,
+) -> Option<AggregateEstimate> {
     let agg = exec.original();
     let input = agg.children().first().map(|c| Arc::clone(*c))?;
     let estimated = estimated_rows(&input);
@@ -407,7 +411,7 @@ pub fn aggregate_estimate(exec: &GpuAggregateExec, cfg: &GpuConfig, profile: &Pr
         cpu_exchange: 0.0,
         min_speedup: cfg.min_speedup,
     };
-    Some(AggregateEstimate { shape, choice, verdict, bounded, notes: Vec::new(), profile: Arc::new(profile.clone()) })
+    Some(AggregateEstimate { shape, choice, verdict, bounded, notes: Vec::new(), profile: Arc::clone(profile) })
 }
 
 #[cfg(test)]
@@ -469,7 +473,7 @@ mod tests {
         let unfused = GpuConfig { fuse_filters: false, ..GpuConfig::default() };
         assert_eq!(host_filtered_fraction(&probe, false, &unfused), 1.0);
 
-        let profile = Profile::h100();
+        let profile = Arc::new(Profile::h100());
         let estimate = |cfg: &GpuConfig| {
             let node = join(source(2_000), filtered(400_000), JoinType::Inner, None);
             let exec = GpuHashJoinExec::try_new(Arc::clone(&node), cfg).unwrap();
@@ -502,7 +506,8 @@ mod tests {
         let upper = join(source(25), Arc::clone(&lower), JoinType::Inner, Some(vec![2, 3]));
         let cfg = GpuConfig::default();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&upper), &cfg).unwrap();
-        let e = join_estimate(&exec, &upper, &cfg, &Profile::h100(), None, None).expect("priced from the bound");
+        let e =
+            join_estimate(&exec, &upper, &cfg, &Arc::new(Profile::h100()), None, None).expect("priced from the bound");
         assert_eq!(e.shape.build_rows, 25.0);
         assert_eq!(e.shape.probe_rows, bound as f64);
         assert_eq!(e.bounded, estimated_rows(&lower).is_none());
@@ -554,7 +559,7 @@ mod tests {
         use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
         use datafusion::physical_plan::repartition::RepartitionExec;
         let cfg = GpuConfig::default();
-        let profile = Profile::h100();
+        let profile = Arc::new(Profile::h100());
         let lower = join(source(2000), source(50_000), JoinType::Inner, Some(vec![2, 3]));
         // As the rule leaves it: annotated on the CPU, or on the GPU.
         let cpu_lower: Arc<dyn ExecutionPlan> = Arc::new(crate::exec::CpuFallbackExec::new(Arc::clone(&lower), vec![]));
@@ -605,7 +610,7 @@ mod tests {
         use datafusion::physical_expr::expressions::Column;
         use datafusion::physical_plan::repartition::RepartitionExec;
         use datafusion::physical_plan::{Partitioning, PhysicalExpr};
-        let profile = Profile::h100();
+        let profile = Arc::new(Profile::h100());
         let hashed = |p: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
             let key = Arc::new(Column::new(p.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
             Arc::new(RepartitionExec::try_new(p, Partitioning::Hash(vec![key], 4)).unwrap())
@@ -720,7 +725,7 @@ mod tests {
             assert!(device_side(&side, false, false, &no_fusion).is_none());
             let upper = join(source(100), Arc::clone(&side), JoinType::Inner, None);
             let exec = GpuHashJoinExec::try_new(Arc::clone(&upper), &cfg).unwrap();
-            let e = join_estimate(&exec, &upper, &cfg, &Profile::h100(), None, None).expect("bounded");
+            let e = join_estimate(&exec, &upper, &cfg, &Arc::new(Profile::h100()), None, None).expect("bounded");
             assert!(e.verdict.cpu_download > 0.0, "{}", e.verdict.describe());
         }
         assert!(device_side(&projected(&gpu_lower), false, false, &no_filters).is_some());
@@ -756,7 +761,7 @@ mod tests {
         // DataFusion estimates the filter at every row (no min/max): the model knows it keeps
         // most of them only without assuming the filter's default selectivity for its upload.
         let cfg = GpuConfig { default_selectivity_for_unbounded_filters: false, ..GpuConfig::default() };
-        let profile = Profile::h100();
+        let profile = Arc::new(Profile::h100());
         for probe in [Arc::clone(&pinned_scan), filtered(Arc::clone(&pinned_scan))] {
             assert!(pinned_scan_bytes(&probe, false, &cfg, &gpu).is_some());
             let node = join(source(1000), Arc::clone(&probe), JoinType::Inner, None);
@@ -810,7 +815,7 @@ mod tests {
         let input = Arc::clone(agg.children()[0]);
         let join = input.downcast_ref::<HashJoinExec>().expect("the aggregate reads the join");
         let cfg = GpuConfig::default();
-        let profile = Profile::h100();
+        let profile = Arc::new(Profile::h100());
         let estimate = |agg: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig| {
             aggregate_estimate(&GpuAggregateExec::try_new(Arc::clone(agg), cfg).unwrap(), cfg, &profile)
         };
@@ -842,8 +847,8 @@ mod tests {
         let node = join(l, r, JoinType::Inner, None);
         let cfg = GpuConfig::default();
         let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
-        let e =
-            join_estimate(&exec, &node, &cfg, &Profile::h100(), None, None).expect("memory sources have row counts");
+        let e = join_estimate(&exec, &node, &cfg, &Arc::new(Profile::h100()), None, None)
+            .expect("memory sources have row counts");
         assert_eq!(e.shape.build_rows, 1000.0);
         assert_eq!(e.shape.probe_rows, 5000.0);
         assert_eq!(e.shape.key_bytes, 8.0);

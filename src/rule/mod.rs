@@ -133,16 +133,16 @@ impl GpuOptimizerRule {
         };
         // The cost model's profile of this device (only with a device and gpu.placement = cost).
         let profile = match (&gpu, cfg.placement) {
-            (Some(g), PlacementSetting::Cost) => Some(profile::load(g.info(), &cfg.profile_dir)),
+            (Some(g), PlacementSetting::Cost) => Some(Arc::new(profile::load(g.info(), &cfg.profile_dir))),
             _ => None,
         };
         // The profile that prices fused uploads: the cost model's, or the device's own.
-        let upload_profile = match (&gpu, &profile, prices_uploads) {
-            (Some(_), Some(p), true) => Some(p.clone()),
+        let own_profile = match (&gpu, &profile, prices_uploads) {
             (Some(g), None, true) => Some(profile::load(g.info(), &cfg.profile_dir)),
             _ => None,
         };
-        let pricing = gpu.as_deref().zip(upload_profile.as_ref());
+        let upload_profile = profile.as_deref().or(own_profile.as_ref()).filter(|_| prices_uploads);
+        let pricing = gpu.as_deref().zip(upload_profile);
         let placer =
             Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref(), pricing };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
@@ -210,7 +210,7 @@ struct Placer<'a> {
     cfg: &'a GpuConfig,
     device: Option<FallbackReason>,
     memory_limit: Option<u64>,
-    profile: Option<&'a Profile>,
+    profile: Option<&'a Arc<Profile>>,
     /// The device, when the rule opened it: the cost model prices uploads from its pinned memory.
     gpu: Option<&'a Gpu>,
     /// The device and profile that price fused uploads for the host pre-filter
@@ -261,7 +261,7 @@ impl Placer<'_> {
         &self,
         node: &Arc<dyn ExecutionPlan>,
         i: usize,
-        profile: &Profile,
+        profile: &Arc<Profile>,
     ) -> Result<Option<(Arc<dyn ExecutionPlan>, Verdict)>> {
         let side = node.children()[i];
         if let Some(moved) = self.gpu_join(side, profile) {
@@ -288,7 +288,7 @@ impl Placer<'_> {
     fn gpu_join(
         &self,
         placed: &Arc<dyn ExecutionPlan>,
-        profile: &Profile,
+        profile: &Arc<Profile>,
     ) -> Option<(Arc<dyn ExecutionPlan>, Verdict)> {
         // `downcast_ref` sees through a CpuFallbackExec to its child: ask `Any` directly.
         let any = placed.as_ref() as &dyn std::any::Any;
@@ -504,7 +504,7 @@ mod tests {
         ctx.register_table("a", crate::testing::memory_kv_table(build, 16)).unwrap();
         ctx.register_table("b", crate::testing::memory_kv_table(probe, 16)).unwrap();
         let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
-        let profile = Profile::h100();
+        let profile = Arc::new(Profile::h100());
         let placer =
             Placer { cfg, device: None, memory_limit: None, profile: Some(&profile), gpu: None, pricing: None };
         let plan = plan.transform_up(|n| placer.place_with_children(n)).map(|t| t.data).unwrap();

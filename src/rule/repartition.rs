@@ -248,7 +248,7 @@ mod tests {
             PartitionMode::Partitioned,
         );
         let cfg = GpuConfig::default();
-        let profile = Profile::h100();
+        let profile = Arc::new(Profile::h100());
         let exec = GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).unwrap();
         let e = join_estimate(&exec, &node, &cfg, &profile, None, None).expect("memory sources have row counts");
         assert_eq!((e.shape.builds, e.shape.build_rows), (4.0, 100_000.0));
