@@ -16,6 +16,7 @@
 // (uniform over the launch). A row takes part when its value is valid and its FILTER column is
 // true. `counts`, when given, counts the rows that took part (a SUM/MIN/MAX over no rows is NULL).
 #include "common.cuh"
+#include "hash_table.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // Group ids.
@@ -31,40 +32,31 @@ template <typename K>
 __device__ __forceinline__ void gb_insert(const K* __restrict__ keys, const u32* __restrict__ active, u64 n, K* __restrict__ slot_keys,
                                           u64 mask, u32* __restrict__ slot_row, u32* __restrict__ row_slot, u32* __restrict__ filled,
                                           u32 max_fill, u32* __restrict__ overflow) {
-    const K empty = (K)~(K)0;
     const bool bounded = max_fill != 0xffffffffu;
     for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
         if (bounded && *(volatile u32*)overflow) return;
         const u32 row = active ? active[i] : (u32)i;
         const K k = keys[row];
         u64 s;
-        if (k == empty) {
+        if (ht_is_empty<K>(k)) {
             s = mask + 1;
             if (__ldcg(&slot_row[s]) == NULL_ROW) atomicCAS(&slot_row[s], NULL_ROW, row);
         } else {
-            s = (u64)k & mask;
-            u64 probes = 0;
-            while (true) {
-                const K cur = slot_keys[s];
-                const K prev = cur == k ? k : cur != empty ? cur : atomicCAS(&slot_keys[s], empty, k);
-                if (prev == empty) {
-                    slot_row[s] = row;
-                    // The groups are counted in FILL_SHARDS counters (by slot), each allowed
-                    // max_fill of them: one counter would serialise hundreds of thousands of
-                    // groups on one address.
-                    if (bounded && atomicAdd(&filled[(s & (FILL_SHARDS - 1)) * FILL_STRIDE], 1u) >= max_fill)
-                        *(volatile u32*)overflow = 1;
-                    break;
-                }
-                if (prev == k) break;
-                s = (s + 1) & mask;
-                // A bounded table gives up after a short probe: it is overfull (the whole grid claims
-                // slots before any thread sees the overflow flag), and long probes of every thread
-                // would cost more than the retry.
-                if (++probes > (bounded ? 64 : mask)) {
-                    *(volatile u32*)overflow = 1;
-                    return;
-                }
+            // A bounded table gives up after a short probe: it is overfull (the whole grid claims
+            // slots before any thread sees the overflow flag), and long probes of every thread
+            // would cost more than the retry.
+            bool inserted = false;
+            s = ht_insert<K>(slot_keys, mask, (u64)k, k, bounded ? 65 : mask + 1, &inserted);
+            if (s == HT_NONE) {
+                *(volatile u32*)overflow = 1;
+                return;
+            }
+            if (inserted) {
+                slot_row[s] = row;
+                // The groups are counted in FILL_SHARDS counters (by slot), each allowed
+                // max_fill of them: one counter would serialise hundreds of thousands of
+                // groups on one address.
+                if (bounded && atomicAdd(&filled[(s & (FILL_SHARDS - 1)) * FILL_STRIDE], 1u) >= max_fill) *(volatile u32*)overflow = 1;
             }
         }
         row_slot[row] = (u32)s;
@@ -144,35 +136,26 @@ struct GroupCache {
     u32* gid;
     __device__ __forceinline__ GroupCache(u8* smem) : keys((K*)smem), gid((u32*)(smem + GB_CACHE * sizeof(K))) {}
     __device__ __forceinline__ void clear(u32 j) {
-        keys[j] = (K)~(K)0;
+        keys[j] = ht_empty_key<K>();
         gid[j] = GB_PENDING;
     }
     // The id of word k (never the empty word), from home slot c on; `placed` when this thread
     // took a new slot for it.
     template <typename F>
     __device__ __forceinline__ u32 get(K k, u32 c, bool& placed, F fetch) {
-        const K empty = (K)~(K)0;
-        volatile K* vk = keys;
         volatile u32* vg = gid;
-        for (u32 p = 0; p < GB_CACHE_PROBES; p++) {
-            K cur = vk[c];
-            if (cur == empty) {
-                cur = atomicCAS(&keys[c], empty, k);
-                if (cur == empty) {
-                    const u32 g = fetch();
-                    vg[c] = g;
-                    placed = true;
-                    return g;
-                }
-            }
-            if (cur == k) {
-                u32 g = vg[c];
-                while (g == GB_PENDING) g = vg[c];
-                return g;
-            }
-            c = (c + 1) & (GB_CACHE - 1);
+        bool inserted = false;
+        const u64 s = ht_insert<K>(keys, GB_CACHE - 1, c, k, GB_CACHE_PROBES, &inserted);
+        if (s == HT_NONE) return fetch();
+        if (inserted) {
+            const u32 g = fetch();
+            vg[s] = g;
+            placed = true;
+            return g;
         }
-        return fetch();
+        u32 g = vg[s];
+        while (g == GB_PENDING) g = vg[s];
+        return g;
     }
 };
 
@@ -194,31 +177,16 @@ struct NarrowColumn {
 template <typename K>
 __device__ __forceinline__ u32 gb_global_id(K k, u32 row, K* __restrict__ slot_keys, u64 mask, u32* __restrict__ slot_gid,
                                             u32* __restrict__ reps, u32* __restrict__ counters, u32 max_fill) {
-    const K empty = (K)~(K)0;
     u64 s;
     bool mine = false;
-    if (k == empty) {
+    if (ht_is_empty<K>(k)) {
         s = mask + 1;
         mine = __ldcg(&counters[2]) == 0u && atomicCAS(&counters[2], 0u, 1u) == 0u;
     } else {
-        s = (u64)k & mask;
-        for (u32 probes = 0;; probes++) {
-            // A stale read (cached while the slot was empty) only costs the compare-and-swap.
-            const K cur = slot_keys[s];
-            if (cur == k) break;
-            if (cur == empty) {
-                const K prev = atomicCAS(&slot_keys[s], empty, k);
-                if (prev == empty) {
-                    mine = true;
-                    break;
-                }
-                if (prev == k) break;
-            }
-            s = (s + 1) & mask;
-            if (probes >= 64) {
-                *(volatile u32*)&counters[1] = 1;
-                return GB_LOST;
-            }
+        s = ht_insert<K>(slot_keys, mask, (u64)k, k, 65, &mine);
+        if (s == HT_NONE) {
+            *(volatile u32*)&counters[1] = 1;
+            return GB_LOST;
         }
     }
     if (mine) {
@@ -247,7 +215,6 @@ __device__ __forceinline__ void gb_small(Src src, u64 n, K* __restrict__ slot_ke
     extern __shared__ __align__(16) u8 gb_smem[];
     GroupCache<K> cache(gb_smem);
     __shared__ u32 c_fill;
-    const K empty = (K)~(K)0;
     for (u32 j = threadIdx.x; j < GB_CACHE; j += blockDim.x) cache.clear(j);
     if (threadIdx.x == 0) c_fill = 0;
     __syncthreads();
@@ -259,7 +226,7 @@ __device__ __forceinline__ void gb_small(Src src, u64 n, K* __restrict__ slot_ke
         const K k = src.at(i);
         const auto fetch = [&]() { return gb_global_id<K>(k, (u32)i, slot_keys, mask, slot_gid, reps, counters, max_fill); };
         u32 g;
-        if (k == empty) {
+        if (ht_is_empty<K>(k)) {
             g = fetch();
         } else {
             bool placed = false;
@@ -352,20 +319,12 @@ extern "C" __global__ void gb_collisions(const u32* __restrict__ flags, const u8
 // it when `insert`. Returns GP_NONE when absent (lookup) or when the table is full (insert).
 template <typename K>
 __device__ __forceinline__ u32 gp_slot(K* s_keys, K k, bool insert) {
-    const K empty = (K)~(K)0;
-    if (k == empty) return GP_SLOTS;
-    u32 s = (u32)mix32((u32)(k >> 20) ^ (u32)k) & (GP_SLOTS - 1);
-    for (u32 probes = 0; probes < GP_SLOTS; probes++) {
-        const K cur = s_keys[s];
-        if (cur == k) return s;
-        if (cur == empty) {
-            if (!insert) return GP_NONE;
-            const K prev = atomicCAS(&s_keys[s], empty, k);
-            if (prev == empty || prev == k) return s;
-        }
-        s = (s + 1) & (GP_SLOTS - 1);
-    }
-    return GP_NONE;
+    if (ht_is_empty<K>(k)) return GP_SLOTS;
+    const u64 home = mix32((u32)(k >> 20) ^ (u32)k);
+    bool inserted = false;
+    const u64 s = insert ? ht_insert<K>(s_keys, GP_SLOTS - 1, home, k, GP_SLOTS, &inserted)
+                         : ht_find<K>(s_keys, GP_SLOTS - 1, home, k, GP_SLOTS);
+    return s == HT_NONE ? GP_NONE : (u32)s;
 }
 
 // For each partition p (rows offsets[p]..offsets[p+1] of the partitioned key words): local[pos]
@@ -381,7 +340,6 @@ __device__ __forceinline__ void gp_ids(const K* __restrict__ keys, const u32* __
     u32* s_val = (u32*)(gp_smem + GP_SLOTS * sizeof(K));
     __shared__ u32 s_total;
     __shared__ u32 s_warps[GP_THREADS / 32];
-    const K empty = (K)~(K)0;
     constexpr u32 PER = GP_SLOTS / GP_THREADS;
     for (u32 p = blockIdx.x; p < parts; p += gridDim.x) {
         const u32 b = offsets[p], e = offsets[p + 1];
@@ -390,7 +348,7 @@ __device__ __forceinline__ void gp_ids(const K* __restrict__ keys, const u32* __
             continue;
         }
         for (u32 j = threadIdx.x; j <= GP_SLOTS; j += blockDim.x) {
-            if (j < GP_SLOTS) s_keys[j] = empty;
+            if (j < GP_SLOTS) s_keys[j] = ht_empty_key<K>();
             s_val[j] = GP_NONE;
         }
         __syncthreads();
@@ -734,29 +692,29 @@ __device__ __forceinline__ void agg_pass(const void* __restrict__ values, u32 sr
     }
 }
 
-#define AGG_KERNEL(NAME, OP)                                                                                                   \
+#define AGG_KERNEL(NAME, INIT, OP)                                                                                              \
     extern "C" __global__ void NAME(const void* values, u32 src, const u8* validity, const u8* fvalues, const u8* fvalidity,   \
                                     const u32* gid, u64 n, u32 groups, u32 mode, unsigned long long* acc,                      \
                                     unsigned long long* counts) {                                                              \
         agg_pass<OP>(values, src, validity, fvalues, fvalidity, gid, n, groups, mode, acc, counts);                            \
     }                                                                                                                          \
-    extern "C" __global__ void NAME##_init(unsigned long long* acc, u64 groups) {                                              \
+    extern "C" __global__ void INIT(unsigned long long* acc, u64 groups) {                                                     \
         constexpr int W = Acc<OP>::WORDS;                                                                                      \
         for (u64 j = global_thread_id(); j < groups * W; j += grid_stride()) acc[j] = identity_word<OP>((int)(j % W));         \
     }
-AGG_KERNEL(agg_count, OP_COUNT)
-AGG_KERNEL(agg_sum_i64, OP_SUM_I64)
-AGG_KERNEL(agg_sum_u64, OP_SUM_U64)
-AGG_KERNEL(agg_sum_f64, OP_SUM_F64)
-AGG_KERNEL(agg_sum_i128, OP_SUM_I128)
-AGG_KERNEL(agg_min_i64, OP_MIN_I64)
-AGG_KERNEL(agg_max_i64, OP_MAX_I64)
-AGG_KERNEL(agg_min_u64, OP_MIN_U64)
-AGG_KERNEL(agg_max_u64, OP_MAX_U64)
-AGG_KERNEL(agg_min_i128_hi, OP_MIN_I128_HI)
-AGG_KERNEL(agg_min_i128_lo, OP_MIN_I128_LO)
-AGG_KERNEL(agg_max_i128_hi, OP_MAX_I128_HI)
-AGG_KERNEL(agg_max_i128_lo, OP_MAX_I128_LO)
+AGG_KERNEL(agg_count, agg_count_init, OP_COUNT)
+AGG_KERNEL(agg_sum_i64, agg_sum_i64_init, OP_SUM_I64)
+AGG_KERNEL(agg_sum_u64, agg_sum_u64_init, OP_SUM_U64)
+AGG_KERNEL(agg_sum_f64, agg_sum_f64_init, OP_SUM_F64)
+AGG_KERNEL(agg_sum_i128, agg_sum_i128_init, OP_SUM_I128)
+AGG_KERNEL(agg_min_i64, agg_min_i64_init, OP_MIN_I64)
+AGG_KERNEL(agg_max_i64, agg_max_i64_init, OP_MAX_I64)
+AGG_KERNEL(agg_min_u64, agg_min_u64_init, OP_MIN_U64)
+AGG_KERNEL(agg_max_u64, agg_max_u64_init, OP_MAX_U64)
+AGG_KERNEL(agg_min_i128_hi, agg_min_i128_hi_init, OP_MIN_I128_HI)
+AGG_KERNEL(agg_min_i128_lo, agg_min_i128_lo_init, OP_MIN_I128_LO)
+AGG_KERNEL(agg_max_i128_hi, agg_max_i128_hi_init, OP_MAX_I128_HI)
+AGG_KERNEL(agg_max_i128_lo, agg_max_i128_lo_init, OP_MAX_I128_LO)
 
 // out[j] = the low `width` bytes of acc[j] (MIN/MAX results back in their column's width).
 extern "C" __global__ void agg_narrow(const u64* __restrict__ acc, u64 n, u32 width, u8* __restrict__ out) {

@@ -11,14 +11,10 @@
 //   - PHJ: both sides radix-partitioned on the low bits of the key; one block per work unit (a
 //     build sub-partition of at most PHJ_CAPACITY rows and a slice of the probe partition) builds
 //     a chained hash table in shared memory and probes it, once to count and once to write.
-// Keys of type K are u32 or u64; the all-ones value never marks an empty NPJ slot by itself: a
-// key equal to it lives in the extra slot at index `capacity`.
+// Keys of type K are u32 or u64; the NPJ table is kernels/hash_table.cuh's, whose all-ones empty
+// key lives in the extra slot at index `capacity`.
 #include "common.cuh"
-
-template <typename K>
-__device__ __forceinline__ K empty_key() {
-    return (K)~(K)0;
-}
+#include "hash_table.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // NPJ: global table.
@@ -36,17 +32,9 @@ __device__ __forceinline__ void npj_insert(const K* __restrict__ keys, const u32
     u32 mine = 0;
     for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
         const K k = keys[i];
-        u64 s;
-        if (k == empty_key<K>()) {
-            s = mask + 1;
-        } else {
-            s = (u64)k & mask;
-            while (true) {
-                const K prev = atomicCAS(&slot_keys[s], empty_key<K>(), k);
-                if (prev == empty_key<K>() || prev == k) break;
-                s = (s + 1) & mask;
-            }
-        }
+        bool inserted = false;
+        // The table has more slots than build items: the probe always ends.
+        const u64 s = ht_is_empty<K>(k) ? mask + 1 : ht_insert<K>(slot_keys, mask, (u64)k, k, mask + 1, &inserted);
         if (atomicAdd(&counts[s], 1u) == 0) mine++;
         item_slot[i] = (u32)s;
         slot_row[s] = item_rows ? item_rows[i] : (u32)i;
@@ -105,7 +93,7 @@ __device__ __forceinline__ void npj_pack(const K* __restrict__ slot_keys, const 
         const u32 c = counts[s];
         const u32 start = c > 0 ? starts[s] : 0;
         // The extra slot (index slots - 1) holds the all-ones key when present.
-        const K k = s + 1 == slots ? empty_key<K>() : slot_keys[s];
+        const K k = s + 1 == slots ? ht_empty_key<K>() : slot_keys[s];
         table[s] = make_entry<K>(k, start, c);
     }
 }
@@ -124,14 +112,15 @@ __device__ __forceinline__ void npj_probe(const K* __restrict__ keys, u64 n, con
     for (u64 j = global_thread_id(); j < n; j += grid_stride()) {
         const K k = keys[j];
         uint4 e = make_uint4(0, 0, 0, 0);  // absent: count 0
-        if (k == empty_key<K>()) {
+        if (ht_is_empty<K>(k)) {
             e = table[mask + 1];
         } else {
+            // hash_table.cuh's probe, over the packed entries (one 16-byte load per slot).
             for (u64 s = (u64)k & mask;; s = (s + 1) & mask) {
                 const uint4 t = __ldg(&table[s]);
                 const K ek = entry_key<K>(t);
                 if (ek == k) e = t;
-                if (ek == k || ek == empty_key<K>()) break;
+                if (ek == k || ht_is_empty<K>(ek)) break;
             }
         }
         start[j] = entry_start<K>(e);
@@ -246,21 +235,6 @@ extern "C" __global__ void smj_bounds_k64(const u64* build, u64 nb, const u64* p
 
 // ---------------------------------------------------------------------------------------------
 // PHJ.
-
-// Partition p of keys sorted by their low `bits` bits occupies [offsets[p], offsets[p + 1]).
-template <typename K>
-__device__ __forceinline__ void phj_boundaries(const K* __restrict__ keys, u64 n, u32 bits, u32* __restrict__ offsets) {
-    const u64 parts = 1ull << bits;
-    const u64 mask = parts - 1;
-    for (u64 i = global_thread_id(); i <= n; i += grid_stride()) {
-        const u64 here = i < n ? ((u64)keys[i] & mask) : parts;
-        const long long prev = i > 0 ? (long long)((u64)keys[i - 1] & mask) : -1;
-        for (long long p = prev + 1; p <= (long long)here; p++) offsets[p] = (u32)i;
-    }
-}
-
-extern "C" __global__ void phj_boundaries_k32(const u32* keys, u64 n, u32 bits, u32* offsets) { phj_boundaries<u32>(keys, n, bits, offsets); }
-extern "C" __global__ void phj_boundaries_k64(const u64* keys, u64 n, u32 bits, u32* offsets) { phj_boundaries<u64>(keys, n, bits, offsets); }
 
 #define PHJ_THREADS 512
 #define PHJ_CAPACITY 4096  // build rows per work unit (the shared-memory table's entries)

@@ -67,14 +67,14 @@ __device__ __forceinline__ void scan_tiles(const I* __restrict__ in, O* __restri
 #undef PAD
 }
 
-#define SCAN(SUFFIX, I, O)                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_reduce_##SUFFIX(const I* in, O* partials, u64 n) {      \
+#define SCAN(REDUCE, TILES, I, O)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(SCAN_THREADS) REDUCE(const I* in, O* partials, u64 n) {                    \
         scan_reduce<I, O>(in, partials, n);                                                                                \
     }                                                                                                                      \
     extern "C" __global__ void __launch_bounds__(SCAN_THREADS)                                                             \
-        scan_tiles_##SUFFIX(const I* in, O* out, const O* offsets, u64 n, O* total_out) {                                 \
+        TILES(const I* in, O* out, const O* offsets, u64 n, O* total_out) {                                               \
         scan_tiles<I, O>(in, out, offsets, n, total_out);                                                                  \
     }
-SCAN(u32, u32, u32)
-SCAN(u64, u64, u64)
-SCAN(u32_to_u64, u32, u64)
+SCAN(scan_reduce_u32, scan_tiles_u32, u32, u32)
+SCAN(scan_reduce_u64, scan_tiles_u64, u64, u64)
+SCAN(scan_reduce_u32_to_u64, scan_tiles_u32_to_u64, u32, u64)

@@ -18,6 +18,7 @@ use datafusion::arrow::datatypes::DataType;
 use super::groups::{CollisionTest, GroupIdMethod, group_ids};
 use super::reduce::filter_column;
 use crate::columns::DeviceColumn;
+use crate::device::kernel;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::materialize::{GatherSpec, decode_dictionary, gather_columns};
@@ -73,8 +74,7 @@ pub fn distinct_lists(
             // dc_list_rows(const int* offsets, const u8* validity, u64 lists, u64 values, u32* rows)
             gpu.launch_n(
                 stream,
-                "groupby",
-                "dc_list_rows",
+                kernel::DC_LIST_ROWS,
                 n,
                 &[
                     ptr(offsets, stream),
@@ -113,8 +113,7 @@ pub fn distinct_lists(
     // dc_keep(const u8* validity, const u32* rows, const u8* fvalues, const u8* fvalidity, u64 n, u8* keep)
     gpu.launch_n(
         stream,
-        "groupby",
-        "dc_keep",
+        kernel::DC_KEEP,
         n,
         &[
             opt_ptr(values.validity.as_ref(), stream),
@@ -171,8 +170,7 @@ pub fn distinct_lists(
     // dc_count(const u32* gid, u64 n, u32* counts)
     gpu.launch_n(
         stream,
-        "groupby",
-        "dc_count",
+        kernel::DC_COUNT,
         p,
         &[opt_ptr(gid_pair.as_ref(), stream), KArg::U64(p), ptr(&counts, stream)],
     )?;
@@ -184,8 +182,7 @@ pub fn distinct_lists(
     // dc_scatter(const u32* gid, const u32* reps, u64 n, const int* offsets, u32* cursor, u32* out)
     gpu.launch_n(
         stream,
-        "groupby",
-        "dc_scatter",
+        kernel::DC_SCATTER,
         p,
         &[
             opt_ptr(gid_pair.as_ref(), stream),

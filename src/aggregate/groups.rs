@@ -20,6 +20,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, LaunchConfig};
 
 use crate::columns::DeviceColumn;
+use crate::device::kernel;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::keys::{KeyEncoding, KeyPlan, KeySide, prepare_keys, single_narrow, verify_pairs};
@@ -144,11 +145,11 @@ pub fn group_ids(
     let mut one_pass = true;
     if matches!(method, GroupIdMethod::Hash | GroupIdMethod::Partition) && test.hash_bits.is_none() {
         let plan = KeyPlan::for_group_by(keys)?;
-        if let (Some((tag, null_mode)), [col]) = (single_narrow(&plan, keys), keys) {
+        if let (Some((bytes, null_mode)), [col]) = (single_narrow(&plan, keys), keys) {
             let group_of_row = gpu.alloc(stream, rows as usize * 4, "group ids")?;
             let reps = gpu.alloc(stream, rows as usize * 4, "group representatives")?;
             let out = GroupIdsOut { group_of_row: &group_of_row, reps: &reps, offset: 0 };
-            let source = WordSource::Column { col, tag, null_mode };
+            let source = WordSource::Column { col, bytes, null_mode };
             if let Some((groups, _)) =
                 one_pass_group_ids(gpu, stream, source, plan.encoding.width(), false, rows, &out)?
             {
@@ -188,13 +189,7 @@ pub(crate) fn key_words(
     if let Some(bits) = test.hash_bits {
         // gb_mask_k64(u64* keys, u64 n, u64 mask)
         let mask = (1u64 << bits.min(63)) - 1;
-        gpu.launch_n(
-            stream,
-            "groupby",
-            "gb_mask_k64",
-            rows,
-            &[ptr(&side.keys, stream), KArg::U64(rows), KArg::U64(mask)],
-        )?;
+        gpu.launch_n(stream, kernel::GB_MASK_K64, rows, &[ptr(&side.keys, stream), KArg::U64(rows), KArg::U64(mask)])?;
     }
     Ok((plan, side))
 }
@@ -270,7 +265,8 @@ enum WordSource<'a> {
     /// One narrow key column (see [`single_narrow`]), its words computed on the fly.
     Column {
         col: &'a DeviceColumn,
-        tag: &'static str,
+        /// Its values' width in bytes (1, 2, 4 or 8).
+        bytes: usize,
         null_mode: u32,
     },
 }
@@ -297,10 +293,13 @@ fn one_pass_group_ids(
         return Ok(None);
     }
     let kernel = match source {
-        WordSource::Words(_) => format!("gb_small_{}", width.tag()),
+        WordSource::Words(_) => width.kernel(kernel::GB_SMALL),
         // A 64-bit column never packs into a 32-bit word.
-        WordSource::Column { tag: "w8", .. } if width == KeyWidth::U32 => return Ok(None),
-        WordSource::Column { tag, .. } => format!("gb_small_{tag}_{}", width.tag()),
+        WordSource::Column { bytes: 8, .. } if width == KeyWidth::U32 => return Ok(None),
+        WordSource::Column { bytes: 8, .. } => kernel::GB_SMALL_W8_K64,
+        WordSource::Column { bytes: 1, .. } => width.kernel(kernel::GB_SMALL_W1),
+        WordSource::Column { bytes: 2, .. } => width.kernel(kernel::GB_SMALL_W2),
+        WordSource::Column { .. } => width.kernel(kernel::GB_SMALL_W4),
     };
     let slots = (2 * n).max(1024).next_power_of_two().min(4 * ONE_PASS_GROUPS);
     let slot_keys = gpu.alloc_filled(stream, slots as usize * width.bytes(), 0xff, "the group-by hash table")?;
@@ -330,7 +329,7 @@ fn one_pass_group_ids(
     // A resident grid (kernels/groupby.cu GB_THREADS): each block's cache warms once.
     let blocks = ((gpu.info().sm_count.max(1) as u64) * ONE_PASS_BLOCKS_PER_SM).min(n.div_ceil(1024)) as u32;
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: smem as u32 };
-    gpu.launch(stream, "groupby", &kernel, cfg, &args)?;
+    gpu.launch(stream, kernel, cfg, &args)?;
     let c = gpu.read::<u32>(stream, &counters, 0, 2)?;
     Ok((c[1] == 0).then_some((c[0] as u64, rep_of)))
 }
@@ -369,8 +368,7 @@ fn table_round(
         // gb_insert_kX(keys, active, n, slot_keys, mask, slot_row, row_slot, filled, max_fill, overflow)
         gpu.launch_n(
             stream,
-            "groupby",
-            &format!("gb_insert_{}", width.tag()),
+            width.kernel(kernel::GB_INSERT),
             n,
             &[
                 ptr(keys, stream),
@@ -398,8 +396,7 @@ fn table_round(
     // gb_occupied(const u32* slot_row, u64 n, u8* flags)
     gpu.launch_n(
         stream,
-        "groupby",
-        "gb_occupied",
+        kernel::GB_OCCUPIED,
         slots + 1,
         &[ptr(&slot_row, stream), KArg::U64(slots + 1), ptr(&flags, stream)],
     )?;
@@ -410,8 +407,7 @@ fn table_round(
     // gb_dense(const u32* slots, u64 groups, const u32* slot_row, u32* dense, u32* rep)
     gpu.launch_n(
         stream,
-        "groupby",
-        "gb_dense",
+        kernel::GB_DENSE,
         new_groups,
         &[
             ptr(&occupied, stream),
@@ -425,8 +421,7 @@ fn table_round(
     // gb_assign(active, n, row_slot, dense, offset, rep_all, group_of_row, rep_of)
     gpu.launch_n(
         stream,
-        "groupby",
-        "gb_assign",
+        kernel::GB_ASSIGN,
         n,
         &[
             opt_ptr(active, stream),
@@ -460,8 +455,7 @@ fn sort_group_ids(
     // gb_run_starts_kX(const K* keys, u64 n, u32* flags)
     gpu.launch_n(
         stream,
-        "groupby",
-        &format!("gb_run_starts_{}", width.tag()),
+        width.kernel(kernel::GB_RUN_STARTS),
         rows,
         &[ptr(&sorted, stream), KArg::U64(rows), ptr(&flags, stream)],
     )?;
@@ -471,8 +465,7 @@ fn sort_group_ids(
         // gb_adjacent(const u32* rows, u64 n, u32* prev)
         gpu.launch_n(
             stream,
-            "groupby",
-            "gb_adjacent",
+            kernel::GB_ADJACENT,
             rows,
             &[ptr(&sorted_rows, stream), KArg::U64(rows), ptr(&prev, stream)],
         )?;
@@ -481,8 +474,7 @@ fn sort_group_ids(
         // gb_collisions(const u32* flags, const u8* eq, u64 n, u32* collided)
         gpu.launch_n(
             stream,
-            "groupby",
-            "gb_collisions",
+            kernel::GB_COLLISIONS,
             rows,
             &[ptr(&flags, stream), ptr(&eq, stream), KArg::U64(rows), ptr(&collided, stream)],
         )?;
@@ -498,8 +490,7 @@ fn sort_group_ids(
     // gb_scatter_runs(rows, starts_before, flags, n, group_of_row, rep)
     gpu.launch_n(
         stream,
-        "groupby",
-        "gb_scatter_runs",
+        kernel::GB_SCATTER_RUNS,
         rows,
         &[
             ptr(&sorted_rows, stream),

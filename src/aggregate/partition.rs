@@ -25,6 +25,7 @@ use super::groups::key_words;
 use super::reduce::Accumulation;
 use super::{GroupByOptions, GroupByOutput, GroupByTimes, GroupIdMethod, Reduction, aggregate_groups};
 use crate::columns::DeviceColumn;
+use crate::device::kernel;
 use crate::device::{Gpu, KArg, ptr};
 use crate::error::{CudaResultExt, Result, gpu_error};
 use crate::primitives::keys::{KeyEncoding, verify_pairs};
@@ -123,13 +124,7 @@ pub fn group_by(
     let offsets = boundaries(gpu, stream, &pkeys, rows, bits, width)?;
     let largest = gpu.alloc_filled(stream, 4, 0, "largest partition")?;
     // gp_largest(offsets, parts, largest)
-    gpu.launch_n(
-        stream,
-        "groupby",
-        "gp_largest",
-        parts,
-        &[ptr(&offsets, stream), KArg::U64(parts), ptr(&largest, stream)],
-    )?;
+    gpu.launch_n(stream, kernel::GP_LARGEST, parts, &[ptr(&offsets, stream), KArg::U64(parts), ptr(&largest, stream)])?;
     if gpu.read::<u32>(stream, &largest, 0, 1)?[0] as u64 > LARGEST_ROWS {
         return Ok(None);
     }
@@ -148,8 +143,7 @@ pub fn group_by(
     // gp_ids_kX(keys, offsets, parts, local, rep_pos, counts, overflow)
     gpu.launch(
         stream,
-        "groupby",
-        &format!("gp_ids_{}", width.tag()),
+        width.kernel(kernel::GP_IDS),
         cfg,
         &[
             ptr(&pkeys, stream),
@@ -174,8 +168,7 @@ pub fn group_by(
     // gp_finish(offsets, parts, goff, counts, rep_pos, perm, gid, rep)
     gpu.launch(
         stream,
-        "groupby",
-        "gp_finish",
+        kernel::GP_FINISH,
         cfg,
         &[
             ptr(&offsets, stream),

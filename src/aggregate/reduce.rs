@@ -9,6 +9,7 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 use datafusion::arrow::datatypes::DataType;
 
 use crate::columns::DeviceColumn;
+use crate::device::kernel::{self, Kernel};
 use crate::device::{DeviceBuffer, Gpu, KArg, grid_for, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::select::bitmap_bytes;
@@ -43,20 +44,38 @@ impl AccOp {
         }
     }
 
-    /// Kernel passes, in order (128-bit MIN/MAX take the high words, then the low words).
-    fn kernels(self) -> &'static [&'static str] {
+    /// The accumulating kernels, one pass each (128-bit MIN/MAX: the high words, then the low
+    /// words of the rows whose high word won).
+    fn kernels(self) -> &'static [Kernel] {
         match self {
-            AccOp::Count => &["agg_count"],
-            AccOp::SumI64 => &["agg_sum_i64"],
-            AccOp::SumU64 => &["agg_sum_u64"],
-            AccOp::SumF64 => &["agg_sum_f64"],
-            AccOp::SumI128 => &["agg_sum_i128"],
-            AccOp::MinI64 => &["agg_min_i64"],
-            AccOp::MaxI64 => &["agg_max_i64"],
-            AccOp::MinU64 => &["agg_min_u64"],
-            AccOp::MaxU64 => &["agg_max_u64"],
-            AccOp::MinI128 => &["agg_min_i128_hi", "agg_min_i128_lo"],
-            AccOp::MaxI128 => &["agg_max_i128_hi", "agg_max_i128_lo"],
+            AccOp::Count => &[kernel::AGG_COUNT],
+            AccOp::SumI64 => &[kernel::AGG_SUM_I64],
+            AccOp::SumU64 => &[kernel::AGG_SUM_U64],
+            AccOp::SumF64 => &[kernel::AGG_SUM_F64],
+            AccOp::SumI128 => &[kernel::AGG_SUM_I128],
+            AccOp::MinI64 => &[kernel::AGG_MIN_I64],
+            AccOp::MaxI64 => &[kernel::AGG_MAX_I64],
+            AccOp::MinU64 => &[kernel::AGG_MIN_U64],
+            AccOp::MaxU64 => &[kernel::AGG_MAX_U64],
+            AccOp::MinI128 => &[kernel::AGG_MIN_I128_HI, kernel::AGG_MIN_I128_LO],
+            AccOp::MaxI128 => &[kernel::AGG_MAX_I128_HI, kernel::AGG_MAX_I128_LO],
+        }
+    }
+
+    /// The kernel that sets the accumulators to the operation's identity.
+    fn init_kernel(self) -> Kernel {
+        match self {
+            AccOp::Count => kernel::AGG_COUNT_INIT,
+            AccOp::SumI64 => kernel::AGG_SUM_I64_INIT,
+            AccOp::SumU64 => kernel::AGG_SUM_U64_INIT,
+            AccOp::SumF64 => kernel::AGG_SUM_F64_INIT,
+            AccOp::SumI128 => kernel::AGG_SUM_I128_INIT,
+            AccOp::MinI64 => kernel::AGG_MIN_I64_INIT,
+            AccOp::MaxI64 => kernel::AGG_MAX_I64_INIT,
+            AccOp::MinU64 => kernel::AGG_MIN_U64_INIT,
+            AccOp::MaxU64 => kernel::AGG_MAX_U64_INIT,
+            AccOp::MinI128 => kernel::AGG_MIN_I128_HI_INIT,
+            AccOp::MaxI128 => kernel::AGG_MAX_I128_HI_INIT,
         }
     }
 }
@@ -159,8 +178,7 @@ pub fn reduce(
     let acc = if has_acc {
         let acc = gpu.alloc(stream, groups as usize * words * 8, "aggregate accumulators")?;
         // agg_X_init(u64* acc, u64 groups)
-        let init = format!("{}_init", red.op.kernels()[0]);
-        gpu.launch_n(stream, "groupby", &init, groups * words as u64, &[ptr(&acc, stream), KArg::U64(groups)])?;
+        gpu.launch_n(stream, red.op.init_kernel(), groups * words as u64, &[ptr(&acc, stream), KArg::U64(groups)])?;
         Some(acc)
     } else {
         None
@@ -211,7 +229,7 @@ pub fn reduce(
                 opt_ptr(acc_arg, stream),
                 opt_ptr(counts_arg, stream),
             ];
-            gpu.launch(stream, "groupby", kernel, cfg, &args)?;
+            gpu.launch(stream, *kernel, cfg, &args)?;
         }
     }
     let (validity, null_count) = match &counts {
@@ -258,8 +276,7 @@ fn narrow(
     // agg_narrow(const u64* acc, u64 n, u32 width, u8* out)
     gpu.launch_n(
         stream,
-        "groupby",
-        "agg_narrow",
+        kernel::AGG_NARROW,
         groups,
         &[ptr(&acc, stream), KArg::U64(groups), KArg::U32(width as u32), ptr(&out, stream)],
     )?;
@@ -278,8 +295,7 @@ fn validity_of(
     // agg_validity(const u64* counts, u64 n, u32* bits, u64* nulls)
     gpu.launch_n(
         stream,
-        "groupby",
-        "agg_validity",
+        kernel::AGG_VALIDITY,
         groups.div_ceil(32),
         &[ptr(counts, stream), KArg::U64(groups), ptr(&bits, stream), ptr(&nulls, stream)],
     )?;

@@ -22,6 +22,7 @@ use datafusion::arrow::datatypes::DataType;
 
 use super::bitmap_bytes;
 use super::{DeviceColumn, HostColumn, download_columns, pack, unpack, upload_columns};
+use crate::device::kernel;
 use crate::device::transfer::UploadPiece;
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
@@ -215,8 +216,7 @@ pub fn upload_row_ranges(
             // concat_bits(const u8* src, u64 first, u64 n, u64 at, u32* dst)
             gpu.launch_n(
                 stream,
-                "spill",
-                "concat_bits",
+                kernel::CONCAT_BITS,
                 r.len() as u64,
                 &[
                     KArg::U64(t.map_or(0, |t| dests[t].raw_ptr(stream))),
@@ -232,14 +232,13 @@ pub fn upload_row_ranges(
     }
     // String offsets: each part's moved behind the value bytes before it.
     if let (Some(ow), Some((offsets, _))) = (ow, data) {
-        let kernel = if ow == 4 { "concat_offsets_i32" } else { "concat_offsets_i64" };
+        let kernel = if ow == 4 { kernel::CONCAT_OFFSETS_I32 } else { kernel::CONCAT_OFFSETS_I64 };
         let mut row = 0usize;
         for ((_, r), &(t, delta)) in parts.iter().zip(&temps) {
             // concat_offsets_iXX(const O* src, u64 n, i64 delta, O* dst)
             let dst = dests[offsets].raw_ptr(stream) + (row * ow) as u64;
             gpu.launch_n(
                 stream,
-                "spill",
                 kernel,
                 r.len() as u64 + 1,
                 &[ptr(&dests[t], stream), KArg::U64(r.len() as u64 + 1), KArg::U64(delta as u64), KArg::U64(dst)],
@@ -289,8 +288,7 @@ fn concat_bitmaps(
             // concat_bits(const u8* src, u64 first, u64 n, u64 at, u32* dst)
             gpu.launch_n(
                 stream,
-                "spill",
-                "concat_bits",
+                kernel::CONCAT_BITS,
                 n as u64,
                 &[
                     KArg::U64(bits.map_or(0, |b| b.raw_ptr(stream))),
@@ -316,7 +314,7 @@ fn concat_offsets(
     ow: usize,
 ) -> Result<DeviceBuffer> {
     let out = gpu.alloc(stream, (len + 1) * ow, "concatenated offsets")?;
-    let kernel = if ow == 4 { "concat_offsets_i32" } else { "concat_offsets_i64" };
+    let kernel = if ow == 4 { kernel::CONCAT_OFFSETS_I32 } else { kernel::CONCAT_OFFSETS_I64 };
     let mut row = 0usize;
     // In order on one stream: a part's first offset overwrites the last one of the part before,
     // which is the same value by the layout's invariant.
@@ -327,7 +325,6 @@ fn concat_offsets(
         // concat_offsets_iXX(const O* src, u64 n, i64 delta, O* dst)
         gpu.launch_n(
             stream,
-            "spill",
             kernel,
             n as u64 + 1,
             &[

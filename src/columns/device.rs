@@ -196,7 +196,7 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
             let n = (bytes / how.from_bytes()) as u64;
             let src = into.raw_ptr(stream) + (at / how.shrink()) as u64;
             let out = dst.raw_ptr(stream) + at as u64;
-            gpu.launch_n(stream, "copy", how.widen_kernel(), n, &[KArg::U64(src), KArg::U64(out), KArg::U64(n)])
+            gpu.launch_n(stream, how.widen_kernel(), n, &[KArg::U64(src), KArg::U64(out), KArg::U64(n)])
         };
         let mut run: Option<Run<'_>> = None;
         let mut again = Vec::new();

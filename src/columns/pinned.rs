@@ -4,7 +4,7 @@
 //! (pageable) memory each upload costs a host copy into the staging buffers first, and those
 //! copies, not the link, bound scans of large tables: on the H100 machine q1 of TPC-H SF10
 //! spent about 40% of each partition's time copying into staging (benches/results/
-//! 2026-11-24-h100-device-views-and-mapped-uploads.md). Registering the table's memory while
+//! 2026-11-24-h100-device-views-and-mapped-uploads/README.md). Registering the table's memory while
 //! queries ran (`cuMemHostRegister`) cost more than it saved, because tables are made of many
 //! small buffers.
 //!

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaEvent, CudaStream, PushKernelArg, sys};
+use cudarc::driver::{CudaEvent, CudaStream, sys};
 
 use super::Gpu;
 use super::probe::DeviceInfo;
@@ -81,27 +81,17 @@ pub fn run(gpu: &Gpu, opts: DoctorOptions) -> Result<DoctorReport> {
     let stream = gpu.stream();
     let t0 = Instant::now();
     let before = gpu.kernels().stats.disk_hits.load(std::sync::atomic::Ordering::SeqCst);
-    gpu.kernels().module("copy")?;
+    gpu.kernels().module(super::kernel::Module::Copy)?;
     let kernel_load_seconds = t0.elapsed().as_secs_f64();
     let hit = gpu.kernels().stats.disk_hits.load(std::sync::atomic::Ordering::SeqCst) > before;
 
     // Device memory: copy kernel over non-zero data.
     let n = opts.device_bytes;
-    let mut src = gpu.alloc(&stream, n, "doctor's copy source")?;
+    let src = gpu.alloc(&stream, n, "doctor's copy source")?;
     let mut dst = gpu.alloc(&stream, n, "doctor's copy target")?;
-    if let Some(s) = src.slice_mut(&stream) {
-        let f = gpu.kernels().function("copy", "fill_u32")?;
-        let words = (n / 4) as u64;
-        let value: u32 = 0x9e37_79b9;
-        let mut b = stream.launch_builder(&f);
-        b.arg(&mut *s).arg(&value).arg(&words);
-        // SAFETY: fill_u32(u32*, u32, u64) over n/4 words of `src`.
-        super::check_launch(
-            &stream,
-            unsafe { b.launch(super::grid_for(words, 256, gpu.info().sm_count)) },
-            "fill_u32",
-        )?;
-    }
+    // fill_u32(u32* dst, u32 value, u64 n) over n/4 words of `src`.
+    let fill = [super::ptr(&src, &stream), super::KArg::U32(0x9e37_79b9), super::KArg::U64((n / 4) as u64)];
+    gpu.launch_n(&stream, super::kernel::FILL_U32, (n / 4) as u64, &fill)?;
     let t = time_events(&stream, &opts, || gpu.copy_device(&stream, &src, &mut dst, n))?;
     let device_copy = 2.0 * n as f64 / t;
     drop((src, dst));

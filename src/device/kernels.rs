@@ -1,7 +1,8 @@
 //! CUDA C++ kernels: the sources in `kernels/` are embedded into the binary, compiled once per
 //! process by NVRTC for the device's own architecture (`sm_90` on H100/H200, as CUBIN, so the
 //! driver does not JIT PTX), and cached on disk keyed by source hash, architecture, driver and
-//! NVRTC versions. A compile error carries NVRTC's log.
+//! NVRTC versions. A compile error carries NVRTC's log. Which kernels there are is
+//! [`super::kernel`]'s; each is loaded once per cache, with its parameter sizes.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char};
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, sys};
 use cudarc::nvrtc::Ptx;
 use cudarc::nvrtc::sys::{self as nv, nvrtcResult};
 use sha2::{Digest, Sha256};
@@ -17,23 +18,7 @@ use sha2::{Digest, Sha256};
 use super::probe::DeviceInfo;
 use crate::error::{CudaResultExt, Result, gpu_error};
 
-/// Headers every kernel file may `#include "name"`.
-pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../../kernels/common.cuh"))];
-
-/// Kernel files by module name.
-pub const MODULES: &[(&str, &str)] = &[
-    ("copy", include_str!("../../kernels/copy.cu")),
-    ("scan", include_str!("../../kernels/scan.cu")),
-    ("radix", include_str!("../../kernels/radix.cu")),
-    ("gather", include_str!("../../kernels/gather.cu")),
-    ("keys", include_str!("../../kernels/keys.cu")),
-    ("select", include_str!("../../kernels/select.cu")),
-    ("materialize", include_str!("../../kernels/materialize.cu")),
-    ("verify", include_str!("../../kernels/verify.cu")),
-    ("join", include_str!("../../kernels/join.cu")),
-    ("groupby", include_str!("../../kernels/groupby.cu")),
-    ("spill", include_str!("../../kernels/spill.cu")),
-];
+use super::kernel::{HEADERS, Kernel, Module};
 
 /// NVRTC options besides the architecture.
 const OPTIONS: &[&str] = &["-std=c++17", "--device-int128"];
@@ -52,12 +37,65 @@ pub struct KernelCache {
     arch: String,
     versions: String,
     dir: Option<PathBuf>,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    modules: Mutex<HashMap<Module, Arc<CudaModule>>>,
+    /// Kernels loaded from `modules`, with their parameter sizes.
+    loaded: Mutex<HashMap<Kernel, Arc<LoadedKernel>>>,
     /// Modules generated at run time (e.g. a join filter), by a digest of their source, with
     /// when each was last used: at most [`GENERATED_MODULES`], the least recently used going
     /// first (a function handed out keeps its module loaded).
     generated: Mutex<(HashMap<String, (Arc<CudaModule>, u64)>, u64)>,
     pub stats: KernelStats,
+}
+
+/// A kernel loaded from its module.
+#[derive(Debug)]
+pub struct LoadedKernel {
+    pub kernel: Kernel,
+    pub function: CudaFunction,
+    /// The size in bytes of each parameter, in order; `None` where the driver cannot say
+    /// (`cuFuncGetParamInfo` came with CUDA 12.4).
+    pub params: Option<Vec<usize>>,
+}
+
+impl LoadedKernel {
+    /// Refuses arguments of other sizes than the kernel's parameters (`sizes`, in order).
+    pub fn check_arguments(&self, sizes: impl ExactSizeIterator<Item = usize>) -> Result<()> {
+        let Some(params) = &self.params else { return Ok(()) };
+        let given: Vec<usize> = sizes.collect();
+        if given != *params {
+            return Err(gpu_error(format!(
+                "kernel {} takes parameters of {params:?} bytes, but the launch passes {given:?}: a bug in the \
+                 caller, please report it",
+                self.kernel
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The sizes of `function`'s parameters, read from the driver (CUDA 12.4 and later).
+fn parameter_sizes(function: &CudaFunction, kernel: Kernel) -> Result<Option<Vec<usize>>> {
+    let mut version = 0;
+    unsafe { sys::cuDriverGetVersion(&mut version) }.result().gpu("reading the driver's version")?;
+    if version < 12040 {
+        return Ok(None);
+    }
+    let mut sizes = Vec::new();
+    loop {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: the function is loaded and its module kept alive by `function`; the outputs
+        // are two usize values.
+        let r = unsafe { sys::cuFuncGetParamInfo(function.cu_function(), sizes.len(), &mut offset, &mut size) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => sizes.push(size),
+            // Past the last parameter.
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(Some(sizes)),
+            other => return Err(gpu_error(format!("reading the parameters of kernel {kernel}: {other:?}"))),
+        }
+        if sizes.len() > 64 {
+            return Err(gpu_error(format!("kernel {kernel} reports more than 64 parameters")));
+        }
+    }
 }
 
 /// Most generated modules kept loaded at once.
@@ -161,6 +199,7 @@ impl KernelCache {
             versions: format!("driver {} nvrtc {}.{}", info.driver_version, info.nvrtc_version.0, info.nvrtc_version.1),
             dir,
             modules: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::new()),
             generated: Mutex::new((HashMap::new(), 0)),
             stats: KernelStats::default(),
         }
@@ -170,24 +209,28 @@ impl KernelCache {
         self.dir.as_deref()
     }
 
-    /// Function `name` of module `module` (one of [`MODULES`]), compiling or loading it on first use.
-    pub fn function(&self, module: &str, name: &str) -> Result<CudaFunction> {
-        let m = self.module(module)?;
-        m.load_function(name).gpu(format!("loading kernel {module}::{name}"))
+    /// `kernel`, compiling or loading its module on first use.
+    pub fn get(&self, kernel: Kernel) -> Result<Arc<LoadedKernel>> {
+        if let Some(k) = self.loaded.lock().map_err(|_| gpu_error("kernel cache lock poisoned"))?.get(&kernel) {
+            return Ok(Arc::clone(k));
+        }
+        let function =
+            self.module(kernel.module)?.load_function(kernel.name).gpu(format!("loading kernel {kernel}"))?;
+        let params = parameter_sizes(&function, kernel)?;
+        let k = Arc::new(LoadedKernel { kernel, function, params });
+        let mut loaded = self.loaded.lock().map_err(|_| gpu_error("kernel cache lock poisoned"))?;
+        Ok(Arc::clone(loaded.entry(kernel).or_insert(k)))
     }
 
-    pub fn module(&self, module: &str) -> Result<Arc<CudaModule>> {
+    pub fn module(&self, module: Module) -> Result<Arc<CudaModule>> {
         let mut modules = self.modules.lock().map_err(|_| gpu_error("kernel cache lock poisoned"))?;
-        if let Some(m) = modules.get(module) {
+        if let Some(m) = modules.get(&module) {
             return Ok(Arc::clone(m));
         }
-        let (name, source) = MODULES
-            .iter()
-            .find(|(n, _)| *n == module)
-            .ok_or_else(|| gpu_error(format!("no kernel module named '{module}'")))?;
-        let cubin = self.cubin(name, source)?;
-        let loaded = self.ctx.load_module(Ptx::from_binary(cubin)).gpu(format!("loading kernel module {name}"))?;
-        modules.insert(name, Arc::clone(&loaded));
+        let cubin = self.cubin(module.name(), module.source())?;
+        let loaded =
+            self.ctx.load_module(Ptx::from_binary(cubin)).gpu(format!("loading kernel module {}", module.name()))?;
+        modules.insert(module, Arc::clone(&loaded));
         Ok(loaded)
     }
 
@@ -350,6 +393,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
+    use crate::device::kernel;
     use crate::testing::{gpu_lock, gpu_or_skip};
 
     /// The first cache compiles with NVRTC and writes the CUBIN; a second cache on the same
@@ -361,15 +405,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dfg-kernel-cache-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let first = KernelCache::new(Arc::clone(gpu.context()), gpu.info(), Some(dir.clone()));
-        first.function("copy", "copy_u128").unwrap();
-        first.function("copy", "fill_u32").unwrap();
+        first.get(kernel::COPY_U128).unwrap();
+        first.get(kernel::FILL_U32).unwrap();
         assert_eq!(first.stats.compiled.load(Ordering::SeqCst), 1, "one module, compiled once");
         assert_eq!(first.stats.disk_hits.load(Ordering::SeqCst), 0);
         let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
         assert_eq!(files.len(), 1, "one cached CUBIN");
 
         let second = KernelCache::new(Arc::clone(gpu.context()), gpu.info(), Some(dir.clone()));
-        second.function("copy", "copy_u128").unwrap();
+        second.get(kernel::COPY_U128).unwrap();
         assert_eq!(second.stats.compiled.load(Ordering::SeqCst), 0, "second run must not compile");
         assert_eq!(second.stats.disk_hits.load(Ordering::SeqCst), 1, "second run hits the disk cache");
 
@@ -380,10 +424,10 @@ mod tests {
         bytes[last] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
         let third = KernelCache::new(Arc::clone(gpu.context()), gpu.info(), Some(dir.clone()));
-        third.function("copy", "copy_u128").unwrap();
+        third.get(kernel::COPY_U128).unwrap();
         assert_eq!(third.stats.compiled.load(Ordering::SeqCst), 1, "a tampered file is compiled again");
         assert_eq!(third.stats.disk_hits.load(Ordering::SeqCst), 0);
-        assert!(unsealed(&third.key("copy", MODULES[0].1), &std::fs::read(&path).unwrap()).is_ok());
+        assert!(unsealed(&third.key("copy", Module::Copy.source()), &std::fs::read(&path).unwrap()).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -445,5 +489,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("undefined_name"), "NVRTC log missing from: {err}");
+    }
+
+    /// Every kernel of the catalogue loads from its module, and the driver gives its
+    /// parameters: 32- or 64-bit values, as [`crate::device::KArg`] passes them. A launch with
+    /// other arguments is refused before it runs.
+    #[test]
+    fn gpu_every_kernel_loads_with_its_parameters() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_every_kernel_loads_with_its_parameters") else { return };
+        for &k in kernel::ALL {
+            let loaded = gpu.kernels().get(k).unwrap_or_else(|e| panic!("{k}: {e}"));
+            let params = loaded.params.as_ref().expect("the device's driver gives parameter sizes (CUDA 12.4+)");
+            assert!(!params.is_empty(), "{k} has no parameters");
+            assert!(params.iter().all(|&p| p == 4 || p == 8), "{k}: parameter sizes {params:?}");
+        }
+        let stream = gpu.stream();
+        let buf = gpu.alloc(&stream, 64, "test").unwrap();
+        // fill_u32(u32* dst, u32 value, u64 n), given a 64-bit value where the 32-bit one goes.
+        let wrong = [crate::device::ptr(&buf, &stream), crate::device::KArg::U64(7), crate::device::KArg::U64(16)];
+        let err = gpu.launch_n(&stream, kernel::FILL_U32, 16, &wrong).unwrap_err().to_string();
+        assert!(err.contains("fill_u32") && err.contains("[8, 4, 8]"), "{err}");
+        let right = [crate::device::ptr(&buf, &stream), crate::device::KArg::U32(7), crate::device::KArg::U64(16)];
+        gpu.launch_n(&stream, kernel::FILL_U32, 16, &right).unwrap();
+        assert_eq!(gpu.read::<u32>(&stream, &buf, 0, 16).unwrap(), vec![7u32; 16]);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, sys};
 
+use super::kernel::Kernel;
 use super::{DeviceBuffer, Gpu, check_launch};
 use crate::error::{CudaResultExt, Result, gpu_error};
 
@@ -14,6 +15,16 @@ use crate::error::{CudaResultExt, Result, gpu_error};
 pub enum KArg {
     U32(u32),
     U64(u64),
+}
+
+impl KArg {
+    /// Its size in bytes.
+    pub fn size(&self) -> usize {
+        match self {
+            KArg::U32(_) => 4,
+            KArg::U64(_) => 8,
+        }
+    }
 }
 
 /// The address of `buf` for a kernel on `stream` (see [`DeviceBuffer::raw_ptr`] for the stream
@@ -31,17 +42,12 @@ pub fn opt_ptr(buf: Option<&DeviceBuffer>, stream: &CudaStream) -> KArg {
 const DEFAULT_SMEM: u32 = 48 << 10;
 
 impl Gpu {
-    /// Launches `module::kernel` on `stream` and checks the launch.
-    pub fn launch(
-        &self,
-        stream: &Arc<CudaStream>,
-        module: &str,
-        kernel: &str,
-        cfg: LaunchConfig,
-        args: &[KArg],
-    ) -> Result<()> {
-        let f = self.kernels().function(module, kernel)?;
-        self.launch_function(stream, &f, kernel, cfg, args)
+    /// Launches `kernel` on `stream` and checks the launch; arguments whose number or widths
+    /// differ from the kernel's parameters are refused.
+    pub fn launch(&self, stream: &Arc<CudaStream>, kernel: Kernel, cfg: LaunchConfig, args: &[KArg]) -> Result<()> {
+        let k = self.kernels().get(kernel)?;
+        k.check_arguments(args.iter().map(KArg::size))?;
+        self.launch_function(stream, &k.function, kernel.name, cfg, args)
     }
 
     /// Launches a loaded function (e.g. a generated kernel) on `stream` and checks the launch.
@@ -68,16 +74,17 @@ impl Gpu {
             };
         }
         // SAFETY: the callers pass the arguments in the order and widths of the kernel's
-        // signature, documented beside each call; buffers are sized for the launch.
+        // signature, documented beside each call (and checked against the driver's parameter
+        // sizes for the kernels of `kernels/`); buffers are sized for the launch.
         check_launch(stream, unsafe { b.launch(cfg) }, kernel)
     }
 
-    /// A grid-stride launch of `module::kernel` over `n` items.
-    pub fn launch_n(&self, stream: &Arc<CudaStream>, module: &str, kernel: &str, n: u64, args: &[KArg]) -> Result<()> {
+    /// A grid-stride launch of `kernel` over `n` items.
+    pub fn launch_n(&self, stream: &Arc<CudaStream>, kernel: Kernel, n: u64, args: &[KArg]) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
-        self.launch(stream, module, kernel, super::grid_for(n, 256, self.info().sm_count), args)
+        self.launch(stream, kernel, super::grid_for(n, 256, self.info().sm_count), args)
     }
 
     /// Allocates `len` bytes set to `byte`.

@@ -2,6 +2,7 @@
 //! memory under a budget, pinned staging, and NVRTC-compiled kernels.
 
 pub mod doctor;
+pub mod kernel;
 pub mod kernels;
 pub mod launch;
 pub mod memory;
@@ -15,7 +16,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
-use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig};
 
 pub use launch::{KArg, opt_ptr, ptr};
 pub use memory::{DeviceBuffer, MemoryBudget};
@@ -472,25 +473,22 @@ impl Gpu {
         if len > src.len() || len > dst.len() {
             return Err(gpu_error(format!("device copy of {len} bytes overruns its buffers")));
         }
-        let (Some(s), Some(d)) = (src.slice(stream), dst.slice_mut(stream)) else { return Ok(()) };
+        let (s, d) = (src.raw_ptr(stream), dst.raw_ptr(stream));
+        if s == 0 || d == 0 {
+            return Ok(());
+        }
         let words = (len / 16) as u64;
         if words > 0 {
-            let f = self.kernels().function("copy", "copy_u128")?;
-            let mut b = stream.launch_builder(&f);
-            b.arg(s).arg(&mut *d).arg(&words);
-            // SAFETY: copy_u128(const uint4*, uint4*, u64) over `words` 16-byte words of both buffers.
-            check_launch(stream, unsafe { b.launch(grid_for(words, 256, self.info().sm_count)) }, "copy_u128")?;
+            // copy_u128(const uint4* src, uint4* dst, u64 n) over `words` 16-byte words.
+            let args = [KArg::U64(s), KArg::U64(d), KArg::U64(words)];
+            self.launch(stream, kernel::COPY_U128, grid_for(words, 256, self.info().sm_count), &args)?;
         }
         let tail = (len % 16) as u64;
         if tail > 0 {
-            let off = len - tail as usize;
-            let f = self.kernels().function("copy", "copy_u8")?;
-            let sv = s.slice(off..len);
-            let mut dv = d.slice_mut(off..len);
-            let mut b = stream.launch_builder(&f);
-            b.arg(&sv).arg(&mut dv).arg(&tail);
-            // SAFETY: copy_u8(const u8*, u8*, u64) over the `tail` bytes of both views.
-            check_launch(stream, unsafe { b.launch(grid_for(tail, 256, self.info().sm_count)) }, "copy_u8")?;
+            let off = (len as u64) - tail;
+            // copy_u8(const u8* src, u8* dst, u64 n) over the last `tail` bytes.
+            let args = [KArg::U64(s + off), KArg::U64(d + off), KArg::U64(tail)];
+            self.launch(stream, kernel::COPY_U8, grid_for(tail, 256, self.info().sm_count), &args)?;
         }
         Ok(())
     }

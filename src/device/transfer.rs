@@ -75,13 +75,13 @@ impl Narrowing {
         self.from_bytes() / self.to_bytes()
     }
 
-    /// The kernel of `kernels/copy.cu` that sign-extends `n` narrowed values into their width:
+    /// The kernel that sign-extends `n` narrowed values into their width:
     /// `(const void* src, void* dst, u64 n)`.
-    pub fn widen_kernel(self) -> &'static str {
+    pub fn widen_kernel(self) -> super::kernel::Kernel {
         match self {
-            Narrowing::I128ToI64 => "widen_i64_to_i128",
-            Narrowing::I128ToI32 => "widen_i32_to_i128",
-            Narrowing::I64ToI32 => "widen_i32_to_i64",
+            Narrowing::I128ToI64 => super::kernel::WIDEN_I64_TO_I128,
+            Narrowing::I128ToI32 => super::kernel::WIDEN_I32_TO_I128,
+            Narrowing::I64ToI32 => super::kernel::WIDEN_I32_TO_I64,
         }
     }
 }

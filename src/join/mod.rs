@@ -37,6 +37,7 @@ use datafusion::common::JoinType;
 
 use crate::columns::{DeviceBatch, DeviceColumn};
 pub use crate::config::{JoinAlgorithm, JoinAlgorithmSetting};
+use crate::device::kernel;
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{CudaResultExt, Result, gpu_error};
 use crate::primitives::gather;
@@ -616,8 +617,7 @@ impl JoinBuild {
                             // or_not_flags(const u8* ok, u64 n, u8* flags)
                             gpu.launch_n(
                                 stream,
-                                "select",
-                                "or_not_flags",
+                                kernel::OR_NOT_FLAGS,
                                 rows,
                                 &[ptr(ok, stream), KArg::U64(rows), ptr(matched, stream)],
                             )?;
@@ -859,8 +859,7 @@ impl JoinBuild {
         // window_bounds(offsets, n, total, bound, nwin, out_j, out_o)
         gpu.launch_n(
             stream,
-            "join",
-            "window_bounds",
+            kernel::WINDOW_BOUNDS,
             nwin + 1,
             &[
                 ptr(offsets, stream),
@@ -906,8 +905,7 @@ fn csr_expand(
     // csr_expand(start, count, offsets, j0, j1, o_base, out_b, out_p)
     gpu.launch_n(
         stream,
-        "join",
-        "csr_expand",
+        kernel::CSR_EXPAND,
         j1 - j0,
         &[
             ptr(start, stream),

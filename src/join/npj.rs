@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::keys::KeySide;
+use crate::device::kernel;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_pairs};
@@ -47,8 +48,7 @@ impl NpjBuild {
         // npj_insert_kX(keys, item_rows, n, slot_keys, counts, mask, item_slot, slot_row, distinct)
         gpu.launch_n(
             stream,
-            "join",
-            &format!("npj_insert_{}", width.tag()),
+            width.kernel(kernel::NPJ_INSERT),
             n,
             &[
                 ptr(&keys.keys, stream),
@@ -81,8 +81,7 @@ impl NpjBuild {
                 // npj_fill(item_slot, item_rows or null, n, starts, cursor, csr_rows)
                 gpu.launch_n(
                     stream,
-                    "join",
-                    "npj_fill",
+                    kernel::NPJ_FILL,
                     n,
                     &[
                         ptr(&item_slot, stream),
@@ -101,8 +100,7 @@ impl NpjBuild {
         // npj_pack_kX(slot_keys, counts, starts (rows when direct), slots + 1, table)
         gpu.launch_n(
             stream,
-            "join",
-            &format!("npj_pack_{}", width.tag()),
+            width.kernel(kernel::NPJ_PACK),
             slots + 1,
             &[
                 ptr(&slot_keys, stream),
@@ -123,8 +121,7 @@ impl NpjBuild {
         // npj_probe_kX(keys, n, table, mask, start, count)
         gpu.launch_n(
             stream,
-            "join",
-            &format!("npj_probe_{}", self.width.tag()),
+            self.width.kernel(kernel::NPJ_PROBE),
             n,
             &[
                 ptr(&probe.keys, stream),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, LaunchConfig};
 
 use super::transform::Transformed;
+use crate::device::kernel;
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::radix::{KeyWidth, boundaries};
@@ -106,8 +107,7 @@ pub fn count(
     // phj_count_kX(bkeys, pkeys, units, nunits, bits, counts)
     gpu.launch(
         stream,
-        "join",
-        &format!("phj_count_{}", width.tag()),
+        width.kernel(kernel::PHJ_COUNT),
         unit_grid(gpu, nunits, width),
         &[
             ptr(&build.keys, stream),
@@ -142,8 +142,7 @@ pub fn write(
     // phj_write_kX(bkeys, pkeys, units, nunits, bits, offsets, cursor, j0, j1, o_base, out_b, out_p)
     gpu.launch(
         stream,
-        "join",
-        &format!("phj_write_{}", width.tag()),
+        width.kernel(kernel::PHJ_WRITE),
         unit_grid(gpu, nunits, width),
         &[
             ptr(&build.keys, stream),

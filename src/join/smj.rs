@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::transform::Transformed;
+use crate::device::kernel;
 use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::Result;
 use crate::primitives::radix::KeyWidth;
@@ -23,12 +24,10 @@ pub fn bounds(
     let n = probe.items;
     let start = gpu.alloc(stream, n as usize * 4, "join match runs")?;
     let count = gpu.alloc(stream, n as usize * 4, "join match counts")?;
-    let kernel = format!("smj_bounds_{}", width.tag());
     // smj_bounds_kX(build, nb, probe, np, start, count): a warp per 32 probe items
     gpu.launch_n(
         stream,
-        "join",
-        &kernel,
+        width.kernel(kernel::SMJ_BOUNDS),
         n.div_ceil(32) * 32,
         &[
             ptr(&build.keys, stream),

@@ -48,9 +48,10 @@ use super::keys::{KeyPlan, prepare_keys};
 use super::materialize::{GatherSpec, gather_columns};
 use crate::columns::concat::{host_range_bytes, upload_row_ranges};
 use crate::columns::{DeviceBatch, DeviceColumn, HostColumn, download_columns};
+use crate::device::kernel;
 use crate::device::{Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
-use crate::primitives::radix::{KeyWidth, ValueWidth, radix_sort_pairs};
+use crate::primitives::radix::{KeyWidth, ValueWidth, boundaries, radix_sort_pairs};
 use crate::primitives::select::iota;
 
 /// Step timings on stderr when DFG_OOC_TRACE is set (profiling aid; each step waits for the
@@ -257,21 +258,17 @@ impl SpilledSide {
         if self.bits > 0 {
             let cols = super::key_columns(batch, key_cols)?;
             let keys = prepare_keys(gpu, stream, plan, &cols, rows)?;
-            let (kernel, shift) = match plan.encoding.width() {
-                KeyWidth::U32 => ("spill_part_k32", 32 - self.bits),
-                KeyWidth::U64 => ("spill_part_k64", 64 - self.bits),
-            };
-            // spill_part_kXX(const K* keys, u64 items, const u32* item_rows, u32 shift, u32* part)
+            let width = plan.encoding.width();
+            // spill_part_kX(const K* keys, u64 items, const u32* item_rows, u32 shift, u32* part)
             gpu.launch_n(
                 stream,
-                "spill",
-                kernel,
+                width.kernel(kernel::SPILL_PART),
                 keys.items,
                 &[
                     ptr(&keys.keys, stream),
                     KArg::U64(keys.items),
                     opt_ptr(keys.item_rows.as_ref(), stream),
-                    KArg::U32(shift),
+                    KArg::U32(width.bits() - self.bits),
                     ptr(&part, stream),
                 ],
             )?;
@@ -282,16 +279,8 @@ impl SpilledSide {
             radix_sort_pairs(gpu, stream, part, ids, rows, KeyWidth::U32, ValueWidth::U32, 0, self.bits)?;
         trace.step("sort");
         let parts = self.parts.len();
-        let bounds = gpu.alloc(stream, (parts + 1) * 4, "out-of-core partition bounds")?;
-        // phj_boundaries_k32(keys, n, bits, offsets): partition p of keys sorted on their low
-        // bits spans [offsets[p], offsets[p + 1]); here the keys are the partition numbers.
-        gpu.launch_n(
-            stream,
-            "join",
-            "phj_boundaries_k32",
-            rows + 1,
-            &[ptr(&sorted, stream), KArg::U64(rows), KArg::U32(self.bits), ptr(&bounds, stream)],
-        )?;
+        // Partition p spans [bounds[p], bounds[p + 1]) of the rows sorted by partition number.
+        let bounds = boundaries(gpu, stream, &sorted, rows, self.bits, KeyWidth::U32)?;
         drop(sorted);
         let specs = batch
             .columns()

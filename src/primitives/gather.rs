@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, PushKernelArg};
+use cudarc::driver::CudaStream;
 
-use crate::device::{DeviceBuffer, Gpu, check_launch, grid_for};
+use crate::device::kernel;
+use crate::device::{DeviceBuffer, Gpu, KArg, ptr};
 use crate::error::{Result, gpu_error};
 
 /// Gathers `n` values of `width` bytes (4, 8 or 16) from `input` at the u32 positions `idx`.
@@ -18,25 +19,22 @@ pub fn gather(
     width: usize,
 ) -> Result<DeviceBuffer> {
     let kernel = match width {
-        4 => "gather_u32",
-        8 => "gather_u64",
-        16 => "gather_u128",
+        4 => kernel::GATHER_U32,
+        8 => kernel::GATHER_U64,
+        16 => kernel::GATHER_U128,
         w => return Err(gpu_error(format!("gather of {w}-byte values is not supported"))),
     };
     if (n * 4) as usize > idx.len() {
         return Err(gpu_error(format!("gather of {n} values with {} bytes of positions", idx.len())));
     }
-    let mut out = gpu.alloc(stream, n as usize * width, "a gather's output")?;
+    let out = gpu.alloc(stream, n as usize * width, "a gather's output")?;
     if n == 0 {
         return Ok(out);
     }
-    let (Some(i), Some(x), Some(o)) = (input.slice(stream), idx.slice(stream), out.slice_mut(stream)) else {
+    if input.is_empty() {
         return Err(gpu_error("gather from an empty buffer"));
-    };
-    let f = gpu.kernels().function("gather", kernel)?;
-    let mut b = stream.launch_builder(&f);
-    b.arg(i).arg(x).arg(o).arg(&n);
-    // SAFETY: gather_T(const T*, const u32*, T*, u64) with n positions and n outputs.
-    check_launch(stream, unsafe { b.launch(grid_for(n, 256, gpu.info().sm_count)) }, kernel)?;
+    }
+    // gather_T(const T* in, const u32* idx, T* out, u64 n)
+    gpu.launch_n(stream, kernel, n, &[ptr(input, stream), ptr(idx, stream), ptr(&out, stream), KArg::U64(n)])?;
     Ok(out)
 }

@@ -17,6 +17,7 @@ use datafusion::arrow::datatypes::DataType;
 
 use super::materialize::decode_dictionary;
 use crate::columns::DeviceColumn;
+use crate::device::kernel::{self, Kernel};
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::radix::KeyWidth;
@@ -183,46 +184,43 @@ const NULLS_ABSENT: u32 = 0;
 const NULLS_DROP: u32 = 1;
 const NULLS_VALUE: u32 = 2;
 
-fn narrow_kernel(kind: KeyColumnKind) -> Result<&'static str> {
+fn narrow_kernel(kind: KeyColumnKind) -> Result<Kernel> {
     Ok(match kind {
-        KeyColumnKind::Fixed(1) => "key_pack_w1",
-        KeyColumnKind::Fixed(2) => "key_pack_w2",
-        KeyColumnKind::Fixed(4) => "key_pack_w4",
-        KeyColumnKind::Fixed(8) => "key_pack_w8",
-        KeyColumnKind::Bool => "key_pack_bool",
+        KeyColumnKind::Fixed(1) => kernel::KEY_PACK_W1,
+        KeyColumnKind::Fixed(2) => kernel::KEY_PACK_W2,
+        KeyColumnKind::Fixed(4) => kernel::KEY_PACK_W4,
+        KeyColumnKind::Fixed(8) => kernel::KEY_PACK_W8,
+        KeyColumnKind::Bool => kernel::KEY_PACK_BOOL,
         other => return Err(gpu_error(format!("no narrow packing for key kind {other:?}"))),
     })
 }
 
 /// A single narrow key column whose words can be computed in one step (`single_word` in
-/// kernels/common.cuh): the width tag of its kernels (`w1`..`w8`) and its null mode. Every row
+/// kernels/common.cuh): its value width in bytes (1, 2, 4 or 8) and its null mode. Every row
 /// must take part, and a dictionary must have been decoded.
-pub(crate) fn single_narrow(plan: &KeyPlan, cols: &[Arc<DeviceColumn>]) -> Option<(&'static str, u32)> {
+pub(crate) fn single_narrow(plan: &KeyPlan, cols: &[Arc<DeviceColumn>]) -> Option<(usize, u32)> {
     let ([kind], [col], KeyEncoding::Narrow32 | KeyEncoding::Narrow64) = (plan.columns.as_slice(), cols, plan.encoding)
     else {
         return None;
     };
-    let tag = match kind {
-        KeyColumnKind::Fixed(1) => "w1",
-        KeyColumnKind::Fixed(2) => "w2",
-        KeyColumnKind::Fixed(4) => "w4",
-        KeyColumnKind::Fixed(8) => "w8",
+    let bytes = match kind {
+        KeyColumnKind::Fixed(b @ (1 | 2 | 4 | 8)) => *b,
         _ => return None,
     };
     let all_take_part = plan.null_mode(0) != NULLS_DROP || col.null_count == 0;
-    (all_take_part && !matches!(col.data_type, DataType::Dictionary(..))).then_some((tag, plan.null_mode(0)))
+    (all_take_part && !matches!(col.data_type, DataType::Dictionary(..))).then_some((bytes, plan.null_mode(0)))
 }
 
-fn hash_kernel(kind: KeyColumnKind) -> Result<&'static str> {
+fn hash_kernel(kind: KeyColumnKind) -> Result<Kernel> {
     Ok(match kind {
-        KeyColumnKind::Fixed(1) => "key_hash_w1",
-        KeyColumnKind::Fixed(2) => "key_hash_w2",
-        KeyColumnKind::Fixed(4) => "key_hash_w4",
-        KeyColumnKind::Fixed(8) => "key_hash_w8",
-        KeyColumnKind::Fixed(16) => "key_hash_w16",
-        KeyColumnKind::Bool => "key_hash_bool",
-        KeyColumnKind::Str32 => "key_hash_str32",
-        KeyColumnKind::Str64 => "key_hash_str64",
+        KeyColumnKind::Fixed(1) => kernel::KEY_HASH_W1,
+        KeyColumnKind::Fixed(2) => kernel::KEY_HASH_W2,
+        KeyColumnKind::Fixed(4) => kernel::KEY_HASH_W4,
+        KeyColumnKind::Fixed(8) => kernel::KEY_HASH_W8,
+        KeyColumnKind::Fixed(16) => kernel::KEY_HASH_W16,
+        KeyColumnKind::Bool => kernel::KEY_HASH_BOOL,
+        KeyColumnKind::Str32 => kernel::KEY_HASH_STR32,
+        KeyColumnKind::Str64 => kernel::KEY_HASH_STR64,
         other => return Err(gpu_error(format!("no hash for key kind {other:?}"))),
     })
 }
@@ -268,15 +266,19 @@ pub fn prepare_keys(
         }
     }
     let width = plan.encoding.width();
-    if let (Some((tag, null_mode)), [col]) = (single_narrow(plan, &columns), columns.as_slice()) {
+    if let (Some((bytes, null_mode)), [col]) = (single_narrow(plan, &columns), columns.as_slice()) {
         // One narrow column whose rows all take part: its words in one pass (the same words as
         // the packing below).
         let keys = gpu.alloc(stream, rows as usize * width.bytes(), "join keys")?;
         // key_single_X(values, validity, n, null_mode, width32, keys)
         gpu.launch_n(
             stream,
-            "keys",
-            &format!("key_single_{tag}"),
+            match bytes {
+                1 => kernel::KEY_SINGLE_W1,
+                2 => kernel::KEY_SINGLE_W2,
+                4 => kernel::KEY_SINGLE_W4,
+                _ => kernel::KEY_SINGLE_W8,
+            },
             rows,
             &[
                 ptr(buffer(col, 0)?, stream),
@@ -311,7 +313,7 @@ pub fn prepare_keys(
                     ptr(&acc, stream),
                     ptr(&ok, stream),
                 ];
-                gpu.launch_n(stream, "keys", narrow_kernel(*kind)?, rows, &args)?;
+                gpu.launch_n(stream, narrow_kernel(*kind)?, rows, &args)?;
             }
             KeyEncoding::Wide => {
                 // key_hash_X(values.., validity, n, null_mode, first, acc, ok)
@@ -324,7 +326,7 @@ pub fn prepare_keys(
                     ptr(&acc, stream),
                     ptr(&ok, stream),
                 ]);
-                gpu.launch_n(stream, "keys", hash_kernel(*kind)?, rows, &args)?;
+                gpu.launch_n(stream, hash_kernel(*kind)?, rows, &args)?;
             }
         }
     }
@@ -333,16 +335,14 @@ pub fn prepare_keys(
         // key_finish_u32(const u64* acc, u64 n, u32* keys)
         KeyEncoding::Narrow32 => gpu.launch_n(
             stream,
-            "keys",
-            "key_finish_u32",
+            kernel::KEY_FINISH_U32,
             rows,
             &[ptr(&acc, stream), KArg::U64(rows), ptr(&keys, stream)],
         )?,
         // key_finish_u64(const u64* acc, u64 n, u32 mix, u64* keys)
         _ => gpu.launch_n(
             stream,
-            "keys",
-            "key_finish_u64",
+            kernel::KEY_FINISH_U64,
             rows,
             &[
                 ptr(&acc, stream),
@@ -368,16 +368,16 @@ pub fn prepare_keys(
     })
 }
 
-fn verify_kernel(kind: KeyColumnKind) -> Result<&'static str> {
+fn verify_kernel(kind: KeyColumnKind) -> Result<Kernel> {
     Ok(match kind {
-        KeyColumnKind::Fixed(1) => "verify_w1",
-        KeyColumnKind::Fixed(2) => "verify_w2",
-        KeyColumnKind::Fixed(4) => "verify_w4",
-        KeyColumnKind::Fixed(8) => "verify_w8",
-        KeyColumnKind::Fixed(16) => "verify_w16",
-        KeyColumnKind::Bool => "verify_bool",
-        KeyColumnKind::Str32 => "verify_str32",
-        KeyColumnKind::Str64 => "verify_str64",
+        KeyColumnKind::Fixed(1) => kernel::VERIFY_W1,
+        KeyColumnKind::Fixed(2) => kernel::VERIFY_W2,
+        KeyColumnKind::Fixed(4) => kernel::VERIFY_W4,
+        KeyColumnKind::Fixed(8) => kernel::VERIFY_W8,
+        KeyColumnKind::Fixed(16) => kernel::VERIFY_W16,
+        KeyColumnKind::Bool => kernel::VERIFY_BOOL,
+        KeyColumnKind::Str32 => kernel::VERIFY_STR32,
+        KeyColumnKind::Str64 => kernel::VERIFY_STR64,
         other => return Err(gpu_error(format!("no comparison for key kind {other:?}"))),
     })
 }
@@ -403,7 +403,7 @@ pub fn verify_pairs(
         }
         args.extend([ptr(rows_b, stream), ptr(rows_p, stream), KArg::U64(n), ptr(&eq, stream)]);
         // verify_X(b values.., b validity, p values.., p validity, rb, rp, n, eq)
-        gpu.launch_n(stream, "verify", verify_kernel(*kind)?, n, &args)?;
+        gpu.launch_n(stream, verify_kernel(*kind)?, n, &args)?;
     }
     Ok(eq)
 }

@@ -12,6 +12,7 @@ use cudarc::driver::CudaStream;
 use datafusion::arrow::datatypes::DataType;
 
 use crate::columns::DeviceColumn;
+use crate::device::kernel::{self, Kernel};
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::scan::{ScanKind, exclusive_scan};
@@ -46,13 +47,13 @@ pub fn can_transform(dt: &DataType) -> bool {
     dt.is_primitive() && matches!(dt.primitive_width(), Some(4 | 8))
 }
 
-fn fixed_gather_kernel(width: usize) -> Result<&'static str> {
+fn fixed_gather_kernel(width: usize) -> Result<Kernel> {
     Ok(match width {
-        1 => "mat_gather_w1",
-        2 => "mat_gather_w2",
-        4 => "mat_gather_w4",
-        8 => "mat_gather_w8",
-        16 => "mat_gather_w16",
+        1 => kernel::MAT_GATHER_W1,
+        2 => kernel::MAT_GATHER_W2,
+        4 => kernel::MAT_GATHER_W4,
+        8 => kernel::MAT_GATHER_W8,
+        16 => kernel::MAT_GATHER_W16,
         w => return Err(gpu_error(format!("no gather for {w}-byte values"))),
     })
 }
@@ -78,7 +79,6 @@ pub fn gather_columns(
                 // mat_gather_wX(const T* in, const u32* idx, T* out, u64 n)
                 gpu.launch_n(
                     stream,
-                    "materialize",
                     fixed_gather_kernel(width)?,
                     n,
                     &[ptr(values, stream), ptr(pos, stream), ptr(&buf, stream), KArg::U64(n)],
@@ -170,7 +170,6 @@ fn gather_fixed(
     // mat_gather_wX(const T* in, const u32* idx, T* out, u64 n)
     gpu.launch_n(
         stream,
-        "materialize",
         fixed_gather_kernel(width)?,
         n,
         &[ptr(values, stream), ptr(rows, stream), ptr(&out, stream), KArg::U64(n)],
@@ -191,8 +190,7 @@ fn gather_bits(
     // mat_gather_bits(const u8* bits, const u32* idx, u64 n, u32* out, u64* zeros)
     gpu.launch_n(
         stream,
-        "materialize",
-        "mat_gather_bits",
+        kernel::MAT_GATHER_BITS,
         n.div_ceil(32) * 32,
         &[opt_ptr(bits, stream), ptr(rows, stream), KArg::U64(n), ptr(out, stream), KArg::U64(zeros_counter)],
     )
@@ -208,7 +206,11 @@ fn gather_strings(
     n: u64,
     ow: usize,
 ) -> Result<Vec<DeviceBuffer>> {
-    let suffix = if ow == 4 { "32" } else { "64" };
+    let (lengths, copy) = if ow == 4 {
+        (kernel::MAT_STR_LENGTHS32, kernel::MAT_STR_COPY32)
+    } else {
+        (kernel::MAT_STR_LENGTHS64, kernel::MAT_STR_COPY64)
+    };
     let out_offsets = gpu.alloc(stream, (n as usize + 1) * ow, "a joined string column")?;
     if n == 0 {
         gpu.fill_bytes(stream, &out_offsets, 0)?;
@@ -216,13 +218,7 @@ fn gather_strings(
     }
     let lens = gpu.alloc(stream, n as usize * 4, "string lengths")?;
     // mat_str_lengthsXX(const O* offsets, const u32* idx, u64 n, u32* lens)
-    gpu.launch_n(
-        stream,
-        "materialize",
-        &format!("mat_str_lengths{suffix}"),
-        n,
-        &[ptr(offsets, stream), ptr(rows, stream), KArg::U64(n), ptr(&lens, stream)],
-    )?;
+    gpu.launch_n(stream, lengths, n, &[ptr(offsets, stream), ptr(rows, stream), KArg::U64(n), ptr(&lens, stream)])?;
     let (starts, total) = exclusive_scan(gpu, stream, &lens, n, ScanKind::U32ToU64, true)?;
     let total = gpu.read::<u64>(stream, &total.ok_or_else(|| gpu_error("scan returned no total"))?, 0, 1)?[0];
     if ow == 4 && total > i32::MAX as u64 {
@@ -235,8 +231,7 @@ fn gather_strings(
     // mat_str_copyXX(in_offsets, in_bytes, idx, starts, n, total, out_offsets, out_bytes): a warp per row
     gpu.launch_n(
         stream,
-        "materialize",
-        &format!("mat_str_copy{suffix}"),
+        copy,
         n * 32,
         &[
             ptr(offsets, stream),
@@ -272,10 +267,10 @@ pub fn decode_dictionary(gpu: &Gpu, stream: &Arc<CudaStream>, col: &DeviceColumn
     };
     let width = k.primitive_width().ok_or_else(|| gpu_error(format!("dictionary key type {k}")))?;
     let kernel = match width {
-        1 => "mat_dict_rows_w1",
-        2 => "mat_dict_rows_w2",
-        4 => "mat_dict_rows_w4",
-        8 => "mat_dict_rows_w8",
+        1 => kernel::MAT_DICT_ROWS_W1,
+        2 => kernel::MAT_DICT_ROWS_W2,
+        4 => kernel::MAT_DICT_ROWS_W4,
+        8 => kernel::MAT_DICT_ROWS_W8,
         w => return Err(gpu_error(format!("dictionary keys of {w} bytes"))),
     };
     let n = col.len as u64;
@@ -285,7 +280,6 @@ pub fn decode_dictionary(gpu: &Gpu, stream: &Arc<CudaStream>, col: &DeviceColumn
     // mat_dict_rows_wX(const T* keys, const u8* validity, u64 n, u32* rows)
     gpu.launch_n(
         stream,
-        "materialize",
         kernel,
         n,
         &[ptr(keys, stream), opt_ptr(col.validity.as_ref(), stream), KArg::U64(n), ptr(&rows, stream)],

@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, PushKernelArg};
+use cudarc::driver::CudaStream;
 
 use super::scan::exclusive_scan_u32;
 use super::tiles;
-use crate::device::{DeviceBuffer, Gpu, KArg, check_launch, opt_ptr, ptr};
+use crate::device::kernel::{self, Kernel, PerKeyWord};
+use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 
 /// Threads per block of the radix kernels; a tile is THREADS x items_per_thread items.
@@ -39,11 +40,11 @@ impl KeyWidth {
     pub fn bits(self) -> u32 {
         self.bytes() as u32 * 8
     }
-    /// The suffix of kernels specialised for this key width.
-    pub fn tag(self) -> &'static str {
+    /// The kernel of `family` compiled for this key width.
+    pub fn kernel(self, family: PerKeyWord) -> Kernel {
         match self {
-            KeyWidth::U32 => "k32",
-            KeyWidth::U64 => "k64",
+            KeyWidth::U32 => family.k32,
+            KeyWidth::U64 => family.k64,
         }
     }
 }
@@ -59,12 +60,6 @@ impl ValueWidth {
         match self {
             ValueWidth::U32 => 4,
             ValueWidth::U64 => 8,
-        }
-    }
-    fn tag(self) -> &'static str {
-        match self {
-            ValueWidth::U32 => "v32",
-            ValueWidth::U64 => "v64",
         }
     }
 }
@@ -98,9 +93,12 @@ pub fn radix_sort_pairs(
     let items = items_per_thread(key, value);
     let tile = THREADS as u64 * items;
     let blocks = n.div_ceil(tile);
-    let hist_fn = gpu.kernels().function("radix", &format!("radix_histogram_{}_i{items}", key.tag()))?;
-    let scatter_name = format!("radix_scatter_{}_{}", key.tag(), value.tag());
-    let scatter_fn = gpu.kernels().function("radix", &scatter_name)?;
+    let (histogram, scatter) = match (key, value) {
+        (KeyWidth::U32, ValueWidth::U32) => (kernel::RADIX_HISTOGRAM_K32_I16, kernel::RADIX_SCATTER_K32_V32),
+        (KeyWidth::U32, ValueWidth::U64) => (kernel::RADIX_HISTOGRAM_K32_I8, kernel::RADIX_SCATTER_K32_V64),
+        (KeyWidth::U64, ValueWidth::U32) => (kernel::RADIX_HISTOGRAM_K64_I8, kernel::RADIX_SCATTER_K64_V32),
+        (KeyWidth::U64, ValueWidth::U64) => (kernel::RADIX_HISTOGRAM_K64_I8, kernel::RADIX_SCATTER_K64_V64),
+    };
     let (mut k_in, mut v_in) = (keys, values);
     let mut k_out = gpu.alloc(stream, n as usize * key.bytes(), "radix sort keys")?;
     let mut v_out = gpu.alloc(stream, n as usize * value.bytes(), "radix sort values")?;
@@ -109,31 +107,32 @@ pub fn radix_sort_pairs(
         let bits = DIGIT_BITS.min(end_bit - shift);
         let mask: u32 = (1u32 << bits) - 1;
         let bins = mask as u64 + 1;
-        let mut hist = gpu.alloc(stream, (bins * blocks * 4) as usize, "radix histograms")?;
-        {
-            let (Some(k), Some(h)) = (k_in.slice(stream), hist.slice_mut(stream)) else {
-                return Err(gpu_error("empty radix buffers"));
-            };
-            let mut b = stream.launch_builder(&hist_fn);
-            b.arg(k).arg(&n).arg(&shift).arg(&mask).arg(h);
-            // SAFETY: radix_histogram_kXX(const K*, u64, u32, u32, u32* hist[bins * tiles]).
-            check_launch(stream, unsafe { b.launch(tiles(n, tile, THREADS)?) }, "radix_histogram")?;
-        }
+        let hist = gpu.alloc(stream, (bins * blocks * 4) as usize, "radix histograms")?;
+        // radix_histogram_kX_iN(const K* keys, u64 n, u32 shift, u32 mask, u32* hist[bins * tiles])
+        gpu.launch(
+            stream,
+            histogram,
+            tiles(n, tile, THREADS)?,
+            &[ptr(&k_in, stream), KArg::U64(n), KArg::U32(shift), KArg::U32(mask), ptr(&hist, stream)],
+        )?;
         let offsets = exclusive_scan_u32(gpu, stream, &hist, bins * blocks)?;
-        {
-            let (Some(ki), Some(vi), Some(off)) = (k_in.slice(stream), v_in.slice(stream), offsets.slice(stream))
-            else {
-                return Err(gpu_error("empty radix buffers"));
-            };
-            let (Some(ko), Some(vo)) = (k_out.slice_mut(stream), v_out.slice_mut(stream)) else {
-                return Err(gpu_error("empty radix buffers"));
-            };
-            let mut b = stream.launch_builder(&scatter_fn);
-            b.arg(ki).arg(vi).arg(ko).arg(vo).arg(&n).arg(&shift).arg(&mask).arg(off);
-            // SAFETY: radix_scatter_kXX_vXX(keys_in, vals_in, keys_out, vals_out, u64, u32, u32,
-            // const u32* offsets[bins * tiles]); outputs hold n entries.
-            check_launch(stream, unsafe { b.launch(tiles(n, tile, THREADS)?) }, &scatter_name)?;
-        }
+        // radix_scatter_kX_vY(keys_in, vals_in, keys_out, vals_out, u64 n, u32 shift, u32 mask,
+        // const u32* offsets[bins * tiles]); the outputs hold n entries.
+        gpu.launch(
+            stream,
+            scatter,
+            tiles(n, tile, THREADS)?,
+            &[
+                ptr(&k_in, stream),
+                ptr(&v_in, stream),
+                ptr(&k_out, stream),
+                ptr(&v_out, stream),
+                KArg::U64(n),
+                KArg::U32(shift),
+                KArg::U32(mask),
+                ptr(&offsets, stream),
+            ],
+        )?;
         std::mem::swap(&mut k_in, &mut k_out);
         std::mem::swap(&mut v_in, &mut v_out);
         shift += bits;
@@ -227,8 +226,12 @@ pub fn radix_sort_multi_tiles(
     let wide = widths.iter().enumerate().fold(0u32, |m, (j, w)| if *w == ValueWidth::U64 { m | (1 << j) } else { m });
     let tile = THREADS as u64 * items;
     let blocks = n.div_ceil(tile);
-    let hist = format!("radix_histogram_{}_i{items}", key.tag());
-    let scatter = format!("radix_scatter_multi_{}_i{items}", key.tag());
+    let (hist, scatter) = match (key, items) {
+        (KeyWidth::U32, 16) => (kernel::RADIX_HISTOGRAM_K32_I16, kernel::RADIX_SCATTER_MULTI_K32_I16),
+        (KeyWidth::U32, _) => (kernel::RADIX_HISTOGRAM_K32_I8, kernel::RADIX_SCATTER_MULTI_K32_I8),
+        (KeyWidth::U64, 16) => (kernel::RADIX_HISTOGRAM_K64_I16, kernel::RADIX_SCATTER_MULTI_K64_I16),
+        (KeyWidth::U64, _) => (kernel::RADIX_HISTOGRAM_K64_I8, kernel::RADIX_SCATTER_MULTI_K64_I8),
+    };
     // The previous pass's outputs (None before the first pass, which reads the inputs).
     let mut moved: Option<(DeviceBuffer, Vec<DeviceBuffer>)> = None;
     let mut shift = begin_bit;
@@ -253,8 +256,7 @@ pub fn radix_sort_multi_tiles(
         // radix_histogram_kX_iN(const K* keys, u64 n, u32 shift, u32 mask, u32* hist)
         gpu.launch(
             stream,
-            "radix",
-            &hist,
+            hist,
             tiles(n, tile, THREADS)?,
             &[ptr(k_in, stream), KArg::U64(n), KArg::U32(shift), KArg::U32(mask), ptr(&counts, stream)],
         )?;
@@ -274,8 +276,7 @@ pub fn radix_sort_multi_tiles(
         // radix_scatter_multi_kX_iN(keys_in, keys_out, n, shift, mask, offsets, vals_in, vals_out, nv, wide)
         gpu.launch(
             stream,
-            "radix",
-            &scatter,
+            scatter,
             tiles(n, tile, THREADS)?,
             &[
                 ptr(k_in, stream),
@@ -297,8 +298,8 @@ pub fn radix_sort_multi_tiles(
 }
 
 /// The `2^bits + 1` partition offsets of `n` key words radix-partitioned on their low `bits`
-/// bits, on the device (the partitioned hash join's and the partition group-by's; the kernel is
-/// in the join family).
+/// bits, on the device (the partitioned hash join's, the partition group-by's and the
+/// out-of-core join's).
 pub fn boundaries(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -309,11 +310,10 @@ pub fn boundaries(
 ) -> Result<DeviceBuffer> {
     let parts = 1usize << bits;
     let out = gpu.alloc(stream, (parts + 1) * 4, "partition offsets")?;
-    // phj_boundaries_kX(keys, n, bits, offsets): one thread per position 0..=n
+    // radix_boundaries_kX(keys, n, bits, offsets): one thread per position 0..=n
     gpu.launch_n(
         stream,
-        "join",
-        &format!("phj_boundaries_{}", width.tag()),
+        width.kernel(kernel::RADIX_BOUNDARIES),
         n + 1,
         &[ptr(keys, stream), KArg::U64(n), KArg::U32(bits), ptr(&out, stream)],
     )?;

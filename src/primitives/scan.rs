@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, PushKernelArg};
+use cudarc::driver::CudaStream;
 
 use super::tiles;
-use crate::device::{DeviceBuffer, Gpu, check_launch};
+use crate::device::kernel::{self, Kernel};
+use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 
 /// Items per tile of the scan kernels (`SCAN_THREADS * SCAN_ITEMS` in kernels/scan.cu).
@@ -22,11 +23,12 @@ pub enum ScanKind {
 }
 
 impl ScanKind {
-    fn suffix(self) -> &'static str {
+    /// The kernels of the two passes: tile totals, then each tile's scan.
+    fn kernels(self) -> (Kernel, Kernel) {
         match self {
-            ScanKind::U32 => "u32",
-            ScanKind::U64 => "u64",
-            ScanKind::U32ToU64 => "u32_to_u64",
+            ScanKind::U32 => (kernel::SCAN_REDUCE_U32, kernel::SCAN_TILES_U32),
+            ScanKind::U64 => (kernel::SCAN_REDUCE_U64, kernel::SCAN_TILES_U64),
+            ScanKind::U32ToU64 => (kernel::SCAN_REDUCE_U32_TO_U64, kernel::SCAN_TILES_U32_TO_U64),
         }
     }
     fn in_bytes(self) -> u64 {
@@ -69,7 +71,7 @@ pub fn exclusive_scan(
     if (n * kind.in_bytes()) as usize > input.len() {
         return Err(gpu_error(format!("scan of {n} values over a buffer of {} bytes", input.len())));
     }
-    let mut out = gpu.alloc(stream, (n * kind.out_bytes()) as usize, "a prefix sum")?;
+    let out = gpu.alloc(stream, (n * kind.out_bytes()) as usize, "a prefix sum")?;
     let mut total =
         if with_total { Some(gpu.alloc(stream, kind.out_bytes() as usize, "a prefix sum's total")?) } else { None };
     if n == 0 {
@@ -87,29 +89,17 @@ pub fn exclusive_scan(
         }
         z
     } else {
-        let mut partials = gpu.alloc(stream, (blocks * kind.out_bytes()) as usize, "a prefix sum's tile totals")?;
-        let name = format!("scan_reduce_{}", kind.suffix());
-        let f = gpu.kernels().function("scan", &name)?;
-        let (Some(i), Some(p)) = (input.slice(stream), partials.slice_mut(stream)) else {
-            return Err(gpu_error("empty scan buffers"));
-        };
-        let mut b = stream.launch_builder(&f);
-        b.arg(i).arg(p).arg(&n);
-        // SAFETY: scan_reduce_X(const I*, O*, u64): one partial per tile.
-        check_launch(stream, unsafe { b.launch(tiles(n, TILE, THREADS)?) }, &name)?;
+        let partials = gpu.alloc(stream, (blocks * kind.out_bytes()) as usize, "a prefix sum's tile totals")?;
+        // scan_reduce_X(const I* in, O* partials, u64 n): one partial per tile.
+        let args = [ptr(input, stream), ptr(&partials, stream), KArg::U64(n)];
+        gpu.launch(stream, kind.kernels().0, tiles(n, TILE, THREADS)?, &args)?;
         exclusive_scan(gpu, stream, &partials, blocks, kind.partials(), false)?.0
     };
-    let name = format!("scan_tiles_{}", kind.suffix());
-    let f = gpu.kernels().function("scan", &name)?;
-    let (Some(i), Some(o), Some(off)) = (input.slice(stream), out.slice_mut(stream), offsets.slice(stream)) else {
-        return Err(gpu_error("empty scan buffers"));
-    };
-    let total_ptr = total.as_ref().map_or(0, |t| t.raw_ptr(stream));
-    let mut b = stream.launch_builder(&f);
-    b.arg(i).arg(o).arg(off).arg(&n).arg(&total_ptr);
-    // SAFETY: scan_tiles_X(const I*, O*, const O* offsets, u64, O* total or null): offsets has
+    // scan_tiles_X(const I* in, O* out, const O* offsets, u64 n, O* total or null): offsets has
     // one value per tile; total, when set, holds one value.
-    check_launch(stream, unsafe { b.launch(tiles(n, TILE, THREADS)?) }, &name)?;
+    let args =
+        [ptr(input, stream), ptr(&out, stream), ptr(&offsets, stream), KArg::U64(n), opt_ptr(total.as_ref(), stream)];
+    gpu.launch(stream, kind.kernels().1, tiles(n, TILE, THREADS)?, &args)?;
     drop(offsets);
     Ok((out, total))
 }

@@ -7,6 +7,7 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 
 use super::scan::{ScanKind, exclusive_scan};
 pub use crate::columns::bitmap_bytes;
+use crate::device::kernel;
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 
@@ -41,8 +42,7 @@ pub fn select_where(
     // select_count(const u8* flags, u64 n, u32 want, u32* counts)
     gpu.launch(
         stream,
-        "select",
-        "select_count",
+        kernel::SELECT_COUNT,
         tile_grid(n)?,
         &[ptr(flags, stream), KArg::U64(n), want, ptr(&counts, stream)],
     )?;
@@ -54,8 +54,7 @@ pub fn select_where(
         // select_write(const u8* flags, u64 n, u32 want, const u32* offsets, u32* out)
         gpu.launch(
             stream,
-            "select",
-            "select_write",
+            kernel::SELECT_WRITE,
             tile_grid(n)?,
             &[ptr(flags, stream), KArg::U64(n), want, ptr(&offsets, stream), ptr(&out, stream)],
         )?;
@@ -67,14 +66,14 @@ pub fn select_where(
 pub fn iota(gpu: &Gpu, stream: &Arc<CudaStream>, n: u64) -> Result<DeviceBuffer> {
     let out = gpu.alloc(stream, n as usize * 4, "row ids")?;
     // iota_u32(u32* out, u64 n)
-    gpu.launch_n(stream, "select", "iota_u32", n, &[ptr(&out, stream), KArg::U64(n)])?;
+    gpu.launch_n(stream, kernel::IOTA_U32, n, &[ptr(&out, stream), KArg::U64(n)])?;
     Ok(out)
 }
 
 /// `flags[idx[i]] = 1` for the `n` row ids of `idx` (NULL_ROW skipped).
 pub fn set_flags(gpu: &Gpu, stream: &Arc<CudaStream>, idx: &DeviceBuffer, n: u64, flags: &DeviceBuffer) -> Result<()> {
     // set_flags(const u32* idx, u64 n, u8* flags)
-    gpu.launch_n(stream, "select", "set_flags", n, &[ptr(idx, stream), KArg::U64(n), ptr(flags, stream)])
+    gpu.launch_n(stream, kernel::SET_FLAGS, n, &[ptr(idx, stream), KArg::U64(n), ptr(flags, stream)])
 }
 
 /// An LSB-first bitmap whose bit i is `flags[idx[i]] != 0` (`flags[i]` without `idx`).
@@ -89,8 +88,7 @@ pub fn flags_to_bitmap(
     // flags_to_bitmap(const u8* flags, const u32* idx, u64 n, u32* bitmap)
     gpu.launch_n(
         stream,
-        "select",
-        "flags_to_bitmap",
+        kernel::FLAGS_TO_BITMAP,
         n.div_ceil(32) * 32,
         &[ptr(flags, stream), opt_ptr(idx, stream), KArg::U64(n), ptr(&out, stream)],
     )?;
@@ -110,8 +108,7 @@ pub fn compose(
     // compose_rows(const u32* map, const u32* idx, u64 n, u32* out)
     gpu.launch_n(
         stream,
-        "select",
-        "compose_rows",
+        kernel::COMPOSE_ROWS,
         n,
         &[ptr(map, stream), ptr(idx, stream), KArg::U64(n), ptr(&out, stream)],
     )?;
@@ -132,8 +129,7 @@ pub fn gather_pairs(
     // gather_pairs(const u32* a, const u32* b, const u32* sel, u64 n, u32* a_out, u32* b_out)
     gpu.launch_n(
         stream,
-        "select",
-        "gather_pairs",
+        kernel::GATHER_PAIRS,
         n,
         &[ptr(a, stream), ptr(b, stream), ptr(sel, stream), KArg::U64(n), ptr(&a_out, stream), ptr(&b_out, stream)],
     )?;
