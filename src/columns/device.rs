@@ -471,6 +471,13 @@ impl DeviceBatch {
         &self.stream
     }
 
+    /// This batch with its consumers' work on `stream`. Only for a batch whose work is complete
+    /// (a resident table's, synchronised when it was loaded): work queued on `stream` does not
+    /// wait for the stream that made it.
+    pub fn on_stream(self, stream: Arc<CudaStream>) -> DeviceBatch {
+        DeviceBatch { stream, ..self }
+    }
+
     /// Device bytes held by the columns.
     pub fn byte_size(&self) -> usize {
         self.columns.iter().map(|c| c.byte_size()).sum()

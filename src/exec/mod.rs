@@ -17,6 +17,9 @@ pub mod query;
 #[cfg(test)]
 mod recovery_tests;
 pub mod replay;
+pub mod resident;
+#[cfg(test)]
+mod resident_tests;
 pub mod statistics;
 pub mod task_stream;
 pub use crate::timeline;
@@ -36,6 +39,7 @@ pub use fallback::CpuFallbackExec;
 pub use filter_project::GpuFilterProjectExec;
 pub use join::GpuHashJoinExec;
 pub use placement::{Placement, placements};
+pub use resident::{GpuTableScanExec, ResidentTable};
 pub use upload::GpuUploadExec;
 
 use crate::columns::DeviceBatch;
@@ -58,6 +62,9 @@ pub fn as_gpu_exec(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
         return Some(p);
     }
     if let Some(p) = plan.downcast_ref::<GpuFilterProjectExec>() {
+        return Some(p);
+    }
+    if let Some(p) = plan.downcast_ref::<GpuTableScanExec>() {
         return Some(p);
     }
     None

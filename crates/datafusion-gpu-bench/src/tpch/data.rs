@@ -16,6 +16,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
 use super::Suite;
+use datafusion_gpu::ResidentTable;
+use datafusion_gpu::config::GpuConfig;
+use datafusion_gpu::device::Gpu;
 
 /// One table: its schema and its batches, split into partitions.
 #[derive(Debug, Clone)]
@@ -254,4 +257,19 @@ pub fn register(ctx: &SessionContext, tables: &[Table]) -> Result<()> {
         ctx.register_table(t.name, t.mem_table()?)?;
     }
     Ok(())
+}
+
+/// Registers `tables` in `ctx` as tables resident in device memory (`ResidentTable`) on the
+/// session's GPU, in device batches of its `gpu.batch_rows` rows; the device bytes they hold.
+pub fn register_resident(ctx: &SessionContext, tables: &[Table]) -> Result<usize> {
+    let state = ctx.state();
+    let cfg = GpuConfig::from_options(state.config().options());
+    let gpu = Gpu::for_session(&cfg, &ctx.session_id())?;
+    let mut bytes = 0;
+    for t in tables {
+        let resident = ResidentTable::try_new(Arc::clone(&gpu), Arc::clone(&t.schema), &t.partitions, cfg.batch_rows)?;
+        bytes += resident.device_bytes();
+        ctx.register_table(t.name, Arc::new(resident))?;
+    }
+    Ok(bytes)
 }

@@ -74,17 +74,21 @@ pub struct SuiteBenchOptions {
     /// memory (the normal DataFusion case); `pinned` copies them once, after loading, into
     /// page-locked host memory (still host memory, read by the CPU as before; GPU scans then
     /// upload without a host copy; see `benches/results/2026-11-25-h100-held-pinned-tables-ab/README.md`).
-    /// Without a GPU the tables stay pageable.
-    #[arg(long, value_enum, default_value_t = HostMemory::Pageable)]
-    pub host_memory: HostMemory,
+    /// `gpu` makes the GPU session's tables resident in device memory (`ResidentTable`: uploaded
+    /// once, before the queries; the CPU session keeps them pageable). Without a GPU the tables
+    /// stay pageable.
+    #[arg(long, alias = "host-memory", value_enum, default_value_t = HostMemory::Pageable)]
+    pub residency: HostMemory,
 }
 
-/// Where benchmark tables live on the host (see [`SuiteBenchOptions::host_memory`]).
+/// Where benchmark tables live (see [`SuiteBenchOptions::residency`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HostMemory {
     Pinned,
     Pageable,
+    /// In device memory, for the GPU session.
+    Gpu,
 }
 
 impl SuiteBenchOptions {
@@ -103,7 +107,7 @@ impl SuiteBenchOptions {
             no_save: true,
             label: None,
             explain: false,
-            host_memory: HostMemory::Pageable,
+            residency: HostMemory::Pageable,
         }
     }
 }
@@ -272,8 +276,11 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         Err(reason) => (None, Some(reason)),
     };
 
-    let (tables, host_memory, pin_seconds) = match (o.host_memory, &no_gpu) {
+    let (tables, host_memory, pin_seconds) = match (o.residency, &no_gpu) {
         (HostMemory::Pageable, _) => (tables, "pageable".to_string(), 0.0),
+        (HostMemory::Gpu, Some(reason)) => (tables, format!("pageable (no GPU to hold the tables: {reason})"), 0.0),
+        // Made resident once the GPU session exists, below.
+        (HostMemory::Gpu, None) => (tables, String::new(), 0.0),
         (HostMemory::Pinned, Some(reason)) => (tables, format!("pageable (no GPU to pin with: {reason})"), 0.0),
         (HostMemory::Pinned, None) => {
             let t = Instant::now();
@@ -302,7 +309,28 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     apply_settings(&mut gpu_config, &o.gpu_set)?;
     let gpu_ctx = gpu_session_context(gpu_config);
     data::register(&cpu_ctx, &tables)?;
-    data::register(&gpu_ctx, &tables)?;
+    let (host_memory, pin_seconds) = match (o.residency, &no_gpu) {
+        (HostMemory::Gpu, None) => {
+            let t = Instant::now();
+            let bytes = data::register_resident(&gpu_ctx, &tables).map_err(|e| {
+                DataFusionError::Execution(format!(
+                    "making the tables resident in device memory failed ({e}); run with --residency pageable"
+                ))
+            })?;
+            let seconds = t.elapsed().as_secs_f64();
+            (
+                format!(
+                    "pageable for the CPU, GPU-resident for the GPU session ({:.1} GiB on the device)",
+                    bytes as f64 / (1u64 << 30) as f64
+                ),
+                seconds,
+            )
+        }
+        _ => {
+            data::register(&gpu_ctx, &tables)?;
+            (host_memory, pin_seconds)
+        }
+    };
 
     let bar = if bars { ProgressBar::new(selected.len() as u64) } else { ProgressBar::hidden() };
     if bars {
@@ -549,7 +577,7 @@ impl std::fmt::Display for SuiteReport {
             self.data,
             self.load_seconds,
             self.host_memory,
-            if self.pin_seconds > 0.0 { format!(", pinned in {:.1} s", self.pin_seconds) } else { String::new() }
+            if self.pin_seconds > 0.0 { format!(", placed in {:.1} s", self.pin_seconds) } else { String::new() }
         )?;
         for (name, rows, bytes) in &self.tables {
             writeln!(f, "  {name:<10} {rows:>12} rows {:>10.1} MiB", *bytes as f64 / (1 << 20) as f64)?;

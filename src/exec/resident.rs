@@ -1,0 +1,310 @@
+//! Tables resident in device memory. [`ResidentTable`] is a `TableProvider` whose columns were
+//! uploaded once, when it was made, and stay on the GPU for every later query; its scan,
+//! [`GpuTableScanExec`], hands the GPU operators above it device batches without a copy (a join,
+//! an aggregate or a fused filter reads them as it reads a GPU child's), and downloads them for a
+//! CPU parent. The cost model prices such an input as read on the device: no upload.
+//!
+//! The table's batches are immutable once loaded (the uploads are synchronised before the table
+//! is handed out), so every scan may give them to consumers on a stream of its own.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Statistics, internal_err};
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::common::compute_record_batch_statistics;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties,
+};
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+
+use super::{DeviceBatchStream, GpuExec, download_stream};
+use crate::columns::DeviceBatch;
+use crate::config::{GpuConfig, human_bytes};
+use crate::device::Gpu;
+use crate::error::gpu_error;
+
+/// The device data of a resident table, shared by the provider and its scans.
+#[derive(Debug)]
+struct Resident {
+    schema: SchemaRef,
+    gpu: Arc<Gpu>,
+    /// Each partition's rows, in device batches of at most the loading session's
+    /// `gpu.batch_rows` rows.
+    partitions: Vec<Vec<DeviceBatch>>,
+    /// Exact row counts and byte sizes, and the columns' null counts and min/max, per partition
+    /// (as DataFusion's in-memory table computes them).
+    partition_statistics: Vec<Statistics>,
+    statistics: Statistics,
+    device_bytes: usize,
+}
+
+/// A table whose columns live in device memory (see the module's text).
+#[derive(Debug, Clone)]
+pub struct ResidentTable {
+    data: Arc<Resident>,
+}
+
+impl ResidentTable {
+    /// Uploads `partitions` (host batches of `schema`) to `gpu`: each partition's batches become
+    /// device batches of at most `batch_rows` rows. Partitions upload in parallel, each on a
+    /// stream of its own, and every copy has finished when this returns.
+    pub fn try_new(
+        gpu: Arc<Gpu>,
+        schema: SchemaRef,
+        partitions: &[Vec<RecordBatch>],
+        batch_rows: usize,
+    ) -> Result<Self> {
+        use rayon::prelude::*;
+        for b in partitions.iter().flatten() {
+            if b.schema().fields() != schema.fields() {
+                return internal_err!("a batch of schema {} for a resident table of schema {schema}", b.schema());
+            }
+        }
+        let batch_rows = batch_rows.max(1);
+        let device: Vec<Vec<DeviceBatch>> = partitions
+            .par_iter()
+            .map(|batches| {
+                let stream = gpu.stream();
+                let mut out = Vec::new();
+                let mut group: Vec<RecordBatch> = Vec::new();
+                let mut rows = 0;
+                let flush = |group: &mut Vec<RecordBatch>, out: &mut Vec<DeviceBatch>| -> Result<()> {
+                    if !group.is_empty() {
+                        out.push(DeviceBatch::upload_concat(&gpu, &stream, group)?);
+                        group.clear();
+                    }
+                    Ok(())
+                };
+                for b in batches.iter().filter(|b| b.num_rows() > 0) {
+                    // A batch larger than a device batch is cut into slices of it.
+                    let mut offset = 0;
+                    while offset < b.num_rows() {
+                        let take = (batch_rows - rows).min(b.num_rows() - offset);
+                        group.push(b.slice(offset, take));
+                        offset += take;
+                        rows += take;
+                        if rows == batch_rows {
+                            flush(&mut group, &mut out)?;
+                            rows = 0;
+                        }
+                    }
+                }
+                flush(&mut group, &mut out)?;
+                stream.synchronize().map_err(|e| gpu_error(format!("waiting for a resident table's upload: {e}")))?;
+                Ok(out)
+            })
+            .collect::<Result<_>>()?;
+        let partition_statistics: Vec<Statistics> = partitions
+            .iter()
+            .map(|p| compute_record_batch_statistics(std::slice::from_ref(p), &schema, None))
+            .collect();
+        let statistics = compute_record_batch_statistics(partitions, &schema, None);
+        let device_bytes = device.iter().flatten().map(DeviceBatch::byte_size).sum();
+        Ok(ResidentTable {
+            data: Arc::new(Resident {
+                schema,
+                gpu,
+                partitions: device,
+                partition_statistics,
+                statistics,
+                device_bytes,
+            }),
+        })
+    }
+
+    /// The rows of table `name` registered in `ctx`, read with DataFusion and made resident on
+    /// the session's GPU (`gpu.device`), in as many partitions as DataFusion's scan of it has,
+    /// and device batches of the session's `gpu.batch_rows` rows.
+    pub async fn from_registered(ctx: &SessionContext, name: &str) -> Result<Self> {
+        let df = ctx.table(name).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let partitions = df.collect_partitioned().await?;
+        let state = ctx.state();
+        let cfg = GpuConfig::from_options(state.config().options());
+        let gpu = Gpu::for_session(&cfg, &ctx.session_id())?;
+        let batch_rows = cfg.batch_rows;
+        // The uploads wait for the device: off the async runtime's threads.
+        tokio::task::spawn_blocking(move || ResidentTable::try_new(gpu, schema, &partitions, batch_rows))
+            .await
+            .map_err(|e| DataFusionError::Execution(format!("uploading a resident table: {e}")))?
+    }
+
+    /// Device bytes the table's columns hold.
+    pub fn device_bytes(&self) -> usize {
+        self.data.device_bytes
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.data.partitions.iter().flatten().map(DeviceBatch::num_rows).sum()
+    }
+
+    /// The device the table lives on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.data.gpu
+    }
+}
+
+#[async_trait]
+impl TableProvider for ResidentTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.data.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(GpuTableScanExec::try_new(Arc::clone(&self.data), projection.cloned())?))
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        Some(self.data.statistics.clone())
+    }
+}
+
+/// The scan of a [`ResidentTable`]: its partitions' device batches, of the projected columns.
+#[derive(Debug)]
+pub struct GpuTableScanExec {
+    data: Arc<Resident>,
+    /// Columns of the table, in output order.
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GpuTableScanExec {
+    fn try_new(data: Arc<Resident>, projection: Option<Vec<usize>>) -> Result<Self> {
+        let projection = projection.unwrap_or_else(|| (0..data.schema.fields().len()).collect());
+        let schema = Arc::new(data.schema.project(&projection)?);
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(data.partitions.len().max(1)),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(GpuTableScanExec { data, projection, schema, properties, metrics: ExecutionPlanMetricsSet::new() })
+    }
+
+    /// Device bytes of the projected columns.
+    fn projected_bytes(&self) -> usize {
+        let per_column = |b: &DeviceBatch| self.projection.iter().map(|&c| b.columns()[c].byte_size()).sum::<usize>();
+        self.data.partitions.iter().flatten().map(per_column).sum()
+    }
+}
+
+impl DisplayAs for GpuTableScanExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let names: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        match t {
+            DisplayFormatType::TreeRender => write!(f, "resident={}", human_bytes(self.projected_bytes() as u64)),
+            _ => write!(
+                f,
+                "GpuTableScanExec: resident on GPU {}, partitions={}, projection=[{}], {} on the device",
+                self.data.gpu.info().ordinal,
+                self.data.partitions.len(),
+                names.join(", "),
+                human_bytes(self.projected_bytes() as u64)
+            ),
+        }
+    }
+}
+
+impl ExecutionPlan for GpuTableScanExec {
+    fn name(&self) -> &str {
+        "GpuTableScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if !children.is_empty() {
+            return internal_err!("GpuTableScanExec has no children");
+        }
+        Ok(self)
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        Ok(download_stream(Arc::clone(&self.schema), self.execute_device(partition, context)?))
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let stats = match args.partition() {
+            Some(p) => {
+                self.data.partition_statistics.get(p).cloned().unwrap_or_else(|| Statistics::new_unknown(&self.schema))
+            }
+            None => self.data.statistics.clone(),
+        };
+        Ok(Arc::new(stats.project(Some(&self.projection))))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+impl GpuExec for GpuTableScanExec {
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let ordinal = self.data.gpu.info().ordinal;
+        if cfg.device != ordinal {
+            return Err(DataFusionError::Plan(format!(
+                "a table resident on GPU {ordinal} is scanned by a session on GPU {} (gpu.device): set gpu.device = {ordinal}, or make the table resident on that device",
+                cfg.device
+            )));
+        }
+        let Some(batches) = self.data.partitions.get(partition) else {
+            if partition == 0 && self.data.partitions.is_empty() {
+                return Ok(Box::pin(futures::stream::empty()));
+            }
+            return internal_err!("GpuTableScanExec has {} partitions, not {partition}", self.data.partitions.len());
+        };
+        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let (projection, schema, gpu) = (self.projection.clone(), Arc::clone(&self.schema), Arc::clone(&self.data.gpu));
+        let batches: Vec<DeviceBatch> = batches.to_vec();
+        Ok(Box::pin(futures::stream::iter(batches).map(move |b| {
+            rows.add(b.num_rows());
+            // The batch's uploads finished when the table was made: its consumers may work on a
+            // stream of their own.
+            Ok(b.select(&projection, &schema)?.on_stream(gpu.stream()))
+        })))
+    }
+}

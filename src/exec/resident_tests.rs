@@ -1,0 +1,177 @@
+//! GPU tests of tables resident in device memory: every query over [`ResidentTable`]s gives
+//! DataFusion's answer over the same rows in memory, the GPU operators read the resident
+//! columns without uploading them, and CPU operators read them downloaded.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::array_value_to_string;
+use datafusion::datasource::MemTable;
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::resident::ResidentTable;
+use crate::config::GpuConfig;
+use crate::cost::PlacementSetting;
+use crate::session::gpu_session_context;
+use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip};
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("g", DataType::Int32, false),
+        Field::new("s", DataType::Utf8, true),
+        Field::new("d", DataType::Decimal128(15, 2), true),
+        Field::new("t", DataType::Date32, false),
+    ]))
+}
+
+/// `parts` partitions of random rows (duplicate and NULL keys, skewed groups, strings, decimals,
+/// dates), the last partition empty; each partition in batches of uneven sizes.
+fn partitions(rng: &mut StdRng, rows: usize, parts: usize, keys: i64) -> Vec<Vec<RecordBatch>> {
+    let schema = schema();
+    let mut out: Vec<Vec<RecordBatch>> = (0..parts - 1)
+        .map(|_| {
+            let mut left = rows / (parts - 1);
+            let mut batches = Vec::new();
+            while left > 0 {
+                let n = rng.random_range(1..=left.min(700));
+                left -= n;
+                let k: Int64Array =
+                    (0..n).map(|_| (rng.random_range(0..12) > 0).then(|| rng.random_range(0..keys))).collect();
+                // Skew: a third of the rows in group 0.
+                let g: Int32Array =
+                    (0..n).map(|_| if rng.random_range(0..3) == 0 { 0 } else { rng.random_range(0..40) }).collect();
+                let s: StringArray = (0..n)
+                    .map(|_| (rng.random_range(0..9) > 0).then(|| format!("s{}", rng.random_range(0..60))))
+                    .collect();
+                let d = Decimal128Array::from(
+                    (0..n)
+                        .map(|_| (rng.random_range(0..10) > 0).then(|| rng.random_range(-100_000i128..100_000)))
+                        .collect::<Vec<_>>(),
+                )
+                .with_precision_and_scale(15, 2)
+                .unwrap();
+                let t: Date32Array = (0..n).map(|_| Some(rng.random_range(9000..9400))).collect();
+                let cols: Vec<ArrayRef> = vec![Arc::new(k), Arc::new(g), Arc::new(s), Arc::new(d), Arc::new(t)];
+                batches.push(RecordBatch::try_new(Arc::clone(&schema), cols).unwrap());
+            }
+            batches
+        })
+        .collect();
+    out.push(Vec::new());
+    out
+}
+
+/// Each row of the query's result as text, sorted: the comparison ignores row order.
+async fn rows(ctx: &SessionContext, sql: &str) -> (Vec<String>, Arc<dyn ExecutionPlan>) {
+    let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let mut out = Vec::new();
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            let cells: Vec<String> =
+                b.columns().iter().map(|c| array_value_to_string(c.as_ref(), r).unwrap()).collect();
+            out.push(cells.join("|"));
+        }
+    }
+    out.sort();
+    (out, plan)
+}
+
+const QUERIES: &[&str] = &[
+    "SELECT count(*) FROM a",
+    "SELECT k, g, s, d, t FROM a",
+    "SELECT s, t FROM b WHERE g = 0 AND d > 10",
+    "SELECT g, count(*), sum(d), min(k), max(s), count(DISTINCT k) FROM a GROUP BY g",
+    "SELECT s, sum(d) FROM b WHERE t < DATE '1995-01-01' GROUP BY s",
+    "SELECT a.k, a.g, b.s FROM a JOIN b ON a.k = b.k WHERE b.g < 20",
+    "SELECT a.k, b.d FROM a LEFT JOIN b ON a.k = b.k",
+    "SELECT a.s, b.s FROM a RIGHT JOIN b ON a.k = b.k AND a.g = b.g",
+    "SELECT a.k, b.k FROM a FULL JOIN b ON a.k = b.k AND a.g < b.g",
+    "SELECT k, s FROM a WHERE k IN (SELECT k FROM b WHERE g > 30)",
+    "SELECT k, g FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)",
+    "SELECT b.g, count(*), sum(a.d) FROM a JOIN b ON a.k = b.k GROUP BY b.g",
+    "SELECT g, k, row_number() OVER (PARTITION BY g ORDER BY k, s, d, t) FROM a WHERE k < 20",
+    "SELECT s FROM b ORDER BY s NULLS FIRST LIMIT 7",
+];
+
+/// Every query gives DataFusion's answer with the tables resident on the GPU, as the rule
+/// places its operators (every eligible one on the GPU, then the cost model), and the joins
+/// and aggregates over the resident scans read them on the device.
+#[test]
+fn gpu_resident_tables_give_datafusions_answers() {
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip("gpu_resident_tables_give_datafusions_answers") else { return };
+    let seed = fresh_seed("gpu_resident_tables_give_datafusions_answers");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let a = partitions(&mut rng, 3000, 4, 500);
+    let b = partitions(&mut rng, 9000, 5, 700);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = SessionConfig::new().with_target_partitions(4);
+    let cpu = SessionContext::new_with_config(config.clone());
+    for (name, parts) in [("a", &a), ("b", &b)] {
+        cpu.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+    }
+    for placement in [PlacementSetting::Always, PlacementSetting::Cost] {
+        let cfg = GpuConfig { min_rows: 0, placement, batch_rows: 1000, ..GpuConfig::default() };
+        let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+        for (name, parts) in [("a", &a), ("b", &b)] {
+            // Device batches of 1,000 rows: several per partition, cut across host batches.
+            let t = ResidentTable::try_new(Arc::clone(&gpu), schema(), parts, 1000).unwrap();
+            assert_eq!(t.num_rows(), parts.iter().flatten().map(RecordBatch::num_rows).sum::<usize>());
+            assert!(t.device_bytes() > 0);
+            ctx.register_table(name, Arc::new(t)).unwrap();
+        }
+        rt.block_on(async {
+            for sql in QUERIES {
+                let (want, _) = rows(&cpu, sql).await;
+                let (got, plan) = rows(&ctx, sql).await;
+                let shown = displayable(plan.as_ref()).indent(true).to_string();
+                assert_eq!(got, want, "{placement:?}, seed {seed}: {sql}\n{shown}");
+                assert!(shown.contains("GpuTableScanExec"), "{sql}\n{shown}");
+                if placement == PlacementSetting::Always && sql.contains("JOIN") && !sql.contains("FULL") {
+                    assert!(shown.contains("GpuHashJoinExec"), "{sql}\n{shown}");
+                }
+                // A GPU operator over the resident scan reads its columns on the device: no
+                // upload node, and a group-by straight over the scan uploads nothing. (Where a
+                // CPU operator stands between, its output is uploaded; that time is printed.)
+                assert!(!shown.contains("GpuUploadExec"), "{sql}\n{shown}");
+                let upload_ns = upload_time(&plan);
+                eprintln!("{placement:?}: {upload_ns} ns of uploads: {sql}");
+                if placement == PlacementSetting::Always && sql.starts_with("SELECT g, count(*)") {
+                    assert!(shown.contains("GpuAggregateExec"), "{sql}\n{shown}");
+                    assert_eq!(upload_ns, 0, "{sql}: the aggregate uploaded\n{shown}");
+                }
+            }
+        });
+    }
+}
+
+/// Nanoseconds every GPU exec of `plan` spent uploading (their `upload_time` metrics).
+fn upload_time(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    let mine = plan
+        .metrics()
+        .map(|m| m.iter().filter(|x| x.value().name() == "upload_time").map(|x| x.value().as_usize()).sum())
+        .unwrap_or(0);
+    mine + plan.children().iter().map(|c| upload_time(c)).sum::<usize>()
+}
+
+/// A session on another device than the table's is refused with the setting to change.
+#[test]
+fn gpu_a_resident_table_names_its_device() {
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip("gpu_a_resident_table_names_its_device") else { return };
+    let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_a_resident_table_names_its_device"));
+    let t = ResidentTable::try_new(Arc::clone(&gpu), schema(), &partitions(&mut rng, 100, 2, 10), 64).unwrap();
+    let cfg = GpuConfig { device: gpu.info().ordinal + 1, ..GpuConfig::default() };
+    let ctx = gpu_session_context(SessionConfig::new().with_option_extension(cfg));
+    ctx.register_table("a", Arc::new(t)).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt.block_on(async { ctx.sql("SELECT * FROM a").await.unwrap().collect().await }).unwrap_err().to_string();
+    assert!(err.contains("gpu.device"), "{err}");
+}
