@@ -85,6 +85,7 @@ async fn rows(ctx: &SessionContext, sql: &str) -> (Vec<String>, Arc<dyn Executio
 
 const QUERIES: &[&str] = &[
     "SELECT count(*) FROM a",
+    "SELECT count(*), count(s), sum(g) FROM a WHERE k > 100",
     "SELECT k, g, s, d, t FROM a",
     "SELECT s, t FROM b WHERE g = 0 AND d > 10",
     "SELECT g, count(*), sum(d), min(k), max(s), count(DISTINCT k) FROM a GROUP BY g",
@@ -133,7 +134,10 @@ fn gpu_resident_tables_give_datafusions_answers() {
                 let (got, plan) = rows(&ctx, sql).await;
                 let shown = displayable(plan.as_ref()).indent(true).to_string();
                 assert_eq!(got, want, "{placement:?}, seed {seed}: {sql}\n{shown}");
-                assert!(shown.contains("GpuTableScanExec"), "{sql}\n{shown}");
+                // (A count DataFusion answers from the table's exact statistics scans nothing.)
+                if !shown.contains("PlaceholderRowExec") {
+                    assert!(shown.contains("GpuTableScanExec"), "{sql}\n{shown}");
+                }
                 if placement == PlacementSetting::Always && sql.contains("JOIN") && !sql.contains("FULL") {
                     assert!(shown.contains("GpuHashJoinExec"), "{sql}\n{shown}");
                 }
