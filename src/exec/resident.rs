@@ -79,31 +79,10 @@ impl ResidentTable {
             .par_iter()
             .map(|batches| {
                 let stream = gpu.stream();
-                let mut out = Vec::new();
-                let mut group: Vec<RecordBatch> = Vec::new();
-                let mut rows = 0;
-                let flush = |group: &mut Vec<RecordBatch>, out: &mut Vec<DeviceBatch>| -> Result<()> {
-                    if !group.is_empty() {
-                        out.push(DeviceBatch::upload_concat(&gpu, &stream, group)?);
-                        group.clear();
-                    }
-                    Ok(())
-                };
-                for b in batches.iter().filter(|b| b.num_rows() > 0) {
-                    // A batch larger than a device batch is cut into slices of it.
-                    let mut offset = 0;
-                    while offset < b.num_rows() {
-                        let take = (batch_rows - rows).min(b.num_rows() - offset);
-                        group.push(b.slice(offset, take));
-                        offset += take;
-                        rows += take;
-                        if rows == batch_rows {
-                            flush(&mut group, &mut out)?;
-                            rows = 0;
-                        }
-                    }
-                }
-                flush(&mut group, &mut out)?;
+                let out = device_batch_groups(batches, batch_rows)
+                    .iter()
+                    .map(|group| DeviceBatch::upload_concat(&gpu, &stream, group))
+                    .collect::<Result<Vec<_>>>()?;
                 stream.synchronize().map_err(|e| gpu_error(format!("waiting for a resident table's upload: {e}")))?;
                 Ok(out)
             })
@@ -156,6 +135,31 @@ impl ResidentTable {
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.data.gpu
     }
+}
+
+/// `batches` (in order, empty ones left out) grouped into device batches of `batch_rows` rows, the
+/// last one with the rest: a batch that crosses a group's end is cut into slices.
+fn device_batch_groups(batches: &[RecordBatch], batch_rows: usize) -> Vec<Vec<RecordBatch>> {
+    let batch_rows = batch_rows.max(1);
+    let mut groups = Vec::new();
+    let (mut group, mut rows) = (Vec::new(), 0);
+    for b in batches.iter().filter(|b| b.num_rows() > 0) {
+        let mut offset = 0;
+        while offset < b.num_rows() {
+            let take = (batch_rows - rows).min(b.num_rows() - offset);
+            group.push(b.slice(offset, take));
+            offset += take;
+            rows += take;
+            if rows == batch_rows {
+                groups.push(std::mem::take(&mut group));
+                rows = 0;
+            }
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
 }
 
 #[async_trait]
@@ -306,5 +310,56 @@ impl GpuExec for GpuTableScanExec {
             // stream of their own.
             Ok(b.select(&projection, &schema)?.on_stream(gpu.stream()))
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Array, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+
+    use super::device_batch_groups;
+
+    fn batch(from: i64, n: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(from..from + n as i64))]).unwrap()
+    }
+
+    /// Device batches hold `batch_rows` rows each (the last the rest), every row once and in
+    /// order, whatever the host batches' sizes; empty batches add nothing.
+    #[test]
+    fn host_batches_group_into_device_batches_of_the_set_rows() {
+        let sizes = [0usize, 5, 1, 12, 0, 3, 7, 30, 2];
+        let mut from = 0;
+        let batches: Vec<RecordBatch> = sizes
+            .iter()
+            .map(|&n| {
+                let b = batch(from, n);
+                from += n as i64;
+                b
+            })
+            .collect();
+        let total: usize = sizes.iter().sum();
+        for batch_rows in [1, 4, 7, 10, 60, 61, 1000] {
+            let groups = device_batch_groups(&batches, batch_rows);
+            let rows: Vec<usize> = groups.iter().map(|g| g.iter().map(RecordBatch::num_rows).sum()).collect();
+            assert_eq!(rows.iter().sum::<usize>(), total, "{batch_rows}");
+            let (last, full) = rows.split_last().unwrap();
+            assert!(full.iter().all(|&r| r == batch_rows), "{batch_rows}: {rows:?}");
+            assert!(*last > 0 && *last <= batch_rows, "{batch_rows}: {rows:?}");
+            let values: Vec<i64> = groups
+                .iter()
+                .flatten()
+                .flat_map(|b| {
+                    let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                    (0..a.len()).map(|i| a.value(i)).collect::<Vec<_>>()
+                })
+                .collect();
+            assert_eq!(values, (0..total as i64).collect::<Vec<_>>(), "{batch_rows}");
+        }
+        assert!(device_batch_groups(&[batch(0, 0)], 10).is_empty());
     }
 }
