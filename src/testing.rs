@@ -281,3 +281,21 @@ pub fn hash_join_on_first(
             .expect("hash join"),
     )
 }
+
+/// The rows of `batches` as text, one line each with the cells joined by `|`, sorted: for
+/// comparing results whose row order is not defined.
+pub fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            (0..b.num_rows()).map(move |r| {
+                let cell = |c: &ArrayRef| {
+                    datafusion::arrow::util::display::array_value_to_string(c, r).unwrap_or_else(|e| format!("<{e}>"))
+                };
+                b.columns().iter().map(cell).collect::<Vec<_>>().join("|")
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}

@@ -19,6 +19,7 @@ use super::probe::DeviceInfo;
 use crate::error::{CudaResultExt, Result, gpu_error};
 
 use super::kernel::{HEADERS, Kernel, Module};
+use super::launch::KArg;
 
 /// NVRTC options besides the architecture.
 const OPTIONS: &[&str] = &["-std=c++17", "--device-int128"];
@@ -35,6 +36,8 @@ pub struct KernelStats {
 pub struct KernelCache {
     ctx: Arc<CudaContext>,
     arch: String,
+    /// The driver's version (e.g. 13000), as probed.
+    driver_version: i32,
     versions: String,
     dir: Option<PathBuf>,
     modules: Mutex<HashMap<Module, Arc<CudaModule>>>,
@@ -58,11 +61,12 @@ pub struct LoadedKernel {
 }
 
 impl LoadedKernel {
-    /// Refuses arguments of other sizes than the kernel's parameters (`sizes`, in order).
-    pub fn check_arguments(&self, sizes: impl ExactSizeIterator<Item = usize>) -> Result<()> {
+    /// Refuses arguments of other sizes than the kernel's parameters, in order (no allocation
+    /// unless they differ: this runs at every launch).
+    pub fn check_arguments(&self, args: &[KArg]) -> Result<()> {
         let Some(params) = &self.params else { return Ok(()) };
-        let given: Vec<usize> = sizes.collect();
-        if given != *params {
+        if params.len() != args.len() || params.iter().zip(args).any(|(&p, a)| p != a.size()) {
+            let given: Vec<usize> = args.iter().map(KArg::size).collect();
             return Err(gpu_error(format!(
                 "kernel {} takes parameters of {params:?} bytes, but the launch passes {given:?}: a bug in the \
                  caller, please report it",
@@ -73,11 +77,10 @@ impl LoadedKernel {
     }
 }
 
-/// The sizes of `function`'s parameters, read from the driver (CUDA 12.4 and later).
-fn parameter_sizes(function: &CudaFunction, kernel: Kernel) -> Result<Option<Vec<usize>>> {
-    let mut version = 0;
-    unsafe { sys::cuDriverGetVersion(&mut version) }.result().gpu("reading the driver's version")?;
-    if version < 12040 {
+/// The sizes of `function`'s parameters, read from the driver (CUDA 12.4 and later; the
+/// driver's version is `driver_version`).
+fn parameter_sizes(function: &CudaFunction, kernel: Kernel, driver_version: i32) -> Result<Option<Vec<usize>>> {
+    if driver_version < 12040 {
         return Ok(None);
     }
     let mut sizes = Vec::new();
@@ -196,6 +199,7 @@ impl KernelCache {
         KernelCache {
             ctx,
             arch: info.arch(),
+            driver_version: info.driver_version,
             versions: format!("driver {} nvrtc {}.{}", info.driver_version, info.nvrtc_version.0, info.nvrtc_version.1),
             dir,
             modules: Mutex::new(HashMap::new()),
@@ -216,7 +220,7 @@ impl KernelCache {
         }
         let function =
             self.module(kernel.module)?.load_function(kernel.name).gpu(format!("loading kernel {kernel}"))?;
-        let params = parameter_sizes(&function, kernel)?;
+        let params = parameter_sizes(&function, kernel, self.driver_version)?;
         let k = Arc::new(LoadedKernel { kernel, function, params });
         let mut loaded = self.loaded.lock().map_err(|_| gpu_error("kernel cache lock poisoned"))?;
         Ok(Arc::clone(loaded.entry(kernel).or_insert(k)))

@@ -46,7 +46,7 @@ impl Gpu {
     /// differ from the kernel's parameters are refused.
     pub fn launch(&self, stream: &Arc<CudaStream>, kernel: Kernel, cfg: LaunchConfig, args: &[KArg]) -> Result<()> {
         let k = self.kernels().get(kernel)?;
-        k.check_arguments(args.iter().map(KArg::size))?;
+        k.check_arguments(args)?;
         self.launch_function(stream, &k.function, kernel.name, cfg, args)
     }
 

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -22,7 +21,7 @@ use crate::cost::PlacementSetting;
 use crate::device::Gpu;
 use crate::join::{JoinAlgorithm, JoinAlgorithmSetting};
 use crate::session::gpu_session_context;
-use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip};
+use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip, sorted_rows};
 
 /// Two tables with duplicate and NULL keys: `a` (the smaller) and `b`, in 3 partitions each.
 fn register(ctx: &SessionContext, seed: u64) {
@@ -71,20 +70,6 @@ fn cpu_ctx(seed: u64) -> SessionContext {
     ctx
 }
 
-/// The rows of `batches` as sorted text.
-fn rows(batches: &[RecordBatch]) -> Vec<String> {
-    let mut out: Vec<String> = batches
-        .iter()
-        .flat_map(|b| {
-            (0..b.num_rows()).map(move |r| {
-                b.columns().iter().map(|c| array_value_to_string(c, r).unwrap()).collect::<Vec<_>>().join("|")
-            })
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// The sum of metric `name` over the nodes named `exec` in `plan`.
 fn metric(plan: &Arc<dyn ExecutionPlan>, exec: &str, name: &str) -> usize {
     super::metric_total(plan, Some(exec), name)
@@ -99,7 +84,7 @@ async fn run_with_fault(
     after: usize,
 ) -> (Result<bool, String>, Option<Arc<dyn ExecutionPlan>>) {
     let (gpu, cpu) = (gpu_ctx(seed), cpu_ctx(seed));
-    let want = rows(&cpu.sql(sql).await.unwrap().collect().await.unwrap());
+    let want = sorted_rows(&cpu.sql(sql).await.unwrap().collect().await.unwrap());
     // The session's budget: held here so that the query's operators find it with the fault.
     let budget = Gpu::for_session(&GpuConfig::from_options(gpu.state().config_options()), &gpu.session_id()).unwrap();
     budget.memory().fail_after(Some((what, after)));
@@ -107,7 +92,7 @@ async fn run_with_fault(
     let got = collect(Arc::clone(&plan), gpu.task_ctx()).await;
     budget.memory().fail_after(None);
     match got {
-        Ok(batches) => (Ok(rows(&batches) == want), Some(plan)),
+        Ok(batches) => (Ok(sorted_rows(&batches) == want), Some(plan)),
         Err(e) => (Err(e.to_string()), Some(plan)),
     }
 }

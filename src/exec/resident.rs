@@ -74,7 +74,6 @@ impl ResidentTable {
                 return internal_err!("a batch of schema {} for a resident table of schema {schema}", b.schema());
             }
         }
-        let batch_rows = batch_rows.max(1);
         let device: Vec<Vec<DeviceBatch>> = partitions
             .par_iter()
             .map(|batches| {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -17,8 +16,9 @@ use rand::{Rng, SeedableRng};
 use super::resident::ResidentTable;
 use crate::config::GpuConfig;
 use crate::cost::PlacementSetting;
+use crate::exec::metric_total;
 use crate::session::gpu_session_context;
-use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip};
+use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip, sorted_rows};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -67,20 +67,11 @@ fn partitions(rng: &mut StdRng, rows: usize, parts: usize, keys: i64) -> Vec<Vec
     out
 }
 
-/// Each row of the query's result as text, sorted: the comparison ignores row order.
+/// The query's result as sorted text (the comparison ignores row order), and its plan.
 async fn rows(ctx: &SessionContext, sql: &str) -> (Vec<String>, Arc<dyn ExecutionPlan>) {
     let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
     let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let mut out = Vec::new();
-    for b in &batches {
-        for r in 0..b.num_rows() {
-            let cells: Vec<String> =
-                b.columns().iter().map(|c| array_value_to_string(c.as_ref(), r).unwrap()).collect();
-            out.push(cells.join("|"));
-        }
-    }
-    out.sort();
-    (out, plan)
+    (sorted_rows(&batches), plan)
 }
 
 const QUERIES: &[&str] = &[
@@ -147,7 +138,10 @@ fn gpu_resident_tables_give_datafusions_answers() {
                 // it uploads nothing. (Where a CPU operator stands between a scan and a GPU
                 // operator, that operator's output is uploaded; the time is printed.)
                 let direct = direct_readers(&plan);
-                eprintln!("{placement:?}: {} ns of uploads; over the scans: {direct:?}: {sql}", upload_time(&plan));
+                eprintln!(
+                    "{placement:?}: {} ns of uploads; over the scans: {direct:?}: {sql}",
+                    metric_total(&plan, None, "upload_time")
+                );
                 for (name, ns) in &direct {
                     assert_eq!(*ns, 0, "{sql}: {name} over a resident scan uploaded\n{shown}");
                 }
@@ -161,14 +155,7 @@ fn gpu_resident_tables_give_datafusions_answers() {
 
 /// Nanoseconds `plan`'s own `upload_time` metrics add up to.
 fn own_upload_time(plan: &Arc<dyn ExecutionPlan>) -> usize {
-    plan.metrics()
-        .map(|m| m.iter().filter(|x| x.value().name() == "upload_time").map(|x| x.value().as_usize()).sum())
-        .unwrap_or(0)
-}
-
-/// Nanoseconds every GPU exec of `plan` spent uploading.
-fn upload_time(plan: &Arc<dyn ExecutionPlan>) -> usize {
-    own_upload_time(plan) + plan.children().iter().map(|c| upload_time(c)).sum::<usize>()
+    plan.metrics().and_then(|m| m.sum_by_name("upload_time")).map_or(0, |v| v.as_usize())
 }
 
 /// The GPU aggregates of `plan` whose input is a resident scan itself, with their upload time.
