@@ -991,8 +991,9 @@ async fn gpu_joins_without_repartitions_match_cpu() {
         std::io::stderr(),
         "joins without repartitions: {removed} GPU joins ran without them (per query {per_query:?}); seed {seed}"
     );
-    // Every query has a Partitioned join over hash repartitions; a join whose output another
-    // GPU join needs partitioned keeps them, so not every one goes.
+    // Every query has a Partitioned join over hash repartitions; a join whose output a node
+    // above needs partitioned by its keys, where that node is not a GPU join rebuilt with it,
+    // may keep them, so not every one goes.
     assert!(
         removed + 2 >= queries.len(),
         "too few joins ran without their repartitions ({removed}, per query {per_query:?})"

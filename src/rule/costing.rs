@@ -9,6 +9,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::eligibility::{bounded_rows, estimated_rows, likely_rows};
+use super::repartition::Rebuilt;
 use crate::columns::pinned::scans_pinned_memory;
 use crate::config::GpuConfig;
 use crate::cost::aggregate::{self as agg_cost, AggregateEstimate, AggregateShape};
@@ -262,8 +263,12 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
 /// produces, down to be hashed and up again, not counted here). With
 /// `gpu.experimental.reprice_against_cpu` the rebuilt join must beat the CPU join instead (a join placed with
 /// its GPU parent without its download).
+///
+/// A join rebuilt because the GPU join below it was ([`Rebuilt::WithJoinBelow`]) is kept, priced
+/// again: the alternative keeps that join's exchange, which its own repricing found dearer.
 pub fn reprice_without_repartitions(
     g: GpuHashJoinExec,
+    why: Rebuilt,
     cfg: &GpuConfig,
     profile: &Arc<Profile>,
     gpu: Option<&Gpu>,
@@ -275,6 +280,9 @@ pub fn reprice_without_repartitions(
     match join_estimate(&g, &node, cfg, profile, None, gpu) {
         Some(mut e) => {
             e.verdict.cpu_exchange = e.verdict.cpu_exchange.max(exchange);
+            if why == Rebuilt::WithJoinBelow {
+                return Some(g.with_estimate(e));
+            }
             let keep = match (cfg.reprice_against_cpu, g.placed_for_gpu_parent()) {
                 (false, _) => e.verdict.gpu_total() <= partitioned_gpu,
                 (true, true) => Verdict { download: 0.0, ..e.verdict.clone() }.gpu_wins(),
@@ -654,7 +662,7 @@ mod tests {
         assert_eq!(fresh.cpu_exchange, 0.0, "the rebuilt join has no repartitions of its own");
         // One build of 2 000 rows against four of 500, and no repartitions: the rebuilt join.
         assert!(fresh.gpu_total() <= partitioned_gpu, "{} vs {partitioned_gpu}", fresh.describe());
-        let kept = reprice_without_repartitions(rebuilt, &cfg, &profile, None).expect("the rebuilt join is kept");
+        let kept = reprice_without_repartitions(rebuilt, Rebuilt::AroundRepartitions, &cfg, &profile, None).expect("the rebuilt join is kept");
         let verdict = kept.estimate().unwrap().verdict.clone();
         assert!((verdict.cpu_exchange - want).abs() < 1e-12);
         // EXPLAIN says what a kept join that loses to the CPU was measured against.
@@ -672,14 +680,14 @@ mod tests {
         let exec = GpuHashJoinExec::try_new(Arc::clone(&small), &cfg).unwrap();
         let e = join_estimate(&exec, &small, &cfg, &profile, None, None).unwrap();
         let rebuilt = exec.with_estimate(e).without_repartitions().unwrap().expect("both sides repartitioned");
-        let kept = reprice_without_repartitions(rebuilt, &cfg, &profile, None).expect("kept on the GPU");
+        let kept = reprice_without_repartitions(rebuilt, Rebuilt::AroundRepartitions, &cfg, &profile, None).expect("kept on the GPU");
         assert!(!kept.estimate().unwrap().verdict.gpu_wins());
         let shown = datafusion::physical_plan::displayable(&kept).one_line().to_string();
         assert!(shown.contains("kept on the GPU against the Partitioned GPU join"), "{shown}");
         let against_cpu = GpuConfig { reprice_against_cpu: true, ..GpuConfig::default() };
         let rebuilt = priced.without_repartitions().unwrap().expect("both sides repartitioned");
         let gpu_wins = fresh.gpu_total() < fresh.cpu_total() + want;
-        match reprice_without_repartitions(rebuilt, &against_cpu, &profile, None) {
+        match reprice_without_repartitions(rebuilt, Rebuilt::AroundRepartitions, &against_cpu, &profile, None) {
             Some(kept) => {
                 assert!(gpu_wins);
                 assert!((kept.estimate().unwrap().verdict.cpu_exchange - want).abs() < 1e-12);

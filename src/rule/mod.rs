@@ -150,8 +150,8 @@ impl GpuOptimizerRule {
         let plan = match cfg.join_repartition {
             true => plan,
             false => {
-                let reprice = |g: GpuHashJoinExec| match profile.as_ref() {
-                    Some(p) => costing::reprice_without_repartitions(g, &cfg, p, gpu.as_deref()),
+                let reprice = |g: GpuHashJoinExec, why: repartition::Rebuilt| match profile.as_ref() {
+                    Some(p) => costing::reprice_without_repartitions(g, why, &cfg, p, gpu.as_deref()),
                     None => Some(g),
                 };
                 let plan = repartition::remove_join_repartitions(plan, config, &reprice)?;

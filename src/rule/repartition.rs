@@ -71,10 +71,24 @@ fn parent_of(plan: &Arc<dyn ExecutionPlan>, target: &Arc<dyn ExecutionPlan>) -> 
     Ok(found)
 }
 
+/// How [`remove_join_repartitions`] reprices a GPU join it rebuilds in `CollectLeft` mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rebuilt {
+    /// Read around its own hash repartitions: kept only when the model prefers it.
+    AroundRepartitions,
+    /// Rebuilt because the GPU join below it was (its inputs no longer partitioned alike): kept
+    /// whatever its own estimate, as the alternative is to keep the exchange below, which that
+    /// join's repricing already found dearer. Priced again for EXPLAIN and the run-time choice.
+    WithJoinBelow,
+}
+
 /// `plan` with every Partitioned GPU join over hash repartitions reading their inputs instead,
-/// top down, each kept only if the plan stays sane (with the join's output repartitioned by its
-/// old partitioning when needed, except below another GPU join). A plan that is not sane to
-/// begin with is left alone.
+/// top down, each kept only if the plan stays sane: directly, or with the join's output
+/// repartitioned by its old partitioning where a node above needs it. Where that node is a
+/// Partitioned GPU join, restoring the partitioning would move all of the output through the
+/// host (TPC-H q18: 60 M rows, 2.3x slower), so that join is rebuilt in `CollectLeft` mode too
+/// (one build from every partition needs no co-partitioned inputs), and so on upwards. A plan
+/// that is not sane to begin with is left alone.
 ///
 /// `reprice` gives the cost model's view of each new join: one build of all the build rows is
 /// not the 16 per-partition builds the join was priced for, so its algorithm is chosen again
@@ -83,7 +97,7 @@ fn parent_of(plan: &Arc<dyn ExecutionPlan>, target: &Arc<dyn ExecutionPlan>) -> 
 pub fn remove_join_repartitions(
     plan: Arc<dyn ExecutionPlan>,
     config: &ConfigOptions,
-    reprice: &dyn Fn(GpuHashJoinExec) -> Option<GpuHashJoinExec>,
+    reprice: &dyn Fn(GpuHashJoinExec, Rebuilt) -> Option<GpuHashJoinExec>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let mut joins = Vec::new();
     plan.apply(|node| {
@@ -103,29 +117,46 @@ pub fn remove_join_repartitions(
     for old in joins {
         let Some(join) = old.downcast_ref::<GpuHashJoinExec>() else { continue };
         let Some(new) = join.without_repartitions()? else { continue };
-        let Some(new) = reprice(new) else { continue };
-        let new: Arc<dyn ExecutionPlan> = Arc::new(new);
-        let direct = replace(&plan, &old, Arc::clone(&new))?;
-        if sane(&direct, config) {
-            plan = direct;
-            continue;
-        }
-        // A GPU join above reads this join's output on the device: a restoring repartition
-        // would download all of it and hash it on the CPU (TPC-H q18: 60 M rows, 2.3x slower).
-        if parent_of(&plan, &old)?.is_some_and(|p| p.downcast_ref::<GpuHashJoinExec>().is_some()) {
-            continue;
-        }
-        let partitioning = old.output_partitioning().clone();
-        if !matches!(partitioning, Partitioning::Hash(..)) {
-            continue;
-        }
-        let restored = Arc::new(RepartitionExec::try_new(new, partitioning)?);
-        let wrapped = replace(&plan, &old, restored)?;
-        if sane(&wrapped, config) {
-            plan = wrapped;
+        let Some(new) = reprice(new, Rebuilt::AroundRepartitions) else { continue };
+        if let Some(rewritten) = with_rebuilt_join(&plan, &old, Arc::new(new), config, reprice)? {
+            plan = rewritten;
         }
     }
     Ok(plan)
+}
+
+/// `plan` with the GPU join `old` replaced by `new`, its rebuilt `CollectLeft` form, if the plan
+/// stays sane: directly; with the Partitioned GPU join above rebuilt around it (recursively);
+/// or with `old`'s hash partitioning restored above `new` for any other parent. `None` when
+/// none of these is sane.
+fn with_rebuilt_join(
+    plan: &Arc<dyn ExecutionPlan>,
+    old: &Arc<dyn ExecutionPlan>,
+    new: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+    reprice: &dyn Fn(GpuHashJoinExec, Rebuilt) -> Option<GpuHashJoinExec>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let direct = replace(plan, old, Arc::clone(&new))?;
+    if sane(&direct, config) {
+        return Ok(Some(direct));
+    }
+    let parent = parent_of(plan, old)?;
+    if let Some(p) = &parent {
+        if let Some(above) = p.downcast_ref::<GpuHashJoinExec>() {
+            // A GPU join above reads this join's output on the device: it builds from every
+            // partition too, rather than the output going down to be hashed and up again.
+            let Some(rebuilt) = above.with_rebuilt_child((old, &new))? else { return Ok(None) };
+            let Some(rebuilt) = reprice(rebuilt, Rebuilt::WithJoinBelow) else { return Ok(None) };
+            return with_rebuilt_join(plan, p, Arc::new(rebuilt), config, reprice);
+        }
+    }
+    let partitioning = old.output_partitioning().clone();
+    if !matches!(partitioning, Partitioning::Hash(..)) {
+        return Ok(None);
+    }
+    let restored = Arc::new(RepartitionExec::try_new(new, partitioning)?);
+    let wrapped = replace(plan, old, restored)?;
+    Ok(sane(&wrapped, config).then_some(wrapped))
 }
 
 /// `plan` with each `SinglePartitioned` GPU aggregate that reads a hash repartition of a GPU
@@ -253,7 +284,7 @@ mod tests {
         let e = join_estimate(&exec, &node, &cfg, &profile, None, None).expect("memory sources have row counts");
         assert_eq!((e.shape.builds, e.shape.build_rows), (4.0, 100_000.0));
         let plan: Arc<dyn ExecutionPlan> = Arc::new(exec.with_estimate(e));
-        let reprice = |g: GpuHashJoinExec| {
+        let reprice = |g: GpuHashJoinExec, _: Rebuilt| {
             let node = Arc::clone(g.original());
             join_estimate(&g, &node, &cfg, &profile, None, None).map(|e| g.with_estimate(e))
         };
@@ -263,7 +294,45 @@ mod tests {
         assert_eq!((shape.builds, shape.build_rows), (1.0, 400_000.0));
         assert!(join.original().children().iter().all(|c| c.downcast_ref::<RepartitionExec>().is_none()));
         // No price for the new shape: the Partitioned join stays as it was.
-        let kept = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &|_| None).unwrap();
+        let kept = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &|_, _| None).unwrap();
         assert!(Arc::ptr_eq(&kept, &plan));
+    }
+
+    /// A Partitioned GPU join over two others (TPC-H q17's and q18's shape: the join's inputs
+    /// are partitioned by DataFusion's joins below, not by repartitions of its own): reading a
+    /// lower join around its repartitions leaves the upper join's inputs partitioned unalike, so
+    /// the upper join is rebuilt in CollectLeft mode too, instead of the lower join keeping its
+    /// repartitions; without a price for the upper join's new shape all stay as they were.
+    #[test]
+    fn a_gpu_join_over_a_rebuilt_gpu_join_builds_from_every_partition_too() {
+        let cfg = GpuConfig::default();
+        let lower = |build: i64, probe: i64| -> Arc<dyn ExecutionPlan> {
+            let join = hash_join_on_first(
+                repartitioned(build, 4),
+                repartitioned(probe, 4),
+                JoinType::Inner,
+                None,
+                PartitionMode::Partitioned,
+            );
+            Arc::new(GpuHashJoinExec::try_new(join, &cfg).unwrap())
+        };
+        for join_type in [JoinType::Inner, JoinType::LeftSemi, JoinType::Left] {
+            let upper =
+                hash_join_on_first(lower(4_000, 40_000), lower(800, 8_000), join_type, None, PartitionMode::Partitioned);
+            let plan: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(upper, &cfg).unwrap());
+            assert!(sane(&plan, &ConfigOptions::default()));
+            let out = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &|g, _| Some(g)).unwrap();
+            let shown = datafusion::physical_plan::displayable(out.as_ref()).indent(true).to_string();
+            assert!(!shown.contains("RepartitionExec"), "{join_type}: a repartition is left\n{shown}");
+            assert_eq!(shown.matches("GpuHashJoinExec: mode=CollectLeft").count(), 3, "{shown}");
+            assert!(shown.contains("build: none, its GPU join reads its own inputs around theirs"), "{shown}");
+            assert!(sane(&out, &ConfigOptions::default()));
+            // The upper join's new shape has no price: the lower join keeps its repartitions.
+            let kept = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &|g, why| {
+                (why == Rebuilt::AroundRepartitions).then_some(g)
+            })
+            .unwrap();
+            assert!(Arc::ptr_eq(&kept, &plan), "{join_type}");
+        }
     }
 }

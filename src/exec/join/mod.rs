@@ -207,6 +207,34 @@ impl GpuHashJoinExec {
     /// input's rows stay on the device. The output is partitioned like the right input, not by
     /// the join keys; the rule restores the keys' partitioning above it where a parent needs it.
     pub fn without_repartitions(&self) -> Result<Option<GpuHashJoinExec>> {
+        self.collect_left(None, true)
+    }
+
+    /// This `Partitioned` join in `CollectLeft` mode because the GPU join `below`, one of its
+    /// children, now reads its own inputs around their repartitions ([`Self::without_repartitions`])
+    /// and so no longer partitions its output by the keys: this join's two inputs are no longer
+    /// partitioned alike, but one build from every partition of its left input does not need
+    /// them to be. `below` is (the child as it was, the rebuilt one); a hash repartition on the
+    /// other side is removed as well. `None` when this join is not `Partitioned` (or out of core)
+    /// or `below` is not its child.
+    pub fn with_rebuilt_child(
+        &self,
+        below: (&Arc<dyn ExecutionPlan>, &Arc<dyn ExecutionPlan>),
+    ) -> Result<Option<GpuHashJoinExec>> {
+        if !self.children().iter().any(|c| Arc::ptr_eq(c, below.0)) {
+            return Ok(None);
+        }
+        self.collect_left(Some(below), false)
+    }
+
+    /// This join in `CollectLeft` mode over its inputs with their removable hash repartitions
+    /// taken away and `replace` (old child, new child) swapped in; `None` when it is not a
+    /// `Partitioned` join in memory, or, with `must_remove`, has no repartition to remove.
+    fn collect_left(
+        &self,
+        replace: Option<(&Arc<dyn ExecutionPlan>, &Arc<dyn ExecutionPlan>)>,
+        must_remove: bool,
+    ) -> Result<Option<GpuHashJoinExec>> {
         let hj = self.hash_join()?;
         if *hj.partition_mode() != PartitionMode::Partitioned || self.out_of_core.is_some() {
             return Ok(None);
@@ -215,7 +243,7 @@ impl GpuHashJoinExec {
             removable_repartition(side).map(|r| (Arc::clone(r.input()), r.partitioning().to_string()))
         };
         let (left, right) = (input(hj.left()), input(hj.right()));
-        if left.is_none() && right.is_none() {
+        if must_remove && left.is_none() && right.is_none() {
             return Ok(None);
         }
         let mut removed = Vec::new();
@@ -224,7 +252,13 @@ impl GpuHashJoinExec {
                 removed.push(format!("{name} {partitioning}"));
                 input
             }
-            None => Arc::clone(old),
+            None => match replace {
+                Some((was, now)) if Arc::ptr_eq(old, was) => {
+                    removed.push(format!("{name}: none, its GPU join reads its own inputs around theirs"));
+                    Arc::clone(now)
+                }
+                _ => Arc::clone(old),
+            },
         };
         let (left, right) = (side(left, hj.left(), "build"), side(right, hj.right(), "probe"));
         // The output has as many partitions as the probe input: keep the plan's parallelism.
