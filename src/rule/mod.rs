@@ -4,6 +4,7 @@
 pub mod costing;
 pub mod eligibility;
 pub mod join_inputs;
+pub mod join_sides;
 pub mod repartition;
 
 use std::sync::Arc;
@@ -158,6 +159,15 @@ impl GpuOptimizerRule {
                 crate::timeline::mark("rule", || "join repartitions removed".into());
                 plan
             }
+        };
+        let plan = match cfg.join_swap_lopsided {
+            true => {
+                let place = |n: Arc<dyn ExecutionPlan>| placer.place_with_children(n).map(|t| t.data);
+                let plan = join_sides::swap_lopsided_joins(plan, config, 10.0 * cfg.min_rows as f64, &place)?;
+                crate::timeline::mark("rule", || "lopsided joins swapped".into());
+                plan
+            }
+            false => plan,
         };
         let plan = match cfg.aggregate_split_device_input && cfg.aggregate_exchange {
             true => {

@@ -32,7 +32,7 @@ use crate::exec::join::removable_repartition;
 use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 
 /// Whether every node of `plan` has the distribution and ordering its parent needs.
-fn sane(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bool {
+pub(super) fn sane(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bool {
     plan.apply(|node| {
         check_plan_sanity(node, &config.optimizer)?;
         Ok(TreeNodeRecursion::Continue)
@@ -41,7 +41,7 @@ fn sane(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bool {
 }
 
 /// `plan` with the node `target` (by identity) replaced by `with`.
-fn replace(
+pub(super) fn replace(
     plan: &Arc<dyn ExecutionPlan>,
     target: &Arc<dyn ExecutionPlan>,
     with: Arc<dyn ExecutionPlan>,

@@ -133,6 +133,8 @@ pub struct GpuHashJoinExec {
     out_of_core: Option<String>,
     /// The hash repartitions this join reads around (see [`GpuHashJoinExec::without_repartitions`]).
     removed: Option<String>,
+    /// Why the rule swapped this join's inputs (see `rule::join_sides`).
+    swapped: Option<String>,
     /// On the GPU for its GPU parent, though the CPU would win alone (see
     /// `rule::Placer::place_with_children`).
     for_gpu_parent: bool,
@@ -164,6 +166,7 @@ impl GpuHashJoinExec {
             out_of_core: None,
             removed: None,
             for_gpu_parent: false,
+            swapped: None,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -273,6 +276,7 @@ impl GpuHashJoinExec {
             out_of_core: None,
             removed: Some(removed.join(", ")),
             for_gpu_parent: self.for_gpu_parent,
+            swapped: self.swapped.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -287,6 +291,21 @@ impl GpuHashJoinExec {
             removed.push_str(why);
         }
         self
+    }
+
+    /// A copy of this exec with EXPLAIN's note on why its inputs were swapped.
+    pub fn with_swap_note(&self, why: String) -> GpuHashJoinExec {
+        GpuHashJoinExec {
+            join: Arc::clone(&self.join),
+            layout: Arc::clone(&self.layout),
+            estimate: self.estimate.clone(),
+            out_of_core: self.out_of_core.clone(),
+            removed: self.removed.clone(),
+            swapped: Some(why),
+            for_gpu_parent: self.for_gpu_parent,
+            shared: Arc::new(Shared::default()),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
     }
 
     /// This exec, placed on the GPU with its GPU parent although the model prices the CPU
@@ -378,6 +397,9 @@ impl DisplayAs for GpuHashJoinExec {
                 if let Some(removed) = &self.removed {
                     write!(f, ", one build from every partition (repartitions removed: {removed})")?;
                 }
+                if let Some(why) = &self.swapped {
+                    write!(f, ", inputs swapped ({why})")?;
+                }
                 if let Some(e) = &self.estimate {
                     write!(f, ", {}", e.verdict.describe())?;
                     for note in &e.notes {
@@ -441,6 +463,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             out_of_core: self.out_of_core.clone(),
             removed: self.removed.clone(),
             for_gpu_parent: self.for_gpu_parent,
+            swapped: self.swapped.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
@@ -454,6 +477,7 @@ impl ExecutionPlan for GpuHashJoinExec {
             out_of_core: self.out_of_core.clone(),
             removed: self.removed.clone(),
             for_gpu_parent: self.for_gpu_parent,
+            swapped: self.swapped.clone(),
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
