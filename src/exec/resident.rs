@@ -4,6 +4,12 @@
 //! an aggregate or a fused filter reads them as it reads a GPU child's), and downloads them for a
 //! CPU parent. The cost model prices such an input as read on the device: no upload.
 //!
+//! A table keeps the host batches it was made from (their buffers shared, not copied) unless
+//! [`ResidentTable::without_host_copy`] drops them: a CPU operator over its scan (a filter
+//! DataFusion evaluates, a repartition) then reads those instead of a download of the device
+//! columns. Without them every such scan downloads its columns again (TPC-H q22's CPU filters
+//! over `customer`, q7's, q8's and q20's over a dimension).
+//!
 //! The table's batches are immutable once loaded (the uploads are synchronised before the table
 //! is handed out), so every scan may give them to consumers on a stream of its own.
 
@@ -23,6 +29,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::common::compute_record_batch_statistics;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{
@@ -45,6 +52,8 @@ struct Resident {
     /// Each partition's rows, in device batches of at most the loading session's
     /// `gpu.batch_rows` rows.
     partitions: Vec<Vec<DeviceBatch>>,
+    /// The host batches the table was made from, per partition, while it keeps them.
+    host: Option<Vec<Vec<RecordBatch>>>,
     /// Exact row counts and byte sizes, and the columns' null counts and min/max, per partition
     /// (as DataFusion's in-memory table computes them).
     partition_statistics: Vec<Statistics>,
@@ -97,6 +106,7 @@ impl ResidentTable {
                 schema,
                 gpu,
                 partitions: device,
+                host: Some(partitions.to_vec()),
                 partition_statistics,
                 statistics,
                 device_bytes,
@@ -119,6 +129,27 @@ impl ResidentTable {
         tokio::task::spawn_blocking(move || ResidentTable::try_new(gpu, schema, &partitions, batch_rows))
             .await
             .map_err(|e| DataFusionError::Execution(format!("uploading a resident table: {e}")))?
+    }
+
+    /// This table without the host batches it was made from: scans under CPU operators then
+    /// download the device columns, and the host memory goes when nothing else holds it.
+    pub fn without_host_copy(self) -> Self {
+        let d = &self.data;
+        let data = Resident {
+            schema: Arc::clone(&d.schema),
+            gpu: Arc::clone(&d.gpu),
+            partitions: d.partitions.clone(),
+            host: None,
+            partition_statistics: d.partition_statistics.clone(),
+            statistics: d.statistics.clone(),
+            device_bytes: d.device_bytes,
+        };
+        ResidentTable { data: Arc::new(data) }
+    }
+
+    /// Whether CPU operators over this table's scans read its host batches (see the module's text).
+    pub fn has_host_copy(&self) -> bool {
+        self.data.host.is_some()
     }
 
     /// Device bytes the table's columns hold.
@@ -224,11 +255,12 @@ impl DisplayAs for GpuTableScanExec {
             DisplayFormatType::TreeRender => write!(f, "resident={}", human_bytes(self.projected_bytes() as u64)),
             _ => write!(
                 f,
-                "GpuTableScanExec: resident on GPU {}, partitions={}, projection=[{}], {} on the device",
+                "GpuTableScanExec: resident on GPU {}, partitions={}, projection=[{}], {} on the device{}",
                 self.data.gpu.info().ordinal,
                 self.data.partitions.len(),
                 names.join(", "),
-                human_bytes(self.projected_bytes() as u64)
+                human_bytes(self.projected_bytes() as u64),
+                if self.data.host.is_some() { ", its host batches for CPU parents" } else { "" }
             ),
         }
     }
@@ -262,7 +294,19 @@ impl ExecutionPlan for GpuTableScanExec {
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        Ok(download_stream(Arc::clone(&self.schema), self.execute_device(partition, context)?))
+        let Some(host) = &self.data.host else {
+            return Ok(download_stream(Arc::clone(&self.schema), self.execute_device(partition, context)?));
+        };
+        // The rows the table was made from, still on the host: no download.
+        let batches = match host.get(partition) {
+            Some(batches) => batches.clone(),
+            None if partition == 0 && host.is_empty() => Vec::new(),
+            None => return internal_err!("GpuTableScanExec has {} partitions, not {partition}", host.len()),
+        };
+        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        rows.add(batches.iter().map(RecordBatch::num_rows).sum());
+        let stream = MemoryStream::try_new(batches, Arc::clone(&self.data.schema), Some(self.projection.clone()))?;
+        Ok(Box::pin(stream))
     }
 
     fn statistics_from_inputs(

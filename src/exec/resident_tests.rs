@@ -1,6 +1,7 @@
 //! GPU tests of tables resident in device memory: every query over [`ResidentTable`]s gives
 //! DataFusion's answer over the same rows in memory, the GPU operators read the resident
-//! columns without uploading them, and CPU operators read them downloaded.
+//! columns without uploading them, and CPU operators read the host batches the tables were made
+//! from, or (without them) the device columns downloaded.
 
 use std::sync::Arc;
 
@@ -90,6 +91,8 @@ const QUERIES: &[&str] = &[
     "SELECT k, s FROM a WHERE k IN (SELECT k FROM b WHERE g > 30)",
     "SELECT k, g FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)",
     "SELECT b.g, count(*), sum(a.d) FROM a JOIN b ON a.k = b.k GROUP BY b.g",
+    // SSB q2's shape: a join's output on the build side, a filtered table on the probe side.
+    "SELECT a.g, c.s, count(*), sum(a.d) FROM a JOIN b ON a.k = b.k JOIN (SELECT k, s FROM b WHERE g = 3) c ON b.k = c.k GROUP BY a.g, c.s",
     // TPC-H q18's shape: a join over a join and a grouped subquery.
     "SELECT a.g, count(*), sum(b.d) FROM a JOIN b ON a.k = b.k WHERE a.k IN (SELECT k FROM b GROUP BY k HAVING count(*) > 12) GROUP BY a.g",
     "SELECT g, k, row_number() OVER (PARTITION BY g ORDER BY k, s, d, t) FROM a WHERE k < 20",
@@ -113,7 +116,10 @@ fn gpu_resident_tables_give_datafusions_answers() {
     for (name, parts) in [("a", &a), ("b", &b)] {
         cpu.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
     }
-    for placement in [PlacementSetting::Always, PlacementSetting::Cost] {
+    // CPU operators read the tables' host batches, or (without them) their device columns downloaded.
+    for (placement, host_copy) in
+        [(PlacementSetting::Always, true), (PlacementSetting::Always, false), (PlacementSetting::Cost, true)]
+    {
         let cfg = GpuConfig { min_rows: 0, placement, batch_rows: 1000, ..GpuConfig::default() };
         let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
         for (name, parts) in [("a", &a), ("b", &b)] {
@@ -121,6 +127,8 @@ fn gpu_resident_tables_give_datafusions_answers() {
             let t = ResidentTable::try_new(Arc::clone(&gpu), schema(), parts, 1000).unwrap();
             assert_eq!(t.num_rows(), parts.iter().flatten().map(RecordBatch::num_rows).sum::<usize>());
             assert!(t.device_bytes() > 0);
+            let t = if host_copy { t } else { t.without_host_copy() };
+            assert_eq!(t.has_host_copy(), host_copy);
             ctx.register_table(name, Arc::new(t)).unwrap();
         }
         rt.block_on(async {
@@ -128,7 +136,7 @@ fn gpu_resident_tables_give_datafusions_answers() {
                 let (want, _) = rows(&cpu, sql).await;
                 let (got, plan) = rows(&ctx, sql).await;
                 let shown = displayable(plan.as_ref()).indent(true).to_string();
-                assert_eq!(got, want, "{placement:?}, seed {seed}: {sql}\n{shown}");
+                assert_eq!(got, want, "{placement:?}, host copy {host_copy}, seed {seed}: {sql}\n{shown}");
                 // (A count DataFusion answers from the table's exact statistics scans nothing.)
                 if !shown.contains("PlaceholderRowExec") {
                     assert!(shown.contains("GpuTableScanExec"), "{sql}\n{shown}");
@@ -182,8 +190,14 @@ fn gpu_a_resident_table_names_its_device() {
     let t = ResidentTable::try_new(Arc::clone(&gpu), schema(), &partitions(&mut rng, 100, 2, 10), 64).unwrap();
     let cfg = GpuConfig { device: gpu.info().ordinal + 1, ..GpuConfig::default() };
     let ctx = gpu_session_context(SessionConfig::new().with_option_extension(cfg));
-    ctx.register_table("a", Arc::new(t)).unwrap();
+    // The host batches it was made from answer a CPU read on any device.
+    ctx.register_table("a", Arc::new(t.clone())).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let rows = rt.block_on(async { ctx.sql("SELECT * FROM a").await.unwrap().collect().await }).unwrap();
+    assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 100);
+    // The device columns do not.
+    ctx.deregister_table("a").unwrap();
+    ctx.register_table("a", Arc::new(t.without_host_copy())).unwrap();
     let err = rt.block_on(async { ctx.sql("SELECT * FROM a").await.unwrap().collect().await }).unwrap_err().to_string();
     assert!(err.contains("gpu.device"), "{err}");
 }
