@@ -29,6 +29,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::common::compute_record_batch_statistics;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::coop::cooperative;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
@@ -305,8 +306,9 @@ impl ExecutionPlan for GpuTableScanExec {
         };
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         rows.add(batches.iter().map(RecordBatch::num_rows).sum());
-        let stream = MemoryStream::try_new(batches, Arc::clone(&self.data.schema), Some(self.projection.clone()))?;
-        Ok(Box::pin(stream))
+        // The stream's schema is the projected one (it projects each batch as it hands it out).
+        let stream = MemoryStream::try_new(batches, Arc::clone(&self.schema), Some(self.projection.clone()))?;
+        Ok(Box::pin(cooperative(stream)))
     }
 
     fn statistics_from_inputs(
