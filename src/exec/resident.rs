@@ -28,8 +28,8 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::common::compute_record_batch_statistics;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::coop::cooperative;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
@@ -46,7 +46,7 @@ use crate::device::Gpu;
 use crate::error::gpu_error;
 
 /// The device data of a resident table, shared by the provider and its scans.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Resident {
     schema: SchemaRef,
     gpu: Arc<Gpu>,
@@ -135,16 +135,7 @@ impl ResidentTable {
     /// This table without the host batches it was made from: scans under CPU operators then
     /// download the device columns, and the host memory goes when nothing else holds it.
     pub fn without_host_copy(self) -> Self {
-        let d = &self.data;
-        let data = Resident {
-            schema: Arc::clone(&d.schema),
-            gpu: Arc::clone(&d.gpu),
-            partitions: d.partitions.clone(),
-            host: None,
-            partition_statistics: d.partition_statistics.clone(),
-            statistics: d.statistics.clone(),
-            device_bytes: d.device_bytes,
-        };
+        let data = Resident { host: None, ..(*self.data).clone() };
         ResidentTable { data: Arc::new(data) }
     }
 

@@ -166,9 +166,8 @@ fn gpu_resident_tables_give_datafusions_answers() {
 /// Nanoseconds `plan`'s own `upload_time` metrics add up to, each taken as it is
 /// (`MetricsSet::sum_by_name` counts an unused timer as 1 ns).
 fn own_upload_time(plan: &Arc<dyn ExecutionPlan>) -> usize {
-    plan.metrics().map_or(0, |m| {
-        m.iter().filter(|m| m.value().name() == "upload_time").map(|m| m.value().as_usize()).sum()
-    })
+    plan.metrics()
+        .map_or(0, |m| m.iter().filter(|m| m.value().name() == "upload_time").map(|m| m.value().as_usize()).sum())
 }
 
 /// The GPU aggregates of `plan` whose input is a resident scan itself, with their upload time.

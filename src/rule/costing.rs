@@ -662,7 +662,8 @@ mod tests {
         assert_eq!(fresh.cpu_exchange, 0.0, "the rebuilt join has no repartitions of its own");
         // One build of 2 000 rows against four of 500, and no repartitions: the rebuilt join.
         assert!(fresh.gpu_total() <= partitioned_gpu, "{} vs {partitioned_gpu}", fresh.describe());
-        let kept = reprice_without_repartitions(rebuilt, Rebuilt::AroundRepartitions, &cfg, &profile, None).expect("the rebuilt join is kept");
+        let kept = reprice_without_repartitions(rebuilt, Rebuilt::AroundRepartitions, &cfg, &profile, None)
+            .expect("the rebuilt join is kept");
         let verdict = kept.estimate().unwrap().verdict.clone();
         assert!((verdict.cpu_exchange - want).abs() < 1e-12);
         // EXPLAIN says what a kept join that loses to the CPU was measured against.
@@ -680,7 +681,8 @@ mod tests {
         let exec = GpuHashJoinExec::try_new(Arc::clone(&small), &cfg).unwrap();
         let e = join_estimate(&exec, &small, &cfg, &profile, None, None).unwrap();
         let rebuilt = exec.with_estimate(e).without_repartitions().unwrap().expect("both sides repartitioned");
-        let kept = reprice_without_repartitions(rebuilt, Rebuilt::AroundRepartitions, &cfg, &profile, None).expect("kept on the GPU");
+        let kept = reprice_without_repartitions(rebuilt, Rebuilt::AroundRepartitions, &cfg, &profile, None)
+            .expect("kept on the GPU");
         assert!(!kept.estimate().unwrap().verdict.gpu_wins());
         let shown = datafusion::physical_plan::displayable(&kept).one_line().to_string();
         assert!(shown.contains("kept on the GPU against the Partitioned GPU join"), "{shown}");

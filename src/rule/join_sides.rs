@@ -151,7 +151,10 @@ mod tests {
         let plan = gpu_join(Arc::clone(&gathered), memory_kv(5_000, 4), PartitionMode::CollectLeft);
         let out = swap_lopsided_joins(Arc::clone(&plan), &config, 100_000.0, &place).unwrap();
         let shown = displayable(out.as_ref()).indent(true).to_string();
-        assert!(shown.contains("inputs swapped (the build side was likely 400000 rows and the probe side 5000"), "{shown}");
+        assert!(
+            shown.contains("inputs swapped (the build side was likely 400000 rows and the probe side 5000"),
+            "{shown}"
+        );
         assert_eq!(out.schema(), plan.schema(), "{shown}");
         let g = out.downcast_ref::<GpuHashJoinExec>().expect("a GPU join on top");
         let hj = g.original().downcast_ref::<HashJoinExec>().unwrap();

@@ -317,8 +317,13 @@ mod tests {
             Arc::new(GpuHashJoinExec::try_new(join, &cfg).unwrap())
         };
         for join_type in [JoinType::Inner, JoinType::LeftSemi, JoinType::Left] {
-            let upper =
-                hash_join_on_first(lower(4_000, 40_000), lower(800, 8_000), join_type, None, PartitionMode::Partitioned);
+            let upper = hash_join_on_first(
+                lower(4_000, 40_000),
+                lower(800, 8_000),
+                join_type,
+                None,
+                PartitionMode::Partitioned,
+            );
             let plan: Arc<dyn ExecutionPlan> = Arc::new(GpuHashJoinExec::try_new(upper, &cfg).unwrap());
             assert!(sane(&plan, &ConfigOptions::default()));
             let out = remove_join_repartitions(Arc::clone(&plan), &ConfigOptions::default(), &|g, _| Some(g)).unwrap();

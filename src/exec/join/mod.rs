@@ -269,17 +269,8 @@ impl GpuHashJoinExec {
             return Ok(None);
         }
         let join = hj.builder().with_partition_mode(PartitionMode::CollectLeft).with_new_children(vec![left, right])?;
-        Ok(Some(GpuHashJoinExec {
-            join: join.reset_state().build_exec()?,
-            layout: Arc::clone(&self.layout),
-            estimate: self.estimate.clone(),
-            out_of_core: None,
-            removed: Some(removed.join(", ")),
-            for_gpu_parent: self.for_gpu_parent,
-            swapped: self.swapped.clone(),
-            shared: Arc::new(Shared::default()),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        let join = join.reset_state().build_exec()?;
+        Ok(Some(GpuHashJoinExec { out_of_core: None, removed: Some(removed.join(", ")), ..self.over(join) }))
     }
 
     /// This join read around its repartitions with `why` it stays on the GPU added to EXPLAIN's
@@ -295,13 +286,19 @@ impl GpuHashJoinExec {
 
     /// A copy of this exec with EXPLAIN's note on why its inputs were swapped.
     pub fn with_swap_note(&self, why: String) -> GpuHashJoinExec {
+        GpuHashJoinExec { swapped: Some(why), ..self.over(Arc::clone(&self.join)) }
+    }
+
+    /// This exec's layout, estimate and notes over `join` (this one's `HashJoinExec`, or it with
+    /// other children), with fresh run-time state and metrics.
+    fn over(&self, join: Arc<dyn ExecutionPlan>) -> GpuHashJoinExec {
         GpuHashJoinExec {
-            join: Arc::clone(&self.join),
+            join,
             layout: Arc::clone(&self.layout),
             estimate: self.estimate.clone(),
             out_of_core: self.out_of_core.clone(),
             removed: self.removed.clone(),
-            swapped: Some(why),
+            swapped: self.swapped.clone(),
             for_gpu_parent: self.for_gpu_parent,
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -455,32 +452,11 @@ impl ExecutionPlan for GpuHashJoinExec {
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
         let join = Arc::clone(&self.join).replace_children(children, recompute)?;
-        let layout = Arc::clone(&self.layout);
-        Ok(Arc::new(GpuHashJoinExec {
-            join,
-            layout,
-            estimate: self.estimate.clone(),
-            out_of_core: self.out_of_core.clone(),
-            removed: self.removed.clone(),
-            for_gpu_parent: self.for_gpu_parent,
-            swapped: self.swapped.clone(),
-            shared: Arc::new(Shared::default()),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(self.over(join)))
     }
 
     fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(GpuHashJoinExec {
-            join: Arc::clone(&self.join),
-            layout: Arc::clone(&self.layout),
-            estimate: self.estimate.clone(),
-            out_of_core: self.out_of_core.clone(),
-            removed: self.removed.clone(),
-            for_gpu_parent: self.for_gpu_parent,
-            swapped: self.swapped.clone(),
-            shared: Arc::new(Shared::default()),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(self.over(Arc::clone(&self.join))))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
