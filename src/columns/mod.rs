@@ -1,8 +1,10 @@
 //! Arrow arrays and record batches on the device: host-side packing into the device layout
 //! ([`host`]), device columns and batches with their transfers ([`device`]), and their
-//! concatenation on the device ([`concat`]); tables copied into pinned host memory ([`pinned`]).
+//! concatenation on the device ([`concat`]); tables copied into pinned host memory ([`pinned`]);
+//! the device's cache of host columns uploaded for earlier queries ([`cache`]).
 //! Pure data movement; no query semantics.
 
+pub mod cache;
 pub mod concat;
 pub mod device;
 pub mod host;

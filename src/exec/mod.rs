@@ -6,6 +6,9 @@
 //! directly (no round trip through the host); a CPU child is uploaded on the way.
 
 pub mod aggregate;
+pub mod cached_scan;
+#[cfg(test)]
+mod cached_scan_tests;
 pub mod cpu_join;
 pub mod fallback;
 pub mod filter_project;
@@ -35,6 +38,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{Stream, StreamExt};
 
 pub use aggregate::GpuAggregateExec;
+pub use cached_scan::GpuCachedScanExec;
 pub use fallback::CpuFallbackExec;
 pub use filter_project::GpuFilterProjectExec;
 pub use join::GpuHashJoinExec;
@@ -65,6 +69,9 @@ pub fn as_gpu_exec(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
         return Some(p);
     }
     if let Some(p) = plan.downcast_ref::<GpuTableScanExec>() {
+        return Some(p);
+    }
+    if let Some(p) = plan.downcast_ref::<GpuCachedScanExec>() {
         return Some(p);
     }
     None

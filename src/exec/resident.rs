@@ -161,7 +161,7 @@ impl ResidentTable {
 
 /// `batches` (in order, empty ones left out) grouped into device batches of `batch_rows` rows, the
 /// last one with the rest: a batch that crosses a group's end is cut into slices.
-fn device_batch_groups(batches: &[RecordBatch], batch_rows: usize) -> Vec<Vec<RecordBatch>> {
+pub(crate) fn device_batch_groups(batches: &[RecordBatch], batch_rows: usize) -> Vec<Vec<RecordBatch>> {
     let batch_rows = batch_rows.max(1);
     let mut groups = Vec::new();
     let (mut group, mut rows) = (Vec::new(), 0);

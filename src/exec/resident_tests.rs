@@ -21,7 +21,7 @@ use crate::exec::metric_total;
 use crate::session::gpu_session_context;
 use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip, sorted_rows};
 
-fn schema() -> SchemaRef {
+pub(super) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, true),
         Field::new("g", DataType::Int32, false),
@@ -33,7 +33,7 @@ fn schema() -> SchemaRef {
 
 /// `parts` partitions of random rows (duplicate and NULL keys, skewed groups, strings, decimals,
 /// dates), the last partition empty; each partition in batches of uneven sizes.
-fn partitions(rng: &mut StdRng, rows: usize, parts: usize, keys: i64) -> Vec<Vec<RecordBatch>> {
+pub(super) fn partitions(rng: &mut StdRng, rows: usize, parts: usize, keys: i64) -> Vec<Vec<RecordBatch>> {
     let schema = schema();
     let mut out: Vec<Vec<RecordBatch>> = (0..parts - 1)
         .map(|_| {
@@ -69,13 +69,13 @@ fn partitions(rng: &mut StdRng, rows: usize, parts: usize, keys: i64) -> Vec<Vec
 }
 
 /// The query's result as sorted text (the comparison ignores row order), and its plan.
-async fn rows(ctx: &SessionContext, sql: &str) -> (Vec<String>, Arc<dyn ExecutionPlan>) {
+pub(super) async fn rows(ctx: &SessionContext, sql: &str) -> (Vec<String>, Arc<dyn ExecutionPlan>) {
     let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
     let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     (sorted_rows(&batches), plan)
 }
 
-const QUERIES: &[&str] = &[
+pub(super) const QUERIES: &[&str] = &[
     "SELECT count(*) FROM a",
     "SELECT count(*), count(s), sum(g) FROM a WHERE k > 100",
     "SELECT k, g, s, d, t FROM a",

@@ -23,10 +23,11 @@ pub use eligibility::FallbackReason;
 use crate::config::GpuConfig;
 use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, fmt_seconds, profile};
 use crate::device::{Gpu, probe};
+use crate::exec::cached_scan::{CACHED_SCAN_NAME, cache_memory_scans};
 use crate::exec::fallback::CPU_FALLBACK_NAME;
 use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::query::GpuQueryExec;
-use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuHashJoinExec};
+use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuCachedScanExec, GpuHashJoinExec};
 
 /// Replaces DataFusion's `HashJoinExec` and `AggregateExec` with GPU execs where they give the
 /// same answer, and annotates the rest. Controlled by the `gpu.` session options.
@@ -51,6 +52,9 @@ fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPl
             && let Some(child) = node.children().first()
         {
             return Ok(Transformed::yes(Arc::clone(child)));
+        }
+        if let Some(scan) = node.downcast_ref::<GpuCachedScanExec>() {
+            return Ok(Transformed::yes(Arc::clone(scan.source())));
         }
         Ok(Transformed::no(node))
     })
@@ -91,7 +95,8 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         let mut gpu_ops = false;
         let mut writes = false;
         placed.apply(|n| {
-            gpu_ops |= crate::exec::as_gpu_exec(n).is_some() || on_the_gpu(n);
+            // (A cached scan alone hands its CPU parent host batches: no device work to rerun.)
+            gpu_ops |= (crate::exec::as_gpu_exec(n).is_some() && n.name() != CACHED_SCAN_NAME) || on_the_gpu(n);
             writes |= n.name() == "DataSinkExec";
             Ok(TreeNodeRecursion::Continue)
         })?;
@@ -146,6 +151,12 @@ impl GpuOptimizerRule {
         let pricing = gpu.as_deref().zip(upload_profile);
         let placer =
             Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref(), pricing };
+        // With the table cache, GPU operators read in-memory tables' columns on the device, and
+        // are placed (and priced) as over a resident table's scan.
+        let plan = match cfg.table_cache && placer.device.is_none() {
+            true => cache_memory_scans(plan, &cfg)?,
+            false => plan,
+        };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
         crate::timeline::mark("rule", || "operators placed".into());
         let plan = match cfg.join_repartition {

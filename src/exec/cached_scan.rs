@@ -1,0 +1,313 @@
+//! `GpuCachedScanExec`: the scan of an in-memory table through the device's table cache
+//! (`gpu.table_cache`). The rule puts it in place of DataFusion's scan of in-memory batches
+//! (`DataSourceExec` over a `MemorySourceConfig`). A GPU parent reads each partition's columns
+//! from the cache ([`crate::columns::cache`]); the columns the cache lacks are uploaded once,
+//! kept there for later queries, and handed on. A CPU parent reads the host batches, as from
+//! DataFusion's scan: nothing is downloaded.
+//!
+//! Each column of each partition is cached on its own, so a query touching other columns of a
+//! table uploads only those, and the cache holds only the columns queries read. The cost model
+//! prices the scan as read on the device, like a resident table's: after the first query that
+//! is what it costs. EXPLAIN ANALYZE counts the columns each scan read from the cache and uploaded.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Statistics, internal_err};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::{DataSource, DataSourceExec};
+use datafusion::error::Result;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
+use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
+use futures::StreamExt;
+
+use super::resident::device_batch_groups;
+use super::{DeviceBatchStream, GpuExec, blocking};
+use crate::columns::cache::{ColumnKey, TableCache};
+use crate::columns::{DeviceBatch, DeviceColumn, is_supported};
+use crate::config::{GpuConfig, human_bytes};
+use crate::device::Gpu;
+use crate::error::gpu_error;
+
+/// The name the exec reports (`ExecutionPlan::name`).
+pub const CACHED_SCAN_NAME: &str = "GpuCachedScanExec";
+
+/// A scan of in-memory batches through the table cache (see the module's text).
+#[derive(Debug)]
+pub struct GpuCachedScanExec {
+    /// DataFusion's scan this one replaces: a CPU parent reads it, and the rule's strip puts it back.
+    source: Arc<dyn ExecutionPlan>,
+    /// Every column of the table's batches, per partition.
+    partitions: Arc<Vec<Vec<RecordBatch>>>,
+    /// The scanned columns: indices into the batches' columns, in output order.
+    columns: Vec<usize>,
+    schema: SchemaRef,
+    /// Device ordinal the cache was looked at on, and the rows per device batch it was keyed by.
+    ordinal: usize,
+    batch_rows: usize,
+    /// DataFusion's scan's statistics, by partition (`None`: all), as first asked for: it computes
+    /// them from every batch each time, and the planners ask many times.
+    statistics: Mutex<HashMap<Option<usize>, Arc<Statistics>>>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GpuCachedScanExec {
+    /// The cached scan of `plan` when it is DataFusion's scan of in-memory batches with no row
+    /// limit, whose columns all have a device layout; `None` otherwise.
+    pub fn over(plan: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<GpuCachedScanExec> {
+        let source = plan.downcast_ref::<DataSourceExec>()?;
+        let memory = source.data_source().downcast_ref::<MemorySourceConfig>()?;
+        if memory.fetch().is_some() {
+            return None;
+        }
+        let table = memory.original_schema();
+        let columns = memory.projection().clone().unwrap_or_else(|| (0..table.fields().len()).collect());
+        if columns.iter().any(|&c| table.fields().get(c).is_none_or(|f| !is_supported(f.data_type()))) {
+            return None;
+        }
+        Some(GpuCachedScanExec {
+            source: Arc::clone(plan),
+            schema: plan.schema(),
+            partitions: Arc::new(memory.partitions().to_vec()),
+            columns,
+            ordinal: cfg.device,
+            batch_rows: cfg.batch_rows,
+            statistics: Mutex::new(HashMap::new()),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// DataFusion's scan this one replaced.
+    pub fn source(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.source
+    }
+}
+
+/// What one partition's scan did, for the metrics.
+struct Loaded {
+    batches: Vec<DeviceBatch>,
+    hits: usize,
+    misses: usize,
+    uploaded_bytes: usize,
+}
+
+/// The device batches of `batches`' `columns`: each column from `cache`, or uploaded (all the
+/// missing ones together) and offered to it under `limit`.
+fn load_partition(
+    gpu: &Arc<Gpu>,
+    cache: &TableCache,
+    limit: u64,
+    batches: &[RecordBatch],
+    columns: &[usize],
+    schema: &SchemaRef,
+    batch_rows: usize,
+    upload_time: &Time,
+) -> Result<Loaded> {
+    let batches: Vec<RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).cloned().collect();
+    if batches.is_empty() {
+        return Ok(Loaded { batches: Vec::new(), hits: 0, misses: 0, uploaded_bytes: 0 });
+    }
+    // The rows of each device batch: the grouping every column of the partition is cut by.
+    let chunk_rows: Vec<usize> =
+        device_batch_groups(&batches, batch_rows).iter().map(|g| g.iter().map(RecordBatch::num_rows).sum()).collect();
+    let keys: Vec<ColumnKey> = columns
+        .iter()
+        .map(|&c| ColumnKey::of(&batches.iter().map(|b| b.column(c)).collect::<Vec<_>>(), batch_rows))
+        .collect();
+    let fits = |chunks: &Vec<Arc<DeviceColumn>>| {
+        chunks.len() == chunk_rows.len() && chunks.iter().zip(&chunk_rows).all(|(c, &r)| c.len == r)
+    };
+    let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> = keys.iter().map(|k| cache.get(k).filter(fits)).collect();
+    // Each missing table column once, even when the scan lists it twice.
+    let mut missing: Vec<usize> = Vec::new();
+    for (i, f) in found.iter().enumerate() {
+        if f.is_none() && !missing.contains(&columns[i]) {
+            missing.push(columns[i]);
+        }
+    }
+    let hits = found.iter().filter(|f| f.is_some()).count();
+    let mut uploaded_bytes = 0;
+    if !missing.is_empty() {
+        let _timer = upload_time.timer();
+        let projected = batches.iter().map(|b| b.project(&missing)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let stream = gpu.stream();
+        let uploaded = device_batch_groups(&projected, batch_rows)
+            .iter()
+            .map(|group| DeviceBatch::upload_concat(gpu, &stream, group))
+            .collect::<Result<Vec<_>>>()?;
+        // Complete before the cache hands the columns to other queries' streams.
+        stream.synchronize().map_err(|e| gpu_error(format!("waiting for a cached table's upload: {e}")))?;
+        uploaded_bytes = uploaded.iter().map(DeviceBatch::byte_size).sum();
+        for (j, &c) in missing.iter().enumerate() {
+            let chunks: Vec<Arc<DeviceColumn>> = uploaded.iter().map(|d| Arc::clone(&d.columns()[j])).collect();
+            if !fits(&chunks) {
+                return internal_err!("a cached scan cut column {c} into other batches than its partition's");
+            }
+            for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
+                found[i] = Some(chunks.clone());
+            }
+            let host = batches.iter().map(|b| Arc::clone(b.column(c))).collect();
+            let key = keys[columns.iter().position(|&col| col == c).unwrap_or_default()].clone();
+            cache.insert(key, chunks, host, limit);
+        }
+    }
+    let found: Vec<Vec<Arc<DeviceColumn>>> = found
+        .into_iter()
+        .map(|f| f.ok_or_else(|| gpu_error("a cached scan lost a column it uploaded")))
+        .collect::<Result<_>>()?;
+    let batches = chunk_rows
+        .iter()
+        .enumerate()
+        .map(|(i, &rows)| {
+            let cols = found.iter().map(|chunks| Arc::clone(&chunks[i])).collect();
+            // Every column's work is complete: its consumers may work on a stream of their own.
+            DeviceBatch::try_new(Arc::clone(schema), cols, rows, Arc::clone(gpu), gpu.stream())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Loaded { batches, hits, misses: missing.len(), uploaded_bytes })
+}
+
+/// The most bytes the table cache may hold for a session: `gpu.table_cache.limit`, or half the
+/// session's device memory limit.
+pub fn cache_limit(cfg: &GpuConfig, gpu: &Gpu) -> u64 {
+    cfg.table_cache_limit.bytes().unwrap_or(gpu.memory().limit() / 2)
+}
+
+/// `plan` with every scan of in-memory batches that [`GpuCachedScanExec::over`] takes replaced by it.
+pub fn cache_memory_scans(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        Ok(match GpuCachedScanExec::over(&node, cfg) {
+            Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
+            None => Transformed::no(node),
+        })
+    })
+    .map(|t| t.data)
+}
+
+impl DisplayAs for GpuCachedScanExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match t {
+            DisplayFormatType::TreeRender => write!(f, "table_cache=GPU {}", self.ordinal),
+            _ => {
+                let names: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+                let bytes: usize = self
+                    .partitions
+                    .iter()
+                    .flatten()
+                    .map(|b| self.columns.iter().map(|&c| b.column(c).get_array_memory_size()).sum::<usize>())
+                    .sum();
+                write!(
+                    f,
+                    "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={}, projection=[{}], {} on the host (a GPU parent reads the cached columns and uploads the rest once; a CPU parent reads the host batches)",
+                    self.ordinal,
+                    self.partitions.len(),
+                    names.join(", "),
+                    human_bytes(bytes as u64),
+                )
+            }
+        }
+    }
+}
+
+impl ExecutionPlan for GpuCachedScanExec {
+    fn name(&self) -> &str {
+        CACHED_SCAN_NAME
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.source.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if !children.is_empty() {
+            return internal_err!("{CACHED_SCAN_NAME} has no children");
+        }
+        Ok(self)
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        // The host batches, as DataFusion's scan hands them out: no download.
+        self.source.execute(partition, context)
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let mut known = self.statistics.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = known.get(&args.partition()) {
+            return Ok(Arc::clone(s));
+        }
+        let s = self.source.statistics_from_inputs(input_stats, args)?;
+        known.insert(args.partition(), Arc::clone(&s));
+        Ok(s)
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+impl GpuExec for GpuCachedScanExec {
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        if gpu.info().ordinal != self.ordinal || cfg.batch_rows != self.batch_rows {
+            return internal_err!(
+                "{CACHED_SCAN_NAME} planned for GPU {} and {} rows a batch runs on GPU {} with {}",
+                self.ordinal,
+                self.batch_rows,
+                gpu.info().ordinal,
+                cfg.batch_rows
+            );
+        }
+        let Some(batches) = self.partitions.get(partition) else {
+            if partition == 0 && self.partitions.is_empty() {
+                return Ok(Box::pin(futures::stream::empty()));
+            }
+            return internal_err!("{CACHED_SCAN_NAME} has {} partitions, not {partition}", self.partitions.len());
+        };
+        let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let (hits, misses, bytes) = (m("cached_columns"), m("uploaded_columns"), m("bytes_uploaded"));
+        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
+        let cache = TableCache::of_device(self.ordinal);
+        let limit = cache_limit(&cfg, &gpu);
+        let (batches, columns, schema, batch_rows) =
+            (batches.clone(), self.columns.clone(), Arc::clone(&self.schema), self.batch_rows);
+        let load = blocking(move || {
+            let loaded = load_partition(&gpu, &cache, limit, &batches, &columns, &schema, batch_rows, &time)?;
+            hits.add(loaded.hits);
+            misses.add(loaded.misses);
+            bytes.add(loaded.uploaded_bytes);
+            rows.add(loaded.batches.iter().map(DeviceBatch::num_rows).sum());
+            Ok(loaded.batches)
+        });
+        Ok(Box::pin(
+            futures::stream::once(load)
+                .map(|loaded| match loaded {
+                    Ok(batches) => futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
+                    Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+                })
+                .flatten(),
+        ))
+    }
+}

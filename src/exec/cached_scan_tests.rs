@@ -1,0 +1,113 @@
+//! GPU tests of the table cache (`gpu.table_cache`): queries over in-memory tables give
+//! DataFusion's answers whether their columns are uploaded or read from the cache, a second run
+//! uploads nothing, rows inserted into a table are seen, and a cache too small for a column
+//! refuses it and still answers.
+
+use std::sync::Arc;
+
+use datafusion::datasource::MemTable;
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::cached_scan::CACHED_SCAN_NAME;
+use super::resident_tests::{QUERIES, partitions, rows, schema};
+use crate::columns::cache::TableCache;
+use crate::config::{ByteSize, GpuConfig};
+use crate::cost::PlacementSetting;
+use crate::exec::metric_total;
+use crate::session::gpu_session_context;
+use crate::testing::{fresh_seed, gpu_lock, gpu_or_skip};
+
+const INSERT: &str =
+    "INSERT INTO a VALUES (7, 3, 'inserted', 12.50, DATE '1995-01-02'), (NULL, 0, NULL, NULL, DATE '1994-12-31')";
+
+#[test]
+fn gpu_cached_tables_give_datafusions_answers() {
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip("gpu_cached_tables_give_datafusions_answers") else { return };
+    let seed = fresh_seed("gpu_cached_tables_give_datafusions_answers");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let a = partitions(&mut rng, 3000, 4, 500);
+    let b = partitions(&mut rng, 9000, 5, 700);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = SessionConfig::new().with_target_partitions(4);
+    let cache = TableCache::of_device(gpu.info().ordinal);
+    for placement in [PlacementSetting::Always, PlacementSetting::Cost] {
+        cache.clear();
+        let cfg = GpuConfig { min_rows: 0, placement, batch_rows: 1000, table_cache: true, ..GpuConfig::default() };
+        let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+        let cpu = SessionContext::new_with_config(config.clone());
+        for (name, parts) in [("a", &a), ("b", &b)] {
+            // The same host batches in both sessions' tables (as the benchmarks register them).
+            cpu.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+            ctx.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+        }
+        rt.block_on(async {
+            let mut uploaded = 0;
+            for run in ["cold", "warm", "after an insert"] {
+                if run == "after an insert" {
+                    for c in [&cpu, &ctx] {
+                        c.sql(INSERT).await.unwrap().collect().await.unwrap();
+                    }
+                }
+                let before = cache.stats();
+                let mut run_uploads = 0;
+                for sql in QUERIES {
+                    let (want, _) = rows(&cpu, sql).await;
+                    let (got, plan) = rows(&ctx, sql).await;
+                    let shown = displayable(plan.as_ref()).indent(true).to_string();
+                    assert_eq!(got, want, "{placement:?}, {run}, seed {seed}: {sql}\n{shown}");
+                    if !shown.contains("PlaceholderRowExec") {
+                        assert!(shown.contains(CACHED_SCAN_NAME), "{sql}\n{shown}");
+                    }
+                    let uploads = metric_total(&plan, Some(CACHED_SCAN_NAME), "uploaded_columns");
+                    let cached = metric_total(&plan, Some(CACHED_SCAN_NAME), "cached_columns");
+                    eprintln!("{placement:?}, {run}: {uploads} columns uploaded, {cached} cached: {sql}");
+                    if run == "warm" {
+                        assert_eq!(uploads, 0, "{sql}: a warm cache uploaded\n{shown}");
+                    }
+                    run_uploads += uploads;
+                }
+                let after = cache.stats();
+                eprintln!("{placement:?}, {run}: {before:?} -> {after:?}");
+                match run {
+                    "cold" => {
+                        assert!(run_uploads > 0 && after.entries > 0, "{placement:?}: nothing was cached");
+                        uploaded = run_uploads;
+                    }
+                    "warm" => assert!(after.hits > before.hits),
+                    // The inserted rows make a's partitions other arrays: they are uploaded again.
+                    _ => assert!(run_uploads > 0 && run_uploads <= uploaded, "{run_uploads} of {uploaded}"),
+                }
+            }
+        });
+    }
+    // A cache smaller than any column keeps none and still answers; the function shows it.
+    cache.clear();
+    let cfg = GpuConfig {
+        min_rows: 0,
+        placement: PlacementSetting::Always,
+        table_cache: true,
+        table_cache_limit: ByteSize::Bytes(16),
+        ..GpuConfig::default()
+    };
+    let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+    let cpu = SessionContext::new_with_config(config);
+    for c in [&ctx, &cpu] {
+        c.register_table("a", Arc::new(MemTable::try_new(schema(), a.clone()).unwrap())).unwrap();
+        c.register_table("b", Arc::new(MemTable::try_new(schema(), b.clone()).unwrap())).unwrap();
+    }
+    rt.block_on(async {
+        let sql = "SELECT b.g, count(*), sum(a.d) FROM a JOIN b ON a.k = b.k GROUP BY b.g";
+        assert_eq!(rows(&ctx, sql).await.0, rows(&cpu, sql).await.0, "seed {seed}");
+        let s = cache.stats();
+        assert!(s.refused > 0 && s.entries == 0 && s.bytes == 0, "{s:?}");
+        let shown = ctx.sql("SELECT * FROM gpu_table_cache()").await.unwrap().collect().await.unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&shown).unwrap().to_string();
+        eprintln!("{text}");
+        assert_eq!(shown.iter().map(|b| b.num_rows()).sum::<usize>(), TableCache::all().len(), "{text}");
+    });
+    cache.clear();
+}
