@@ -35,6 +35,6 @@ pub mod testing;
 mod layers_tests;
 
 pub use config::GpuConfig;
-pub use exec::ResidentTable;
+pub use exec::{GpuCachedTable, ResidentTable};
 pub use rule::GpuOptimizerRule;
 pub use session::{SessionStateBuilderGpuExt, gpu_session_context, with_gpu_options};

@@ -22,9 +22,16 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::{DataSource, DataSourceExec};
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::common::compute_record_batch_statistics;
+use datafusion::physical_plan::coop::cooperative;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::statistics::StatisticsArgs;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties,
+};
 use futures::StreamExt;
 
 use super::resident::device_batch_groups;
@@ -41,18 +48,21 @@ pub const CACHED_SCAN_NAME: &str = "GpuCachedScanExec";
 /// A scan of in-memory batches through the table cache (see the module's text).
 #[derive(Debug)]
 pub struct GpuCachedScanExec {
-    /// DataFusion's scan this one replaces: a CPU parent reads it, and the rule's strip puts it back.
-    source: Arc<dyn ExecutionPlan>,
+    /// DataFusion's scan this one replaced (the rule's, with `gpu.table_cache`): a CPU parent
+    /// reads it, and the rule's strip puts it back. `None` for a [`super::GpuCachedTable`]'s scan.
+    source: Option<Arc<dyn ExecutionPlan>>,
     /// Every column of the table's batches, per partition.
     partitions: Arc<Vec<Vec<RecordBatch>>>,
     /// The scanned columns: indices into the batches' columns, in output order.
     columns: Vec<usize>,
     schema: SchemaRef,
+    properties: Arc<PlanProperties>,
     /// Device ordinal the cache was looked at on, and the rows per device batch it was keyed by.
     ordinal: usize,
     batch_rows: usize,
-    /// DataFusion's scan's statistics, by partition (`None`: all), as first asked for: it computes
-    /// them from every batch each time, and the planners ask many times.
+    /// The scan's statistics, by partition (`None`: all), as first computed (DataFusion's scan
+    /// computes them from every batch each time, and the planners ask many times) or as the
+    /// table gave them.
     statistics: Mutex<HashMap<Option<usize>, Arc<Statistics>>>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -72,8 +82,9 @@ impl GpuCachedScanExec {
             return None;
         }
         Some(GpuCachedScanExec {
-            source: Arc::clone(plan),
+            source: Some(Arc::clone(plan)),
             schema: plan.schema(),
+            properties: Arc::clone(plan.properties()),
             partitions: Arc::new(memory.partitions().to_vec()),
             columns,
             ordinal: cfg.device,
@@ -83,9 +94,37 @@ impl GpuCachedScanExec {
         })
     }
 
-    /// DataFusion's scan this one replaced.
-    pub fn source(&self) -> &Arc<dyn ExecutionPlan> {
-        &self.source
+    /// The scan of a table's `partitions` (host batches of every column) reading `columns`, as
+    /// `schema`, with the table's `statistics` of those columns by partition (`None`: all).
+    pub(crate) fn of_table(
+        partitions: Arc<Vec<Vec<RecordBatch>>>,
+        columns: Vec<usize>,
+        schema: SchemaRef,
+        statistics: HashMap<Option<usize>, Arc<Statistics>>,
+        cfg: &GpuConfig,
+    ) -> GpuCachedScanExec {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(partitions.len().max(1)),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        GpuCachedScanExec {
+            source: None,
+            partitions,
+            columns,
+            schema,
+            properties,
+            ordinal: cfg.device,
+            batch_rows: cfg.batch_rows,
+            statistics: Mutex::new(statistics),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    /// DataFusion's scan this one replaced (with `gpu.table_cache`), if it replaced one.
+    pub fn source(&self) -> Option<&Arc<dyn ExecutionPlan>> {
+        self.source.as_ref()
     }
 }
 
@@ -221,7 +260,7 @@ impl ExecutionPlan for GpuCachedScanExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        self.source.properties()
+        &self.properties
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -244,7 +283,18 @@ impl ExecutionPlan for GpuCachedScanExec {
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // The host batches, as DataFusion's scan hands them out: no download.
-        self.source.execute(partition, context)
+        if let Some(source) = &self.source {
+            return source.execute(partition, context);
+        }
+        let batches = match self.partitions.get(partition) {
+            Some(batches) => batches.clone(),
+            None if partition == 0 && self.partitions.is_empty() => Vec::new(),
+            None => {
+                return internal_err!("{CACHED_SCAN_NAME} has {} partitions, not {partition}", self.partitions.len());
+            }
+        };
+        let stream = MemoryStream::try_new(batches, Arc::clone(&self.schema), Some(self.columns.clone()))?;
+        Ok(Box::pin(cooperative(stream)))
     }
 
     fn statistics_from_inputs(
@@ -256,7 +306,22 @@ impl ExecutionPlan for GpuCachedScanExec {
         if let Some(s) = known.get(&args.partition()) {
             return Ok(Arc::clone(s));
         }
-        let s = self.source.statistics_from_inputs(input_stats, args)?;
+        let s = match &self.source {
+            Some(source) => source.statistics_from_inputs(input_stats, args)?,
+            None => {
+                let partitions = match args.partition() {
+                    Some(p) => self.partitions.get(p).map(std::slice::from_ref).unwrap_or_default(),
+                    None => self.partitions.as_slice(),
+                };
+                let table = self.partitions.iter().flatten().next().map(RecordBatch::schema);
+                match table {
+                    Some(table) => {
+                        Arc::new(compute_record_batch_statistics(partitions, &table, Some(self.columns.clone())))
+                    }
+                    None => Arc::new(Statistics::new_unknown(&self.schema)),
+                }
+            }
+        };
         known.insert(args.partition(), Arc::clone(&s));
         Ok(s)
     }

@@ -1,7 +1,7 @@
-//! GPU tests of the table cache (`gpu.table_cache`): queries over in-memory tables give
-//! DataFusion's answers whether their columns are uploaded or read from the cache, a second run
-//! uploads nothing, rows inserted into a table are seen, and a cache too small for a column
-//! refuses it and still answers.
+//! GPU tests of the table cache: queries over in-memory tables with `gpu.table_cache`, and over
+//! `GpuCachedTable`s, give DataFusion's answers whether their columns are uploaded or read from
+//! the cache, a second run uploads nothing, rows inserted into an in-memory table are seen, and a
+//! cache too small for a column refuses it and still answers.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::cached_scan::CACHED_SCAN_NAME;
+use super::cached_table::GpuCachedTable;
 use super::resident_tests::{QUERIES, partitions, rows, schema};
 use crate::columns::cache::TableCache;
 use crate::config::{ByteSize, GpuConfig};
@@ -34,19 +35,29 @@ fn gpu_cached_tables_give_datafusions_answers() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let config = SessionConfig::new().with_target_partitions(4);
     let cache = TableCache::of_device(gpu.info().ordinal);
-    for placement in [PlacementSetting::Always, PlacementSetting::Cost] {
+    // In-memory tables with gpu.table_cache under both placements, then GpuCachedTables.
+    for (placement, cached_tables) in
+        [(PlacementSetting::Always, false), (PlacementSetting::Cost, false), (PlacementSetting::Always, true)]
+    {
         cache.clear();
-        let cfg = GpuConfig { min_rows: 0, placement, batch_rows: 1000, table_cache: true, ..GpuConfig::default() };
+        let cfg =
+            GpuConfig { min_rows: 0, placement, batch_rows: 1000, table_cache: !cached_tables, ..GpuConfig::default() };
         let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
         let cpu = SessionContext::new_with_config(config.clone());
         for (name, parts) in [("a", &a), ("b", &b)] {
             // The same host batches in both sessions' tables (as the benchmarks register them).
             cpu.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
-            ctx.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+            match cached_tables {
+                true => ctx.register_table(name, Arc::new(GpuCachedTable::try_new(schema(), parts.clone()).unwrap())),
+                false => ctx.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())),
+            }
+            .unwrap();
         }
+        // (A GpuCachedTable takes no INSERT.)
+        let runs: &[&str] = if cached_tables { &["cold", "warm"] } else { &["cold", "warm", "after an insert"] };
         rt.block_on(async {
             let mut uploaded = 0;
-            for run in ["cold", "warm", "after an insert"] {
+            for &run in runs {
                 if run == "after an insert" {
                     for c in [&cpu, &ctx] {
                         c.sql(INSERT).await.unwrap().collect().await.unwrap();
@@ -58,7 +69,10 @@ fn gpu_cached_tables_give_datafusions_answers() {
                     let (want, _) = rows(&cpu, sql).await;
                     let (got, plan) = rows(&ctx, sql).await;
                     let shown = displayable(plan.as_ref()).indent(true).to_string();
-                    assert_eq!(got, want, "{placement:?}, {run}, seed {seed}: {sql}\n{shown}");
+                    assert_eq!(
+                        got, want,
+                        "{placement:?}, cached tables {cached_tables}, {run}, seed {seed}: {sql}\n{shown}"
+                    );
                     if !shown.contains("PlaceholderRowExec") {
                         assert!(shown.contains(CACHED_SCAN_NAME), "{sql}\n{shown}");
                     }

@@ -9,6 +9,7 @@ pub mod aggregate;
 pub mod cached_scan;
 #[cfg(test)]
 mod cached_scan_tests;
+pub mod cached_table;
 pub mod cpu_join;
 pub mod fallback;
 pub mod filter_project;
@@ -39,6 +40,7 @@ use futures::{Stream, StreamExt};
 
 pub use aggregate::GpuAggregateExec;
 pub use cached_scan::GpuCachedScanExec;
+pub use cached_table::GpuCachedTable;
 pub use fallback::CpuFallbackExec;
 pub use filter_project::GpuFilterProjectExec;
 pub use join::GpuHashJoinExec;

@@ -53,8 +53,8 @@ fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPl
         {
             return Ok(Transformed::yes(Arc::clone(child)));
         }
-        if let Some(scan) = node.downcast_ref::<GpuCachedScanExec>() {
-            return Ok(Transformed::yes(Arc::clone(scan.source())));
+        if let Some(source) = node.downcast_ref::<GpuCachedScanExec>().and_then(GpuCachedScanExec::source) {
+            return Ok(Transformed::yes(Arc::clone(source)));
         }
         Ok(Transformed::no(node))
     })

@@ -16,9 +16,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
 use super::Suite;
-use datafusion_gpu::ResidentTable;
 use datafusion_gpu::config::GpuConfig;
 use datafusion_gpu::device::Gpu;
+use datafusion_gpu::{GpuCachedTable, ResidentTable};
 
 /// One table: its schema and its batches, split into partitions.
 #[derive(Debug, Clone)]
@@ -255,6 +255,15 @@ pub async fn read_parquet(dir: &Path, suite: Suite, partitions: usize) -> Result
 pub fn register(ctx: &SessionContext, tables: &[Table]) -> Result<()> {
     for t in tables {
         ctx.register_table(t.name, t.mem_table()?)?;
+    }
+    Ok(())
+}
+
+/// Registers `tables` in `ctx` as `GpuCachedTable`s over the same host batches: their columns go
+/// to the device's table cache when GPU operators first read them.
+pub fn register_cached(ctx: &SessionContext, tables: &[Table]) -> Result<()> {
+    for t in tables {
+        ctx.register_table(t.name, Arc::new(GpuCachedTable::try_new(Arc::clone(&t.schema), t.partitions.clone())?))?;
     }
     Ok(())
 }

@@ -75,8 +75,10 @@ pub struct SuiteBenchOptions {
     /// page-locked host memory (still host memory, read by the CPU as before; GPU scans then
     /// upload without a host copy; see `benches/results/2026-11-25-h100-held-pinned-tables-ab/README.md`).
     /// `gpu` makes the GPU session's tables resident in device memory (`ResidentTable`: uploaded
-    /// once, before the queries; the CPU session keeps them pageable). Without a GPU the tables
-    /// stay pageable.
+    /// once, before the queries; the CPU session keeps them pageable). `cached` registers the GPU
+    /// session's tables as `GpuCachedTable`s over the same host batches: each column goes to the
+    /// device's table cache when a GPU operator first reads it (in the checked run), and later
+    /// runs read it there. Without a GPU the tables stay pageable.
     #[arg(long, alias = "host-memory", value_enum, default_value_t = HostMemory::Pageable)]
     pub residency: HostMemory,
 }
@@ -89,6 +91,8 @@ pub enum HostMemory {
     Pageable,
     /// In device memory, for the GPU session.
     Gpu,
+    /// The GPU session's tables read through the device's table cache (`GpuCachedTable`).
+    Cached,
 }
 
 impl SuiteBenchOptions {
@@ -278,6 +282,12 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
 
     let (tables, host_memory, pin_seconds) = match (o.residency, &no_gpu) {
         (HostMemory::Pageable, _) => (tables, "pageable".to_string(), 0.0),
+        (HostMemory::Cached, Some(reason)) => (tables, format!("pageable (no GPU to cache the tables on: {reason})"), 0.0),
+        (HostMemory::Cached, None) => (
+            tables,
+            "pageable for the CPU; for the GPU session the same batches through the device's table cache (GpuCachedTable)".to_string(),
+            0.0,
+        ),
         (HostMemory::Gpu, Some(reason)) => (tables, format!("pageable (no GPU to hold the tables: {reason})"), 0.0),
         // Made resident once the GPU session exists, below.
         (HostMemory::Gpu, None) => (tables, String::new(), 0.0),
@@ -325,6 +335,10 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
                 ),
                 seconds,
             )
+        }
+        (HostMemory::Cached, None) => {
+            data::register_cached(&gpu_ctx, &tables)?;
+            (host_memory, pin_seconds)
         }
         _ => {
             data::register(&gpu_ctx, &tables)?;

@@ -1,0 +1,117 @@
+//! [`GpuCachedTable`]: a `TableProvider` over host batches whose columns go to the device's table
+//! cache ([`crate::columns::cache`]) when a GPU operator first reads them, and stay there for
+//! later queries while the cache keeps them. It is the lazy counterpart of
+//! [`super::ResidentTable`], which uploads every column when it is made and holds it: only the
+//! columns queries read take device memory, and the cache may evict them (they are uploaded again
+//! when next read).
+//!
+//! `gpu.table_cache` does the same for every in-memory table, but at the end of planning:
+//! DataFusion has by then planned over the table's own scan, whose statistics it computes from
+//! every batch each time a planner asks for them (about 30 ms a query over SF10's 8,192-row
+//! batches). This table computes them once, when it is made, and its scan is the cached scan from
+//! the start.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{Statistics, internal_err};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::Result;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::common::compute_record_batch_statistics;
+use datafusion::prelude::SessionContext;
+
+use super::cached_scan::GpuCachedScanExec;
+use crate::columns::is_supported;
+use crate::config::GpuConfig;
+
+/// A table of host batches read through the device's table cache (see the module's text).
+#[derive(Debug, Clone)]
+pub struct GpuCachedTable {
+    schema: SchemaRef,
+    partitions: Arc<Vec<Vec<RecordBatch>>>,
+    /// Exact row counts, byte sizes and null counts per partition and overall, as DataFusion's
+    /// in-memory table computes them.
+    partition_statistics: Arc<Vec<Statistics>>,
+    statistics: Arc<Statistics>,
+}
+
+impl GpuCachedTable {
+    /// The table of `partitions` (host batches of `schema`); nothing is uploaded yet.
+    pub fn try_new(schema: SchemaRef, partitions: Vec<Vec<RecordBatch>>) -> Result<Self> {
+        for b in partitions.iter().flatten() {
+            if b.schema().fields() != schema.fields() {
+                return internal_err!("a batch of schema {} for a cached table of schema {schema}", b.schema());
+            }
+        }
+        let partition_statistics = partitions
+            .iter()
+            .map(|p| compute_record_batch_statistics(std::slice::from_ref(p), &schema, None))
+            .collect();
+        let statistics = compute_record_batch_statistics(&partitions, &schema, None);
+        Ok(GpuCachedTable {
+            schema,
+            partitions: Arc::new(partitions),
+            partition_statistics: Arc::new(partition_statistics),
+            statistics: Arc::new(statistics),
+        })
+    }
+
+    /// The rows of table `name` registered in `ctx`, read with DataFusion (in as many
+    /// partitions as its scan has) and held on the host; register the result under any name.
+    pub async fn from_registered(ctx: &SessionContext, name: &str) -> Result<Self> {
+        let df = ctx.table(name).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        GpuCachedTable::try_new(schema, df.collect_partitioned().await?)
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.partitions.iter().flatten().map(RecordBatch::num_rows).sum()
+    }
+}
+
+#[async_trait]
+impl TableProvider for GpuCachedTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let columns = projection.cloned().unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+        // A column without a device layout is read by DataFusion's own scan.
+        if columns.iter().any(|&c| self.schema.fields().get(c).is_none_or(|f| !is_supported(f.data_type()))) {
+            return MemorySourceConfig::try_new_exec(&self.partitions, Arc::clone(&self.schema), Some(columns))
+                .map(|e| e as Arc<dyn ExecutionPlan>);
+        }
+        let schema = Arc::new(self.schema.project(&columns)?);
+        let mut statistics: HashMap<Option<usize>, Arc<Statistics>> = self
+            .partition_statistics
+            .iter()
+            .enumerate()
+            .map(|(p, s)| (Some(p), Arc::new(s.clone().project(Some(&columns)))))
+            .collect();
+        statistics.insert(None, Arc::new(self.statistics.as_ref().clone().project(Some(&columns))));
+        let cfg = GpuConfig::from_options(state.config_options());
+        Ok(Arc::new(GpuCachedScanExec::of_table(Arc::clone(&self.partitions), columns, schema, statistics, &cfg)))
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        Some(self.statistics.as_ref().clone())
+    }
+}
