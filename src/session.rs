@@ -3,24 +3,18 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::{TableFunction, TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::common::plan_err;
-use datafusion::datasource::MemTable;
-use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-use crate::columns::cache::TableCache;
 use crate::config::GpuConfig;
+use crate::exec::cache_functions;
 use crate::rule::GpuOptimizerRule;
 
 /// Adds the GPU extension to a session builder.
 pub trait SessionStateBuilderGpuExt {
     /// Registers the `gpu.` options (defaults unless already set), the GPU optimizer rule and
-    /// the table function `gpu_table_cache()`.
+    /// the table cache's SQL functions `gpu_cache('t')`, `gpu_uncache('t')` and
+    /// `gpu_table_cache()` ([`crate::exec::cache_functions`]).
     fn with_gpu(self) -> Self;
 }
 
@@ -28,43 +22,11 @@ impl SessionStateBuilderGpuExt for SessionStateBuilder {
     fn with_gpu(mut self) -> Self {
         let config = self.config().take().unwrap_or_default();
         *self.config() = Some(with_gpu_options(config));
-        let cache = TableFunction::new(TABLE_CACHE_FUNCTION.to_string(), Arc::new(TableCacheFunction));
-        self.table_functions()
-            .get_or_insert_with(Default::default)
-            .insert(TABLE_CACHE_FUNCTION.to_string(), Arc::new(cache));
-        self.with_physical_optimizer_rule(Arc::new(GpuOptimizerRule::new()))
-    }
-}
-
-/// The name of [`TableCacheFunction`] in SQL.
-pub const TABLE_CACHE_FUNCTION: &str = "gpu_table_cache";
-
-/// `SELECT * FROM gpu_table_cache()`: a row per device whose table cache (`gpu.table_cache`) was
-/// used, with the columns it holds, their device bytes, and its hits, misses, evictions and
-/// refusals (columns larger than the limit alone) since the process started.
-#[derive(Debug)]
-pub struct TableCacheFunction;
-
-impl TableFunctionImpl for TableCacheFunction {
-    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
-        if !args.exprs().is_empty() {
-            return plan_err!("{TABLE_CACHE_FUNCTION}() takes no arguments");
+        let functions = self.table_functions().get_or_insert_with(Default::default);
+        for f in cache_functions::table_functions() {
+            functions.insert(f.name().to_string(), f);
         }
-        let names = ["device", "columns", "bytes", "hits", "misses", "evictions", "refused"];
-        let schema =
-            Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::UInt64, false)).collect::<Vec<_>>()));
-        let rows: Vec<[u64; 7]> = TableCache::all()
-            .into_iter()
-            .map(|(device, cache)| {
-                let s = cache.stats();
-                [device as u64, s.entries as u64, s.bytes, s.hits, s.misses, s.evictions, s.refused]
-            })
-            .collect();
-        let columns: Vec<ArrayRef> = (0..names.len())
-            .map(|i| Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r[i]))) as ArrayRef)
-            .collect();
-        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-        Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+        self.with_physical_optimizer_rule(Arc::new(GpuOptimizerRule::new()))
     }
 }
 
@@ -105,5 +67,74 @@ mod tests {
         assert_eq!(cache.schema().fields().len(), 7);
         cache.collect().await.unwrap();
         assert!(ctx.sql("SELECT * FROM gpu_table_cache(1)").await.is_err());
+    }
+
+    /// `gpu_cache('t')` replaces `t` by a GpuCachedTable of its rows when the query runs (not
+    /// when it is planned), queries over it give the same answers, and `gpu_uncache('t')` puts
+    /// the original back; wrong calls are refused with the usage. (Without a device the cached
+    /// table's scans read the host batches.)
+    #[tokio::test]
+    async fn gpu_cache_replaces_a_table_and_gpu_uncache_restores_it() {
+        use std::sync::Arc;
+
+        use datafusion::arrow::array::{Int64Array, StringArray};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::arrow::record_batch::RecordBatch;
+        use datafusion::datasource::MemTable;
+
+        use crate::exec::GpuCachedTable;
+        use crate::testing::sorted_rows;
+
+        let _g = crate::testing::gpu_lock();
+        let ctx = super::gpu_session_context(datafusion::prelude::SessionConfig::new());
+        let schema =
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("s", DataType::Utf8, true)]));
+        let batch = |from: i64| {
+            let k = Int64Array::from_iter((from..from + 50).map(|v| (v % 7 != 0).then_some(v % 13)));
+            let s = StringArray::from_iter((from..from + 50).map(|v| (v % 5 != 0).then(|| format!("s{}", v % 3))));
+            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(s)]).unwrap()
+        };
+        let parts = vec![vec![batch(0), batch(50)], vec![batch(100)], vec![]];
+        ctx.register_table("t", Arc::new(MemTable::try_new(Arc::clone(&schema), parts).unwrap())).unwrap();
+        let query = "SELECT s, count(*), sum(k) FROM t GROUP BY s";
+        let run = |sql: &'static str| {
+            let ctx = ctx.clone();
+            async move { sorted_rows(&ctx.sql(sql).await.unwrap().collect().await.unwrap()) }
+        };
+        let is_cached = || async {
+            let t = ctx.table_provider("t").await.unwrap();
+            (t.as_ref() as &dyn std::any::Any).downcast_ref::<GpuCachedTable>().is_some()
+        };
+        let want = run(query).await;
+        // Planning (EXPLAIN) caches nothing.
+        ctx.sql("EXPLAIN SELECT * FROM gpu_cache('t')").await.unwrap().collect().await.unwrap();
+        assert!(!is_cached().await);
+        let answer = run("SELECT * FROM gpu_cache('t')").await;
+        assert_eq!(answer.len(), 1, "{answer:?}");
+        assert!(answer[0].starts_with("t|150|3|") && answer[0].ends_with("|cached"), "{answer:?}");
+        assert!(is_cached().await);
+        assert_eq!(run(query).await, want);
+        // The cached scan is not wrapped in DataFusion's CooperativeExec (it is cooperative
+        // itself): a GPU parent would see the wrapper, not the scan, and upload its host batches.
+        // (One partition, one target partition: the aggregate reads the scan itself.)
+        let one = super::gpu_session_context(datafusion::prelude::SessionConfig::new().with_target_partitions(1));
+        let single = GpuCachedTable::try_new(Arc::clone(&schema), vec![vec![batch(0)]]).unwrap();
+        one.register_table("u", Arc::new(single)).unwrap();
+        let plan = one.sql("SELECT sum(k) FROM u").await.unwrap().create_physical_plan().await.unwrap();
+        let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true).to_string();
+        assert!(shown.contains("GpuCachedScanExec") && !shown.contains("CooperativeExec"), "{shown}");
+        let again = run("SELECT table, status FROM gpu_cache('t')").await;
+        assert_eq!(again, vec!["t|already cached".to_string()]);
+        assert_eq!(run("SELECT * FROM gpu_uncache('t')").await, vec!["t|restored".to_string()]);
+        assert!(!is_cached().await);
+        assert_eq!(run(query).await, want);
+        assert_eq!(run("SELECT * FROM gpu_uncache('t')").await, vec!["t|not cached".to_string()]);
+        for wrong in ["SELECT * FROM gpu_cache(t)", "SELECT * FROM gpu_cache()", "SELECT * FROM gpu_cache('nope')"] {
+            let err = match ctx.sql(wrong).await {
+                Ok(df) => df.collect().await.unwrap_err().to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains("gpu_cache"), "{wrong}: {err}");
+        }
     }
 }

@@ -25,7 +25,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::common::compute_record_batch_statistics;
 use datafusion::physical_plan::coop::cooperative;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::statistics::StatisticsArgs;
@@ -103,12 +103,18 @@ impl GpuCachedScanExec {
         statistics: HashMap<Option<usize>, Arc<Statistics>>,
         cfg: &GpuConfig,
     ) -> GpuCachedScanExec {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(partitions.len().max(1)),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        // Cooperative (its host stream yields as DataFusion's memory scan does), so that
+        // DataFusion's EnsureCooperative does not wrap it: a GPU parent must see the scan itself
+        // to read its columns on the device.
+        let properties = Arc::new(
+            PlanProperties::new(
+                EquivalenceProperties::new(Arc::clone(&schema)),
+                Partitioning::UnknownPartitioning(partitions.len().max(1)),
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )
+            .with_scheduling_type(SchedulingType::Cooperative),
+        );
         GpuCachedScanExec {
             source: None,
             partitions,

@@ -40,6 +40,9 @@ pub struct GpuCachedTable {
     /// in-memory table computes them.
     partition_statistics: Arc<Vec<Statistics>>,
     statistics: Arc<Statistics>,
+    /// The provider whose rows these are, when the table replaced it (`gpu_cache('t')`), for
+    /// `gpu_uncache('t')` to register again.
+    replaced: Option<Arc<dyn TableProvider>>,
 }
 
 impl GpuCachedTable {
@@ -60,6 +63,7 @@ impl GpuCachedTable {
             partitions: Arc::new(partitions),
             partition_statistics: Arc::new(partition_statistics),
             statistics: Arc::new(statistics),
+            replaced: None,
         })
     }
 
@@ -71,8 +75,27 @@ impl GpuCachedTable {
         GpuCachedTable::try_new(schema, df.collect_partitioned().await?)
     }
 
+    /// This table as the replacement of `provider`, whose rows it holds.
+    pub fn replacing(self, provider: Arc<dyn TableProvider>) -> Self {
+        GpuCachedTable { replaced: Some(provider), ..self }
+    }
+
+    /// The provider this table replaced, if it replaced one.
+    pub fn replaced(&self) -> Option<&Arc<dyn TableProvider>> {
+        self.replaced.as_ref()
+    }
+
     pub fn num_rows(&self) -> usize {
         self.partitions.iter().flatten().map(RecordBatch::num_rows).sum()
+    }
+
+    pub fn num_partitions(&self) -> usize {
+        self.partitions.len()
+    }
+
+    /// Host bytes the table's batches hold.
+    pub fn host_bytes(&self) -> usize {
+        self.partitions.iter().flatten().map(RecordBatch::get_array_memory_size).sum()
     }
 }
 

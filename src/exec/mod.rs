@@ -6,6 +6,7 @@
 //! directly (no round trip through the host); a CPU child is uploaded on the way.
 
 pub mod aggregate;
+pub mod cache_functions;
 pub mod cached_scan;
 #[cfg(test)]
 mod cached_scan_tests;

@@ -28,8 +28,8 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::common::compute_record_batch_statistics;
-use datafusion::physical_plan::coop::cooperative;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::coop::{cooperative, make_cooperative};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
@@ -224,12 +224,18 @@ impl GpuTableScanExec {
     fn try_new(data: Arc<Resident>, projection: Option<Vec<usize>>) -> Result<Self> {
         let projection = projection.unwrap_or_else(|| (0..data.schema.fields().len()).collect());
         let schema = Arc::new(data.schema.project(&projection)?);
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(data.partitions.len().max(1)),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        // Cooperative (both its host streams yield as DataFusion's memory scan does), so that
+        // DataFusion's EnsureCooperative does not wrap it: a GPU parent must see the scan itself
+        // to read its columns on the device.
+        let properties = Arc::new(
+            PlanProperties::new(
+                EquivalenceProperties::new(Arc::clone(&schema)),
+                Partitioning::UnknownPartitioning(data.partitions.len().max(1)),
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )
+            .with_scheduling_type(SchedulingType::Cooperative),
+        );
         Ok(GpuTableScanExec { data, projection, schema, properties, metrics: ExecutionPlanMetricsSet::new() })
     }
 
@@ -287,7 +293,8 @@ impl ExecutionPlan for GpuTableScanExec {
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let Some(host) = &self.data.host else {
-            return Ok(download_stream(Arc::clone(&self.schema), self.execute_device(partition, context)?));
+            let downloads = download_stream(Arc::clone(&self.schema), self.execute_device(partition, context)?);
+            return Ok(make_cooperative(downloads));
         };
         // The rows the table was made from, still on the host: no download.
         let batches = match host.get(partition) {
