@@ -86,20 +86,24 @@ struct CacheFunction {
     uncache: bool,
 }
 
-impl CacheFunction {
-    fn name(&self) -> &'static str {
-        if self.uncache { UNCACHE_FUNCTION } else { CACHE_FUNCTION }
-    }
+/// The SQL name of `gpu_cache`, or with `uncache` of `gpu_uncache`.
+fn function_name(uncache: bool) -> &'static str {
+    if uncache { UNCACHE_FUNCTION } else { CACHE_FUNCTION }
 }
 
 impl TableFunctionImpl for CacheFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
         let name = match args.exprs() {
             [Expr::Literal(ScalarValue::Utf8(Some(n)) | ScalarValue::Utf8View(Some(n)), _)] => n.clone(),
-            _ => return plan_err!("{}('table') takes the name of a registered table, in quotes", self.name()),
+            _ => {
+                return plan_err!(
+                    "{}('table') takes the name of a registered table, in quotes",
+                    function_name(self.uncache)
+                );
+            }
         };
         let Some(state) = args.session().as_any().downcast_ref::<SessionState>() else {
-            return plan_err!("{}() needs a DataFusion SessionState", self.name());
+            return plan_err!("{}() needs a DataFusion SessionState", function_name(self.uncache));
         };
         let reference = TableReference::from(name.as_str());
         let schema = state.schema_for_ref(reference.clone())?;
@@ -147,11 +151,7 @@ impl TableProvider for CacheCall {
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let Some(provider) = self.schema.table(&self.table).await? else {
-            return plan_err!(
-                "{}: no table named '{}'",
-                if self.uncache { UNCACHE_FUNCTION } else { CACHE_FUNCTION },
-                self.written
-            );
+            return plan_err!("{}: no table named '{}'", function_name(self.uncache), self.written);
         };
         let cached = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<GpuCachedTable>().cloned();
         let action = match (self.uncache, cached) {

@@ -23,10 +23,7 @@ use datafusion::datasource::source::{DataSource, DataSourceExec};
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::common::compute_record_batch_statistics;
-use datafusion::physical_plan::coop::cooperative;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
-use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{
@@ -35,7 +32,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::resident::device_batch_groups;
-use super::{DeviceBatchStream, GpuExec, blocking};
+use super::{DeviceBatchStream, GpuExec, blocking, host_partition_stream};
 use crate::columns::cache::{ColumnKey, TableCache};
 use crate::columns::{DeviceBatch, DeviceColumn, is_supported};
 use crate::config::{GpuConfig, human_bytes};
@@ -289,18 +286,10 @@ impl ExecutionPlan for GpuCachedScanExec {
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         // The host batches, as DataFusion's scan hands them out: no download.
-        if let Some(source) = &self.source {
-            return source.execute(partition, context);
+        match &self.source {
+            Some(source) => source.execute(partition, context),
+            None => host_partition_stream(&self.partitions, partition, &self.schema, &self.columns, CACHED_SCAN_NAME),
         }
-        let batches = match self.partitions.get(partition) {
-            Some(batches) => batches.clone(),
-            None if partition == 0 && self.partitions.is_empty() => Vec::new(),
-            None => {
-                return internal_err!("{CACHED_SCAN_NAME} has {} partitions, not {partition}", self.partitions.len());
-            }
-        };
-        let stream = MemoryStream::try_new(batches, Arc::clone(&self.schema), Some(self.columns.clone()))?;
-        Ok(Box::pin(cooperative(stream)))
     }
 
     fn statistics_from_inputs(
@@ -312,21 +301,10 @@ impl ExecutionPlan for GpuCachedScanExec {
         if let Some(s) = known.get(&args.partition()) {
             return Ok(Arc::clone(s));
         }
+        // (A table's scan was given each partition's statistics and the whole table's.)
         let s = match &self.source {
             Some(source) => source.statistics_from_inputs(input_stats, args)?,
-            None => {
-                let partitions = match args.partition() {
-                    Some(p) => self.partitions.get(p).map(std::slice::from_ref).unwrap_or_default(),
-                    None => self.partitions.as_slice(),
-                };
-                let table = self.partitions.iter().flatten().next().map(RecordBatch::schema);
-                match table {
-                    Some(table) => {
-                        Arc::new(compute_record_batch_statistics(partitions, &table, Some(self.columns.clone())))
-                    }
-                    None => Arc::new(Statistics::new_unknown(&self.schema)),
-                }
-            }
+            None => Arc::new(Statistics::new_unknown(&self.schema)),
         };
         known.insert(args.partition(), Arc::clone(&s));
         Ok(s)

@@ -18,16 +18,16 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{Statistics, internal_err};
+use datafusion::common::Statistics;
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::common::compute_record_batch_statistics;
 use datafusion::prelude::SessionContext;
 
 use super::cached_scan::GpuCachedScanExec;
+use super::{HostTable, registered_rows};
 use crate::columns::is_supported;
 use crate::config::GpuConfig;
 
@@ -48,16 +48,7 @@ pub struct GpuCachedTable {
 impl GpuCachedTable {
     /// The table of `partitions` (host batches of `schema`); nothing is uploaded yet.
     pub fn try_new(schema: SchemaRef, partitions: Vec<Vec<RecordBatch>>) -> Result<Self> {
-        for b in partitions.iter().flatten() {
-            if b.schema().fields() != schema.fields() {
-                return internal_err!("a batch of schema {} for a cached table of schema {schema}", b.schema());
-            }
-        }
-        let partition_statistics = partitions
-            .iter()
-            .map(|p| compute_record_batch_statistics(std::slice::from_ref(p), &schema, None))
-            .collect();
-        let statistics = compute_record_batch_statistics(&partitions, &schema, None);
+        let HostTable { partition_statistics, statistics } = HostTable::check(&schema, &partitions, "cached table")?;
         Ok(GpuCachedTable {
             schema,
             partitions: Arc::new(partitions),
@@ -70,9 +61,8 @@ impl GpuCachedTable {
     /// The rows of table `name` registered in `ctx`, read with DataFusion (in as many
     /// partitions as its scan has) and held on the host; register the result under any name.
     pub async fn from_registered(ctx: &SessionContext, name: &str) -> Result<Self> {
-        let df = ctx.table(name).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        GpuCachedTable::try_new(schema, df.collect_partitioned().await?)
+        let (schema, partitions) = registered_rows(ctx, name).await?;
+        GpuCachedTable::try_new(schema, partitions)
     }
 
     /// This table as the replacement of `provider`, whose rows it holds.

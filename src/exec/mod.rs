@@ -135,6 +135,73 @@ pub(crate) async fn download_all(parts: Vec<DeviceBatch>) -> Result<Vec<datafusi
     blocking(move || parts.iter().map(DeviceBatch::download).collect()).await
 }
 
+/// The exact statistics of a table made of host batches, per partition and overall, as
+/// DataFusion's in-memory table computes them (a `ResidentTable`'s, a `GpuCachedTable`'s).
+pub(crate) struct HostTable {
+    pub partition_statistics: Vec<datafusion::common::Statistics>,
+    pub statistics: datafusion::common::Statistics,
+}
+
+impl HostTable {
+    /// The statistics of `partitions` (batches of every column of `schema`), or an error
+    /// naming `what` when a batch's fields are not `schema`'s.
+    pub(crate) fn check(
+        schema: &datafusion::arrow::datatypes::SchemaRef,
+        partitions: &[Vec<datafusion::arrow::record_batch::RecordBatch>],
+        what: &str,
+    ) -> Result<HostTable> {
+        use datafusion::physical_plan::common::compute_record_batch_statistics;
+        for b in partitions.iter().flatten() {
+            if b.schema().fields() != schema.fields() {
+                return datafusion::common::internal_err!(
+                    "a batch of schema {} for a {what} of schema {schema}",
+                    b.schema()
+                );
+            }
+        }
+        let partition_statistics =
+            partitions.iter().map(|p| compute_record_batch_statistics(std::slice::from_ref(p), schema, None)).collect();
+        let statistics = compute_record_batch_statistics(partitions, schema, None);
+        Ok(HostTable { partition_statistics, statistics })
+    }
+}
+
+/// The schema and rows of table `name` registered in `ctx`, read with DataFusion in as many
+/// partitions as its scan has.
+pub(crate) async fn registered_rows(
+    ctx: &datafusion::prelude::SessionContext,
+    name: &str,
+) -> Result<(datafusion::arrow::datatypes::SchemaRef, Vec<Vec<datafusion::arrow::record_batch::RecordBatch>>)> {
+    let df = ctx.table(name).await?;
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    Ok((schema, df.collect_partitioned().await?))
+}
+
+/// Partition `partition` of a table's host `partitions`, projected to `projection` (`schema`
+/// is the projected schema), as DataFusion's memory scan streams it (yielding cooperatively).
+/// `exec` names the scan in the error for a partition it does not have.
+pub(crate) fn host_partition_stream(
+    partitions: &[Vec<datafusion::arrow::record_batch::RecordBatch>],
+    partition: usize,
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    projection: &[usize],
+    exec: &str,
+) -> Result<SendableRecordBatchStream> {
+    let batches = match partitions.get(partition) {
+        Some(batches) => batches.clone(),
+        None if partition == 0 && partitions.is_empty() => Vec::new(),
+        None => {
+            return datafusion::common::internal_err!("{exec} has {} partitions, not {partition}", partitions.len());
+        }
+    };
+    let stream = datafusion::physical_plan::memory::MemoryStream::try_new(
+        batches,
+        Arc::clone(schema),
+        Some(projection.to_vec()),
+    )?;
+    Ok(Box::pin(datafusion::physical_plan::coop::cooperative(stream)))
+}
+
 /// Downloads every device batch of `stream`, for a CPU consumer.
 pub fn download_stream(
     schema: datafusion::arrow::datatypes::SchemaRef,

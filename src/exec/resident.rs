@@ -27,10 +27,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::common::compute_record_batch_statistics;
-use datafusion::physical_plan::coop::{cooperative, make_cooperative};
+use datafusion::physical_plan::coop::make_cooperative;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
-use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{
@@ -39,7 +37,7 @@ use datafusion::physical_plan::{
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
-use super::{DeviceBatchStream, GpuExec, download_stream};
+use super::{DeviceBatchStream, GpuExec, HostTable, download_stream, host_partition_stream, registered_rows};
 use crate::columns::DeviceBatch;
 use crate::config::{GpuConfig, human_bytes};
 use crate::device::Gpu;
@@ -79,11 +77,7 @@ impl ResidentTable {
         batch_rows: usize,
     ) -> Result<Self> {
         use rayon::prelude::*;
-        for b in partitions.iter().flatten() {
-            if b.schema().fields() != schema.fields() {
-                return internal_err!("a batch of schema {} for a resident table of schema {schema}", b.schema());
-            }
-        }
+        let HostTable { partition_statistics, statistics } = HostTable::check(&schema, partitions, "resident table")?;
         let device: Vec<Vec<DeviceBatch>> = partitions
             .par_iter()
             .map(|batches| {
@@ -96,11 +90,6 @@ impl ResidentTable {
                 Ok(out)
             })
             .collect::<Result<_>>()?;
-        let partition_statistics: Vec<Statistics> = partitions
-            .iter()
-            .map(|p| compute_record_batch_statistics(std::slice::from_ref(p), &schema, None))
-            .collect();
-        let statistics = compute_record_batch_statistics(partitions, &schema, None);
         let device_bytes = device.iter().flatten().map(DeviceBatch::byte_size).sum();
         Ok(ResidentTable {
             data: Arc::new(Resident {
@@ -119,9 +108,7 @@ impl ResidentTable {
     /// the session's GPU (`gpu.device`), in as many partitions as DataFusion's scan of it has,
     /// and device batches of the session's `gpu.batch_rows` rows.
     pub async fn from_registered(ctx: &SessionContext, name: &str) -> Result<Self> {
-        let df = ctx.table(name).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let partitions = df.collect_partitioned().await?;
+        let (schema, partitions) = registered_rows(ctx, name).await?;
         let state = ctx.state();
         let cfg = GpuConfig::from_options(state.config().options());
         let gpu = Gpu::for_session(&cfg, &ctx.session_id())?;
@@ -297,16 +284,10 @@ impl ExecutionPlan for GpuTableScanExec {
             return Ok(make_cooperative(downloads));
         };
         // The rows the table was made from, still on the host: no download.
-        let batches = match host.get(partition) {
-            Some(batches) => batches.clone(),
-            None if partition == 0 && host.is_empty() => Vec::new(),
-            None => return internal_err!("GpuTableScanExec has {} partitions, not {partition}", host.len()),
-        };
+        let stream = host_partition_stream(host, partition, &self.schema, &self.projection, self.name())?;
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
-        rows.add(batches.iter().map(RecordBatch::num_rows).sum());
-        // The stream's schema is the projected one (it projects each batch as it hands it out).
-        let stream = MemoryStream::try_new(batches, Arc::clone(&self.schema), Some(self.projection.clone()))?;
-        Ok(Box::pin(cooperative(stream)))
+        rows.add(host.get(partition).map_or(0, |b| b.iter().map(RecordBatch::num_rows).sum()));
+        Ok(stream)
     }
 
     fn statistics_from_inputs(
