@@ -727,7 +727,10 @@ fn algorithm_settings_parse() {
 /// the GPU (`gpu.fuse.expressions`): decimal arithmetic at arrow's scales, comparisons of every
 /// type (floats in arrow's total order), IN lists, CASE, Kleene AND/OR over NULLs, filters that
 /// keep nothing, LIKE with `%` wildcards (strings with multi-byte characters), and the year,
-/// month and day of dates (mostly outside chrono's years in `v_date`, which gives NULL).
+/// month and day of dates (mostly outside chrono's years in `v_date`, which gives NULL), `substr`
+/// (character positions over multi-byte strings, starts before the string and past its end) in
+/// predicates and as computed string group keys, and scalar subqueries' values (decimal, integer,
+/// NULL) in predicates.
 const FUSED_QUERIES: &[&str] = &[
     "SELECT k_bool, k_i8, sum(k_dec) s1, sum(k_dec * (1 - k_dec)) s2, sum(k_dec * (1 - k_dec) * (1 + k_dec)) s3, \
      sum(v_dec * (1 - k_dec)) s4, avg(k_dec) a, count(*) c FROM t WHERE v_date <= DATE '2000-01-01' \
@@ -751,6 +754,14 @@ const FUSED_QUERIES: &[&str] = &[
     "SELECT y, m, count(*) c, sum(d) d, count(vy) n FROM (SELECT date_part('year', k_date) y, \
      extract(month FROM k_date) m, extract(day FROM v_date) d, extract(year FROM v_date) vy FROM t \
      WHERE v_str NOT LIKE '%a%' OR v_str LIKE '' OR k_str LIKE '%-3') GROUP BY y, m ORDER BY y, m",
+    "SELECT substr(v_str, 2, 2) s2, count(*) c, sum(v_i64) s FROM t \
+     WHERE substr(k_str, 1, 5) IN ('key-1', 'key-2') OR substr(v_str, -1, 3) = 'a' OR substring(v_str FROM 3) LIKE '%b%' \
+     OR substr(v_str, 0, 1) = '' OR substr(v_str, 30) IS NOT NULL AND v_i8 > 5 OR substr(v_str, 2, 0) <> '' \
+     GROUP BY s2 ORDER BY s2 NULLS FIRST",
+    "SELECT substr(k_str, 5) k, substr(v_str, 3) v, count(*) c FROM t GROUP BY k, v ORDER BY k NULLS FIRST, v NULLS FIRST",
+    "SELECT k_i8, count(*) c, sum(v_dec) s FROM t WHERE v_dec > (SELECT avg(v_dec) FROM t WHERE v_dec > 0) \
+     OR v_i64 < (SELECT min(v_i64) FROM t WHERE k_i8 = 3) OR v_i32 = (SELECT max(v_i32) FROM t WHERE false) \
+     GROUP BY k_i8 ORDER BY k_i8 NULLS FIRST",
 ];
 
 fn fused(plan: &Arc<dyn ExecutionPlan>) -> bool {
@@ -779,6 +790,17 @@ async fn gpu_aggregate_fuses_filters_and_projections() {
                 fused(&plan) && (!sql.contains("WHERE") || text.contains("FilterExec: ")),
                 "not fused: {sql}\n{text}"
             );
+            // The new expressions are in the fused chain of the aggregate itself.
+            for (what, marker) in [("substr", "substr("), ("scalar_subquery", "> (SELECT")] {
+                if sql.contains(marker) {
+                    assert!(
+                        text.lines().any(|l| l.contains("GpuAggregateExec")
+                            && l.contains(what)
+                            && l.contains("fused on the GPU=")),
+                        "{what} is not fused: {sql}\n{text}"
+                    );
+                }
+            }
             failures.extend(check(&batch, sql, &format!("{dist:?} {sql}"), &configs).await);
         }
     }

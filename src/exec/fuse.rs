@@ -597,4 +597,49 @@ mod tests {
             assert_eq!(pre.upload_ns_per_row(), Some(upload_ns));
         }
     }
+    /// TPC-H q22's shape compiles for the device from DataFusion's own plan: `substr` in the
+    /// filter and as a computed string output, and a scalar subquery's value in the filter.
+    #[tokio::test]
+    async fn substr_string_outputs_and_scalar_subqueries_compile_for_the_device() {
+        use datafusion::arrow::array::{Decimal128Array, StringArray};
+        use datafusion::arrow::datatypes::{DataType, Schema};
+        use datafusion::datasource::MemTable;
+        use datafusion::physical_plan::ExecutionPlanProperties as _;
+        use datafusion::prelude::SessionContext;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("phone", DataType::Utf8, true),
+            Field::new("bal", DataType::Decimal128(15, 2), true),
+        ]));
+        let phone: StringArray = ["13-1", "31-2", "99-3", "é1-4"].into_iter().map(Some).collect();
+        let bal = Decimal128Array::from(vec![100, 200, 300, 400]).with_precision_and_scale(15, 2).unwrap();
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(phone), Arc::new(bal)]).unwrap();
+        let ctx = SessionContext::new_with_config(datafusion::prelude::SessionConfig::new().with_target_partitions(1));
+        ctx.register_table("c", Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())).unwrap();
+        let sql = "SELECT substr(phone, 1, 2) AS code, bal FROM c \
+                   WHERE substr(phone, 1, 2) IN ('13', '31', 'é1') AND bal > (SELECT avg(bal) FROM c WHERE bal > 0)";
+        let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+        let mut tops = Vec::new();
+        plan.apply(|node| {
+            if node.downcast_ref::<ProjectionExec>().is_some_and(|p| p.input().downcast_ref::<FilterExec>().is_some()) {
+                tops.push(Arc::clone(node));
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        let [top] = tops.as_slice() else {
+            panic!("one projection over a filter expected:\n{}", displayable(plan.as_ref()).indent(true))
+        };
+        let outputs: Vec<(Arc<dyn PhysicalExpr>, Field)> = top
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>, f.as_ref().clone()))
+            .collect();
+        let fused = FusedInput::try_new(top, &outputs, true).unwrap().expect("the chain is taken in");
+        assert_eq!(fused.chain.len(), 2);
+        assert_eq!(fused.projection.output_schema.field(0).data_type(), &DataType::Utf8);
+        assert!(fused.describe().contains("scalar_subquery"), "{}", fused.describe());
+        assert_eq!(top.output_partitioning().partition_count(), fused.input.output_partitioning().partition_count());
+    }
 }

@@ -18,7 +18,10 @@
 //! matches where the runs appear in order, the first at the start and the last at the end unless
 //! a `%` stands there; patterns with `_` or `\` escapes, and ILIKE, stay on the CPU);
 //! `date_part` (EXTRACT) of the year, month or day of a Date32 (chrono's proleptic Gregorian
-//! calendar, NULL outside chrono's range, as arrow gives). Anything else is refused with the
+//! calendar, NULL outside chrono's range, as arrow gives); `substr` (SUBSTRING) with literal
+//! start and length, counted in characters as DataFusion counts them (a view into the string's
+//! bytes, no copy); the value of a scalar subquery, read from the kernel's literals once
+//! `ScalarSubqueryExec` has computed it ([`DeferredLiteral`]). Anything else is refused with the
 //! reason.
 
 use datafusion::common::{not_impl_datafusion_err, not_impl_err};
@@ -35,6 +38,7 @@ use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_expr::expressions::{
     BinaryExpr, CaseExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr, Literal, NotExpr,
 };
+use datafusion::physical_expr::scalar_subquery::ScalarSubqueryExpr;
 use datafusion::physical_plan::PhysicalExpr;
 
 pub type R<T> = crate::error::Result<T>;
@@ -193,6 +197,20 @@ __device__ __forceinline__ u64 bytes_find(const u8* h, u64 hl, const u8* n, u64 
     return hl;
 }
 
+// The bytes [*from, *to) of the characters [s, e) (0 <= s <= e) of the n bytes of UTF-8 at p; a
+// position past the last character is the end of the string.
+__device__ __forceinline__ void utf8_char_range(const u8* p, u64 n, long long s, long long e, u64* from, u64* to) {
+    *from = n;
+    *to = n;
+    long long c = 0;
+    for (u64 i = 0; i < n; i++) {
+        if ((p[i] & 0xC0) == 0x80) continue;
+        if (c == s) *from = i;
+        if (c == e) { *to = i; return; }
+        c++;
+    }
+}
+
 // Year, month (1-12) and day (1-31) of a count of days since 1970-01-01 in the proleptic
 // Gregorian calendar (H. Hinnant's civil_from_days).
 __device__ __forceinline__ void civil_from_days(long long z, long long* y, unsigned* m, unsigned* d) {
@@ -267,8 +285,119 @@ pub struct Gen<'a> {
     pub body: String,
     pub globals: String,
     pub literals: Vec<u64>,
+    /// Literals known only at run time (scalar subqueries), at their places in `literals`.
+    pub deferred: Vec<DeferredLiteral>,
     loaded: HashMap<usize, Val>,
     tmp: usize,
+}
+
+/// A value a kernel reads from its literals that is known only when the query runs: a scalar
+/// subquery's result, computed by `ScalarSubqueryExec` before its input runs. The words at `at`
+/// hold its validity (0 or 1), then its value as [`literal_words`] encodes it.
+#[derive(Debug, Clone)]
+pub struct DeferredLiteral {
+    pub at: usize,
+    pub expr: Arc<dyn PhysicalExpr>,
+    pub data_type: DataType,
+}
+
+/// The words of a non-null fixed-width value as kernels read them from their literals
+/// ([`literal_read`]), or `None` for other values.
+pub fn literal_words(s: &ScalarValue) -> Option<Vec<u64>> {
+    Some(match s {
+        ScalarValue::Boolean(Some(b)) => vec![*b as u64],
+        ScalarValue::Int8(Some(v)) => vec![*v as u8 as u64],
+        ScalarValue::Int16(Some(v)) => vec![*v as u16 as u64],
+        ScalarValue::Int32(Some(v)) | ScalarValue::Date32(Some(v)) => vec![*v as u32 as u64],
+        ScalarValue::Int64(Some(v))
+        | ScalarValue::Date64(Some(v))
+        | ScalarValue::TimestampSecond(Some(v), _)
+        | ScalarValue::TimestampMillisecond(Some(v), _)
+        | ScalarValue::TimestampMicrosecond(Some(v), _)
+        | ScalarValue::TimestampNanosecond(Some(v), _) => vec![*v as u64],
+        ScalarValue::UInt8(Some(v)) => vec![*v as u64],
+        ScalarValue::UInt16(Some(v)) => vec![*v as u64],
+        ScalarValue::UInt32(Some(v)) => vec![*v as u64],
+        ScalarValue::UInt64(Some(v)) => vec![*v],
+        ScalarValue::Decimal128(Some(v), _, _) => {
+            let u = *v as u128;
+            vec![u as u64, (u >> 64) as u64]
+        }
+        ScalarValue::Float64(Some(x)) => vec![x.to_bits()],
+        _ => return None,
+    })
+}
+
+/// How many literal words a fixed-width value of `ty` takes.
+fn literal_width(ty: Ty) -> Option<usize> {
+    match ty {
+        Ty::I128 => Some(2),
+        Ty::Str32 | Ty::Str64 => None,
+        _ => Some(1),
+    }
+}
+
+/// The C expression of a fixed-width value of `ty` read from the kernel's literals at `at`.
+fn literal_read(ty: Ty, at: usize) -> String {
+    match ty {
+        Ty::Bool => format!("(lits[{at}] != 0)"),
+        Ty::F64 => format!("__longlong_as_double((long long)lits[{at}])"),
+        Ty::I128 => format!("((__int128)(((u128)lits[{}] << 64) | (u128)lits[{at}]))", at + 1),
+        _ => format!("(({})lits[{at}])", ty.c()),
+    }
+}
+
+/// `literals` with the deferred ones filled in from their expressions' values now: what a kernel
+/// gets as its `lits` when it runs.
+pub fn resolve_literals(literals: &[u64], deferred: &[DeferredLiteral]) -> crate::error::Result<Vec<u64>> {
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::logical_expr::ColumnarValue;
+    let mut words = literals.to_vec();
+    if deferred.is_empty() {
+        return Ok(words);
+    }
+    let batch = RecordBatch::new_empty(Arc::new(Schema::empty()));
+    for d in deferred {
+        let value = match d.expr.evaluate(&batch)? {
+            ColumnarValue::Scalar(v) => v,
+            ColumnarValue::Array(_) => {
+                return Err(datafusion::error::DataFusionError::Internal(format!(
+                    "`{}` gave an array where the GPU expects one value",
+                    d.expr
+                )));
+            }
+        };
+        if value.data_type() != d.data_type {
+            return Err(datafusion::error::DataFusionError::Internal(format!(
+                "`{}` gave a {} value where the GPU expects {}",
+                d.expr,
+                value.data_type(),
+                d.data_type
+            )));
+        }
+        let width = Ty::of(&d.data_type).and_then(literal_width).unwrap_or(0);
+        let slot = words.get_mut(d.at..d.at + 1 + width).ok_or_else(|| {
+            datafusion::error::DataFusionError::Internal(format!("deferred literal at {} is out of range", d.at))
+        })?;
+        slot.fill(0);
+        if let Some(w) = literal_words(&value) {
+            if w.len() != width {
+                return Err(datafusion::error::DataFusionError::Internal(format!(
+                    "`{}` takes {} literal words, not {width}",
+                    d.expr,
+                    w.len()
+                )));
+            }
+            slot[0] = 1;
+            slot[1..].copy_from_slice(&w);
+        } else if !value.is_null() {
+            return Err(datafusion::error::DataFusionError::Internal(format!(
+                "`{}` gave {value}, which the GPU cannot read",
+                d.expr
+            )));
+        }
+    }
+    Ok(words)
 }
 
 impl<'a> Gen<'a> {
@@ -280,6 +409,7 @@ impl<'a> Gen<'a> {
             body: String::new(),
             globals: String::new(),
             literals: Vec::new(),
+            deferred: Vec::new(),
             loaded: HashMap::new(),
             tmp: 0,
         }
@@ -369,34 +499,8 @@ impl<'a> Gen<'a> {
         }
         // Each value goes to `literals`; the code reads it back from the kernel's `lits`.
         let at = self.literals.len();
-        let word = |v: u64, literals: &mut Vec<u64>| {
-            literals.push(v);
-            format!("(({})lits[{at}])", ty.c())
-        };
         let v = match s {
             ScalarValue::Boolean(Some(b)) => b.to_string(),
-            ScalarValue::Int8(Some(v)) => word(*v as u8 as u64, &mut self.literals),
-            ScalarValue::Int16(Some(v)) => word(*v as u16 as u64, &mut self.literals),
-            ScalarValue::Int32(Some(v)) | ScalarValue::Date32(Some(v)) => word(*v as u32 as u64, &mut self.literals),
-            ScalarValue::Int64(Some(v))
-            | ScalarValue::Date64(Some(v))
-            | ScalarValue::TimestampSecond(Some(v), _)
-            | ScalarValue::TimestampMillisecond(Some(v), _)
-            | ScalarValue::TimestampMicrosecond(Some(v), _)
-            | ScalarValue::TimestampNanosecond(Some(v), _) => word(*v as u64, &mut self.literals),
-            ScalarValue::UInt8(Some(v)) => word(*v as u64, &mut self.literals),
-            ScalarValue::UInt16(Some(v)) => word(*v as u64, &mut self.literals),
-            ScalarValue::UInt32(Some(v)) => word(*v as u64, &mut self.literals),
-            ScalarValue::UInt64(Some(v)) => word(*v, &mut self.literals),
-            ScalarValue::Decimal128(Some(v), _, _) => {
-                let u = *v as u128;
-                self.literals.extend([u as u64, (u >> 64) as u64]);
-                format!("((__int128)(((u128)lits[{}] << 64) | (u128)lits[{at}]))", at + 1)
-            }
-            ScalarValue::Float64(Some(x)) => {
-                self.literals.push(x.to_bits());
-                format!("__longlong_as_double((long long)lits[{at}])")
-            }
             ScalarValue::Utf8(Some(text)) | ScalarValue::LargeUtf8(Some(text)) | ScalarValue::Utf8View(Some(text)) => {
                 // The length, then the bytes packed into words (little-endian, as the device reads them).
                 let bytes = text.as_bytes();
@@ -415,7 +519,13 @@ impl<'a> Gen<'a> {
                     "false".into(),
                 ));
             }
-            other => return not_impl_err!("literal {other} of type {dt}"),
+            other => match literal_words(other) {
+                Some(words) => {
+                    self.literals.extend(words);
+                    literal_read(ty, at)
+                }
+                None => return not_impl_err!("literal {other} of type {dt}"),
+            },
         };
         Ok(self.plain(ty, dt, v, "true".into(), "false".into()))
     }
@@ -459,10 +569,15 @@ impl<'a> Gen<'a> {
         if let Some(l) = e.downcast_ref::<LikeExpr>() {
             return self.like(l);
         }
-        if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>()
-            && f.name() == "date_part"
-        {
-            return self.date_part(f);
+        if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>() {
+            match f.name() {
+                "date_part" => return self.date_part(f),
+                "substr" => return self.substr(f),
+                _ => {}
+            }
+        }
+        if e.downcast_ref::<ScalarSubqueryExpr>().is_some() {
+            return self.deferred_literal(e);
         }
         not_impl_err!("expression `{e}` is not supported on the GPU")
     }
@@ -842,6 +957,74 @@ impl<'a> Gen<'a> {
         Ok(self.plain(Ty::Bool, DataType::Boolean, v, a.ok, a.err))
     }
 
+    /// A value known only at run time, read from the kernel's literals: its validity word, then
+    /// its value's words (see [`resolve_literals`]).
+    fn deferred_literal(&mut self, e: &Arc<dyn PhysicalExpr>) -> R<Val> {
+        let dt = e
+            .return_field(&Schema::empty())
+            .map_err(|err| not_impl_datafusion_err!("`{e}`: {err}"))?
+            .data_type()
+            .clone();
+        let ty = Ty::of(&dt).ok_or_else(|| not_impl_datafusion_err!("`{e}` has type {dt}"))?;
+        let Some(width) = literal_width(ty) else {
+            return not_impl_err!("`{e}` is a {dt} value known only when the query runs");
+        };
+        let at = self.literals.len();
+        self.literals.extend(std::iter::repeat_n(0, 1 + width));
+        self.deferred.push(DeferredLiteral { at, expr: Arc::clone(e), data_type: dt.clone() });
+        Ok(self.plain(ty, dt, literal_read(ty, at + 1), format!("(lits[{at}] != 0)"), "false".into()))
+    }
+
+    /// `substr(s, start [, count])` (SUBSTRING) with literal `start` and `count`: the characters
+    /// from position `start` (1-based; positions before the first count towards `count`), at most
+    /// `count` of them, as DataFusion's `get_true_start_end` gives. The result points into the
+    /// string's bytes. A literal count below zero, or the smallest Int64 start, fail on the CPU:
+    /// those stay there.
+    fn substr(&mut self, f: &ScalarFunctionExpr) -> R<Val> {
+        let (s, start, count) = match f.args() {
+            [s, start] => (s, start, None),
+            [s, start, count] => (s, start, Some(count)),
+            args => return not_impl_err!("substr with {} arguments", args.len()),
+        };
+        let int = |e: &Arc<dyn PhysicalExpr>| -> R<Option<i64>> {
+            match e.downcast_ref::<Literal>().map(|l| l.value()) {
+                Some(ScalarValue::Int64(v)) => Ok(*v),
+                _ => not_impl_err!("substr with the argument `{e}`, which is not an Int64 literal"),
+            }
+        };
+        let from = int(start)?;
+        let length = count.map(int).transpose()?;
+        if from == Some(i64::MIN) || length.flatten().is_some_and(|c| c < 0) {
+            return not_impl_err!("substr with a start or length that DataFusion refuses");
+        }
+        let a = self.expr(s)?;
+        if !a.ty.is_str() || f.return_type() != &a.dt {
+            return not_impl_err!("substr of a {} value giving {}", a.dt, f.return_type());
+        }
+        let (Some(from), Some(length)) = (from, length.unwrap_or(Some(0))) else {
+            // A NULL start or length gives NULL.
+            return Ok(self.bind(a.ty, a.dt, "(const u8*)0".into(), "false".into(), "0".into(), a.err));
+        };
+        // Character positions, 0-based: [first, end), end saturating as DataFusion's does.
+        let first = from - 1;
+        let end = if count.is_some() { first.saturating_add(length) } else { i64::MAX };
+        let (fw, ew) = (
+            self.literal(&ScalarValue::Int64(Some(first.max(0))))?,
+            self.literal(&ScalarValue::Int64(Some(end.max(0))))?,
+        );
+        let t = self.fresh();
+        let _ = writeln!(
+            self.body,
+            "        u64 from{t} = 0, to{t} = 0;\n        if ({ok}) utf8_char_range({p}, {n}, {f}, {e}, &from{t}, &to{t});",
+            ok = a.ok,
+            p = a.v,
+            n = a.len,
+            f = fw.v,
+            e = ew.v
+        );
+        Ok(self.bind(a.ty, a.dt.clone(), format!("{} + from{t}", a.v), a.ok.clone(), format!("to{t} - from{t}"), a.err))
+    }
+
     /// `date_part(part, d)` (EXTRACT) of a Date32: the year, month or day, an Int32 as arrow
     /// gives, NULL where arrow's conversion of the day count to a date fails (outside chrono's
     /// years).
@@ -975,5 +1158,67 @@ mod tests {
         }
         assert!(lo == i32::MIN || date32_to_datetime(lo - 1).is_none());
         assert!(hi == i32::MAX || date32_to_datetime(hi + 1).is_none());
+    }
+
+    #[test]
+    fn substr_with_literal_arguments_runs_on_the_gpu_and_other_calls_say_why() {
+        let s = schema();
+        let udf = datafusion::functions::unicode::substr();
+        let config = Arc::new(ConfigOptions::default());
+        let call = |args: Vec<Arc<dyn PhysicalExpr>>| -> Arc<dyn PhysicalExpr> {
+            Arc::new(ScalarFunctionExpr::try_new(Arc::clone(&udf), args, &s, Arc::clone(&config)).unwrap())
+        };
+        // substr(s, 2, 3): characters 1..4 (0-based), positions as kernel literals.
+        let code = generate(&call(vec![col("s", &s).unwrap(), lit(2i64), lit(3i64)]), &s).unwrap();
+        assert!(code.contains("utf8_char_range(") && code.contains("lits[0]") && code.contains("lits[1]"), "{code}");
+        // A start before the string counts towards the length; without a length, to the end.
+        let mut read = |c: &Column| Ok(ColumnRead { slot: c.index(), row: "row".into() });
+        let mut g = Gen::new(&s, &mut read);
+        g.expr(&call(vec![col("v", &s).unwrap(), lit(-3i64), lit(6i64)])).unwrap();
+        assert_eq!(g.literals, vec![0, 2]);
+        let mut g = Gen::new(&s, &mut read);
+        g.expr(&call(vec![col("s", &s).unwrap(), lit(5i64)])).unwrap();
+        assert_eq!(g.literals, vec![4, i64::MAX as u64]);
+        // A NULL start gives NULL without a kernel loop.
+        let code = generate(&call(vec![col("s", &s).unwrap(), lit(ScalarValue::Int64(None))]), &s).unwrap();
+        assert!(!code.contains("utf8_char_range(") && code.contains("= false;"), "{code}");
+        for (args, why) in [
+            (vec![col("s", &s).unwrap(), col("i", &s).unwrap()], "not an Int64 literal"),
+            (vec![col("s", &s).unwrap(), lit(1i64), lit(-1i64)], "refuses"),
+            (vec![col("s", &s).unwrap(), lit(i64::MIN)], "refuses"),
+        ] {
+            let err = generate(&call(args), &s).unwrap_err();
+            assert!(err.to_string().contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn scalar_subquery_values_are_literals_filled_in_when_the_query_runs() {
+        use datafusion::logical_expr::physical_planning_context::{ScalarSubqueryResults, SubqueryIndex};
+        let s = schema();
+        let results = ScalarSubqueryResults::new(2);
+        let dec: Arc<dyn PhysicalExpr> = Arc::new(ScalarSubqueryExpr::new(
+            DataType::Decimal128(19, 6),
+            true,
+            SubqueryIndex::new(0),
+            results.clone(),
+        ));
+        let text: Arc<dyn PhysicalExpr> =
+            Arc::new(ScalarSubqueryExpr::new(DataType::Utf8, true, SubqueryIndex::new(1), results.clone()));
+        let mut read = |c: &Column| Ok(ColumnRead { slot: c.index(), row: "row".into() });
+        let mut g = Gen::new(&s, &mut read);
+        g.expr(&dec).unwrap();
+        assert!(g.body.contains("= (lits[0] != 0);"), "{}", g.body);
+        assert_eq!((g.literals.len(), g.deferred.len()), (3, 1));
+        // Strings have no fixed number of words: they stay on the CPU.
+        assert!(g.expr(&text).unwrap_err().to_string().contains("known only when the query runs"));
+        // Before the subquery has run, the value cannot be read.
+        assert!(resolve_literals(&g.literals, &g.deferred).is_err());
+        results.set(SubqueryIndex::new(0), ScalarValue::Decimal128(Some(-5), 19, 6)).unwrap();
+        let words = resolve_literals(&g.literals, &g.deferred).unwrap();
+        assert_eq!(words, vec![1, (-5i128 as u128) as u64, ((-5i128 as u128) >> 64) as u64]);
+        results.clear();
+        results.set(SubqueryIndex::new(0), ScalarValue::Decimal128(None, 19, 6)).unwrap();
+        assert_eq!(resolve_literals(&g.literals, &g.deferred).unwrap(), vec![0, 0, 0]);
     }
 }

@@ -5,8 +5,10 @@
 //! Two generated kernels (see [`super::codegen`]): `expr_filter` writes a flag per row (TRUE
 //! predicates only, as `FilterExec` keeps), the selection primitive compacts the flags into row
 //! ids, and `expr_project` evaluates every computed output at the selected rows, writing values,
-//! validity (one warp ballot per 32 rows) and null counts. Outputs that are plain columns are
-//! gathered at the selected rows (or passed through when nothing was filtered).
+//! validity (one warp ballot per 32 rows) and null counts. Computed strings take two launches of
+//! `expr_project`: the first writes each row's length, a prefix sum makes them offsets, and the
+//! second copies the bytes there. Outputs that are plain columns are gathered at the selected
+//! rows (or passed through when nothing was filtered).
 
 use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::fmt::Write as _;
@@ -17,12 +19,14 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 
-use super::codegen::{ColumnRead, Gen, HELPERS, R, Ty};
+use super::codegen::{ColumnRead, DeferredLiteral, Gen, HELPERS, R, Ty, resolve_literals};
 use super::{overflow_error, upload_column_addresses, upload_literals};
+
 use crate::columns::{DeviceColumn, is_supported};
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 use crate::primitives::materialize::{GatherSpec, can_gather, gather_columns};
+use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::{bitmap_bytes, select_where};
 use crate::primitives::upload_slice;
 
@@ -41,6 +45,15 @@ struct Kernel {
     may_fail: bool,
     /// The values of its literals, read by the kernel from its `lits` parameter.
     literals: Vec<u64>,
+    /// Those of its literals known only when the query runs.
+    deferred: Vec<DeferredLiteral>,
+}
+
+impl Kernel {
+    /// Its literals, uploaded, with the deferred ones' values as they are now.
+    fn literals(&self, gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<Option<DeviceBuffer>> {
+        upload_literals(gpu, stream, &resolve_literals(&self.literals, &self.deferred)?)
+    }
 }
 
 /// A filter and projection compiled for the device.
@@ -121,7 +134,12 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
                 body = g.body,
                 keep = keep.join(" && "),
             );
-            Some(Kernel { source, may_fail, literals: std::mem::take(&mut g.literals) })
+            Some(Kernel {
+                source,
+                may_fail,
+                literals: std::mem::take(&mut g.literals),
+                deferred: std::mem::take(&mut g.deferred),
+            })
         };
 
         let mut plan = Vec::with_capacity(outputs.len());
@@ -149,24 +167,33 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
                 continue;
             }
             let v = g.expr(e)?;
-            if v.ty.is_str() {
-                return not_impl_err!("`{e}` computes strings");
-            }
             let i = computed.len();
             let nullable = e.nullable(input).map_err(|err| not_impl_datafusion_err!("`{e}`: {err}"))?;
             let _ = writeln!(writes, "        {{ const bool okv = in && {};", v.ok);
-            if v.ty == Ty::Bool {
+            if v.ty.is_str() {
+                // outs[4i + 2] holds each row's length (launch 0), then its offset (launch 1).
+                let o = if v.ty == Ty::Str32 { "int" } else { "long long" };
                 let _ = writeln!(
                     writes,
-                    "          const u32 bits = __ballot_sync(0xffffffffu, okv && {});\n          if (lane == 0) ((u32*)outs[{}])[base >> 5] = bits;",
+                    "          const u64 len = okv ? (u64)({len}) : 0;\n          u64* const at = (u64*)outs[{a}];\n          if (phase == 0) {{ if (in) at[k] = len; }}\n          else if (in) {{ {o}* const offsets = ({o}*)outs[{off}]; offsets[k] = ({o})at[k]; if (k == n - 1) offsets[n] = ({o})at[n]; u8* const to = (u8*)outs[{b}] + at[k]; for (u64 j = 0; j < len; j++) to[j] = ({v})[j]; }}",
+                    len = v.len,
+                    a = 4 * i + 2,
+                    off = 4 * i,
+                    b = 4 * i + 3,
+                    v = v.v,
+                );
+            } else if v.ty == Ty::Bool {
+                let _ = writeln!(
+                    writes,
+                    "          const u32 bits = __ballot_sync(0xffffffffu, okv && {});\n          if (phase == 1 && lane == 0) ((u32*)outs[{}])[base >> 5] = bits;",
                     v.v,
-                    2 * i
+                    4 * i
                 );
             } else {
                 let _ = writeln!(
                     writes,
-                    "          if (in) (({t}*)outs[{}])[k] = okv ? ({t}){} : ({t})0;",
-                    2 * i,
+                    "          if (phase == 1 && in) (({t}*)outs[{}])[k] = okv ? ({t}){} : ({t})0;",
+                    4 * i,
                     v.v,
                     t = v.ty.c()
                 );
@@ -174,8 +201,8 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
             if nullable {
                 let _ = writeln!(
                     writes,
-                    "          const u32 valid = __ballot_sync(0xffffffffu, okv);\n          if (lane == 0) {{ ((u32*)outs[{o}])[base >> 5] = valid; const u32 lanes = n - base >= 32 ? 0xffffffffu : ((1u << (n - base)) - 1u); const u32 missing = __popc(lanes & ~valid); if (missing) atomicAdd(&nulls[{i}], (u64)missing); }}",
-                    o = 2 * i + 1
+                    "          const u32 valid = __ballot_sync(0xffffffffu, okv);\n          if (phase == 1 && lane == 0) {{ ((u32*)outs[{o}])[base >> 5] = valid; const u32 lanes = n - base >= 32 ? 0xffffffffu : ((1u << (n - base)) - 1u); const u32 missing = __popc(lanes & ~valid); if (missing) atomicAdd(&nulls[{i}], (u64)missing); }}",
+                    o = 4 * i + 1
                 );
             }
             let _ = writeln!(writes, "        }}");
@@ -185,8 +212,12 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
             computed.push(e.to_string());
             plan.push(Some(Output::Computed { index: i, ty: v.ty, nullable }));
         }
-        let (globals, body, literals) =
-            (std::mem::take(&mut g.globals), std::mem::take(&mut g.body), std::mem::take(&mut g.literals));
+        let (globals, body, literals, deferred) = (
+            std::mem::take(&mut g.globals),
+            std::mem::take(&mut g.body),
+            std::mem::take(&mut g.literals),
+            std::mem::take(&mut g.deferred),
+        );
         drop(g);
         for (p, index) in pass {
             plan[p] = Some(Output::Pass(slot_of(&mut columns_read, index)));
@@ -201,10 +232,12 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
 {HELPERS}
 {globals}
 // Rows k < n of the output, read at row sel[k] of the input (k without a selection). Every lane
-// of a warp runs each iteration so that the warp's ballots cover 32 consecutive rows.
+// of a warp runs each iteration so that the warp's ballots cover 32 consecutive rows. Four words
+// of outs per output: values (string offsets), validity, string lengths then offsets as u64, and
+// string bytes. Launch (phase) 0 writes the strings' lengths only; launch 1 writes the rest.
 extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, const u64* __restrict__ cols,
                                         const u64* __restrict__ lits, const u64* __restrict__ outs,
-                                        u64* __restrict__ nulls, u32* __restrict__ err) {{
+                                        u64* __restrict__ nulls, u32* __restrict__ err, u32 phase) {{
     const u32 lane = threadIdx.x & 31;
     bool failed = false;
     for (u64 base = global_thread_id() - lane; base < n; base += grid_stride()) {{
@@ -219,7 +252,7 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                 count = computed.len(),
                 failed = if errs.is_empty() { "false".to_string() } else { errs.join(" || ") },
             );
-            Some(Kernel { source, may_fail: !errs.is_empty(), literals })
+            Some(Kernel { source, may_fail: !errs.is_empty(), literals, deferred })
         };
         let outputs_plan = plan
             .into_iter()
@@ -265,7 +298,7 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                 let keep = gpu.alloc(stream, n as usize, "filter flags")?;
                 if n > 0 {
                     let f = gpu.kernels().generated_function("expr", &k.source, "expr_filter")?;
-                    let lits = upload_literals(gpu, stream, &k.literals)?;
+                    let lits = k.literals(gpu, stream)?;
                     // expr_filter(u64 n, const u64* cols, const u64* lits, u8* keep, u32* err)
                     gpu.launch_function(
                         stream,
@@ -291,18 +324,31 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
 
         let mut computed: Vec<Option<DeviceColumn>> = (0..self.computed).map(|_| None).collect();
         if let Some(k) = &self.project {
-            let mut outs: Vec<u64> = Vec::with_capacity(2 * self.computed);
+            let mut outs: Vec<u64> = Vec::with_capacity(4 * self.computed);
+            // Per computed string: its index in `computed`, its offsets' width and its lengths.
+            let mut strings: Vec<(usize, usize, DeviceBuffer)> = Vec::new();
             for (p, o) in self.outputs.iter().enumerate() {
                 if let Output::Computed { index, ty, nullable } = *o {
                     let dt = self.output_schema.field(p).data_type().clone();
-                    let values = match ty.width() {
-                        Some(w) => gpu.alloc(stream, m as usize * w, "a computed column")?,
-                        None => gpu.alloc(stream, bitmap_bytes(m), "a computed column")?,
+                    let values = match (ty.width(), ty) {
+                        (Some(w), _) => gpu.alloc(stream, m as usize * w, "a computed column")?,
+                        (None, Ty::Str32) => gpu.alloc_filled(stream, (m as usize + 1) * 4, 0, "computed strings")?,
+                        (None, Ty::Str64) => gpu.alloc_filled(stream, (m as usize + 1) * 8, 0, "computed strings")?,
+                        (None, _) => gpu.alloc(stream, bitmap_bytes(m), "a computed column")?,
                     };
                     let validity =
                         if nullable { Some(gpu.alloc(stream, bitmap_bytes(m), "a computed validity")?) } else { None };
                     outs.push(values.raw_ptr(stream));
                     outs.push(validity.as_ref().map_or(0, |v| v.raw_ptr(stream)));
+                    if ty.is_str() {
+                        // Each row's length, the last word 0 so that the prefix sum ends with the total.
+                        let lengths = gpu.alloc_filled(stream, (m as usize + 1) * 8, 0, "computed string lengths")?;
+                        outs.push(lengths.raw_ptr(stream));
+                        outs.push(0);
+                        strings.push((index, if ty == Ty::Str32 { 4 } else { 8 }, lengths));
+                    } else {
+                        outs.extend([0, 0]);
+                    }
                     computed[index] = Some(DeviceColumn {
                         data_type: dt,
                         len: m as usize,
@@ -315,31 +361,66 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
             }
             let nulls = gpu.alloc_filled(stream, self.computed * 8, 0, "projection null counts")?;
             if m > 0 {
-                let outs = upload_slice(gpu, stream, &outs, "projection outputs")?;
                 let f = gpu.kernels().generated_function("expr", &k.source, "expr_project")?;
-                let lits = upload_literals(gpu, stream, &k.literals)?;
+                let lits = k.literals(gpu, stream)?;
                 let sel_arg = match &sel {
                     Some(s) => ptr(s, stream),
                     None => KArg::U64(0),
                 };
+                let addresses = &addresses;
                 // expr_project(u64 n, const u32* sel, const u64* cols, const u64* lits, const u64* outs,
-                //              u64* nulls, u32* err)
-                gpu.launch_function(
-                    stream,
-                    &f,
-                    "expr_project",
-                    grid(m),
-                    &[
-                        KArg::U64(m),
-                        sel_arg,
-                        ptr(&addresses, stream),
-                        opt_ptr(lits.as_ref(), stream),
-                        ptr(&outs, stream),
-                        ptr(&nulls, stream),
-                        ptr(&err, stream),
-                    ],
-                )?;
+                //              u64* nulls, u32* err, u32 phase)
+                let launch = |outs: &DeviceBuffer, phase: u32| {
+                    gpu.launch_function(
+                        stream,
+                        &f,
+                        "expr_project",
+                        grid(m),
+                        &[
+                            KArg::U64(m),
+                            sel_arg.clone(),
+                            ptr(addresses, stream),
+                            opt_ptr(lits.as_ref(), stream),
+                            ptr(outs, stream),
+                            ptr(&nulls, stream),
+                            ptr(&err, stream),
+                            KArg::U32(phase),
+                        ],
+                    )
+                };
+                // What the launches read, kept until the null counts are read back (which waits for them).
+                let mut kept: Vec<DeviceBuffer> = Vec::new();
+                if !strings.is_empty() {
+                    // Launch 0: the lengths; their prefix sums become the offsets, and the totals
+                    // the sizes of the byte buffers.
+                    let first = upload_slice(gpu, stream, &outs, "projection outputs")?;
+                    launch(&first, 0)?;
+                    kept.push(first);
+                    for (index, width, lengths) in std::mem::take(&mut strings) {
+                        let (at, total) = exclusive_scan(gpu, stream, &lengths, m + 1, ScanKind::U64, true)?;
+                        let total = match total {
+                            Some(t) => gpu.read::<u64>(stream, &t, 0, 1)?[0],
+                            None => return Err(gpu_error("a prefix sum gave no total")),
+                        };
+                        if width == 4 && total > i32::MAX as u64 {
+                            return Err(gpu_error(format!(
+                                "a computed Utf8 column of {total} bytes passes the 2 GiB that 32-bit offsets address; cast it to LargeUtf8"
+                            )));
+                        }
+                        let bytes = gpu.alloc(stream, total as usize, "computed string bytes")?;
+                        // The outputs' words are in the order of their computed indices.
+                        outs[4 * index + 2] = at.raw_ptr(stream);
+                        outs[4 * index + 3] = bytes.raw_ptr(stream);
+                        kept.extend([lengths, at]);
+                        if let Some(col) = computed[index].as_mut() {
+                            col.buffers.push(bytes);
+                        }
+                    }
+                }
+                let outs = upload_slice(gpu, stream, &outs, "projection outputs")?;
+                launch(&outs, 1)?;
                 let counts = gpu.read::<u64>(stream, &nulls, 0, self.computed)?;
+                drop(kept);
                 if k.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
                     return Err(overflow_error());
                 }
@@ -354,6 +435,9 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
             } else {
                 for col in computed.iter_mut().flatten() {
                     col.validity = None;
+                    if Ty::of(&col.data_type).is_some_and(Ty::is_str) {
+                        col.buffers.push(gpu.alloc(stream, 0, "computed string bytes")?);
+                    }
                 }
             }
         }

@@ -62,6 +62,9 @@ pub fn generate(expr: &Arc<dyn PhysicalExpr>, schema: &Schema, indices: &[Column
     if top.ty != Ty::Bool {
         return not_impl_err!("the filter has type {}", top.dt);
     }
+    if !g.deferred.is_empty() {
+        return not_impl_err!("the join filter reads a scalar subquery's value");
+    }
     let may_fail = top.err != "false";
     let (globals, body, literals) =
         (std::mem::take(&mut g.globals), std::mem::take(&mut g.body), std::mem::take(&mut g.literals));
