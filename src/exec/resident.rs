@@ -326,13 +326,17 @@ impl GpuExec for GpuTableScanExec {
             return internal_err!("GpuTableScanExec has {} partitions, not {partition}", self.data.partitions.len());
         };
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        // The device bytes of the columns handed out: what a reader of every column reads once.
+        let scanned = MetricBuilder::new(&self.metrics).counter("scanned_bytes", partition);
         let (projection, schema, gpu) = (self.projection.clone(), Arc::clone(&self.schema), Arc::clone(&self.data.gpu));
         let batches: Vec<DeviceBatch> = batches.to_vec();
         Ok(Box::pin(futures::stream::iter(batches).map(move |b| {
             rows.add(b.num_rows());
             // The batch's uploads finished when the table was made: its consumers may work on a
             // stream of their own.
-            Ok(b.select(&projection, &schema)?.on_stream(gpu.stream()))
+            let b = b.select(&projection, &schema)?.on_stream(gpu.stream());
+            scanned.add(b.byte_size());
+            Ok(b)
         })))
     }
 }

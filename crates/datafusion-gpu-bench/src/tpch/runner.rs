@@ -20,7 +20,9 @@ use super::data::{self, Progresses, Table};
 use super::queries::{self, Query};
 use datafusion_gpu::columns::pin_partitions;
 use datafusion_gpu::config::GpuConfig;
+use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
+use datafusion_gpu::exec::metric_total;
 use datafusion_gpu::exec::placement::{Placement, placements, summary};
 use datafusion_gpu::session::gpu_session_context;
 
@@ -127,6 +129,13 @@ pub struct QueryReport {
     pub gpu_runs_ms: Vec<f64>,
     pub speedup: Option<f64>,
     pub rows: usize,
+    /// Bytes of the device columns the GPU session's table scans handed out in its last timed
+    /// run (tables on the device: `--residency gpu` or `cached`); absent when nothing was read
+    /// on the device.
+    pub scanned_bytes: Option<u64>,
+    /// Those bytes, read once, at the device-copy bandwidth the run measured: no plan reading
+    /// them can take less time.
+    pub floor_ms: Option<f64>,
     /// Every join and aggregate of the GPU session's plan and where it ran.
     pub operators: Vec<Placement>,
     pub placement: String,
@@ -148,6 +157,9 @@ pub struct SuiteReport {
     /// The GPU, or `None` with the reason in `no_gpu`.
     pub device: Option<String>,
     pub no_gpu: Option<String>,
+    /// The device-copy bandwidth (bytes read plus written per second) measured by `doctor` in
+    /// the same process before the queries: the rate of the queries' floors.
+    pub device_copy_gbps: Option<f64>,
     pub host_cores: usize,
     /// The host's processor, as /proc/cpuinfo names it (`None` where it does not): CPU timings
     /// from different hosts are not comparable.
@@ -279,6 +291,14 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         Ok(d) => (Some(d), None),
         Err(reason) => (None, Some(reason)),
     };
+    // The rate of the floors: the device's copy bandwidth, measured here (1 GiB copies).
+    let copy_bandwidth = match (&device, o.iterations) {
+        (Some(_), 1..) => {
+            let gpu = Gpu::get(0)?;
+            Some(doctor::run(&gpu, DoctorOptions { transfer_bytes: 16 << 20, ..DoctorOptions::default() })?.device_copy)
+        }
+        _ => None,
+    };
 
     let (tables, host_memory, pin_seconds) = match (o.residency, &no_gpu) {
         (HostMemory::Pageable, _) => (tables, "pageable".to_string(), 0.0),
@@ -359,7 +379,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     let mut reports = Vec::new();
     for q in &selected {
         bar.set_message(format!("{} on the CPU", q.name));
-        let report = run_query(q, &cpu_ctx, &gpu_ctx, o.iterations, device.is_some(), &bar).await;
+        let report = run_query(q, &cpu_ctx, &gpu_ctx, o.iterations, device.is_some(), copy_bandwidth, &bar).await;
         bar.inc(1);
         reports.push(report);
     }
@@ -377,6 +397,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         command: command.to_string(),
         device,
         no_gpu,
+        device_copy_gbps: copy_bandwidth.map(|b| b / 1e9),
         host_cores: cores,
         host_cpu: host_cpu(),
         partitions,
@@ -407,6 +428,7 @@ async fn run_query(
     gpu: &SessionContext,
     iterations: usize,
     have_gpu: bool,
+    copy_bandwidth: Option<f64>,
     bar: &ProgressBar,
 ) -> QueryReport {
     let mut r = QueryReport {
@@ -417,6 +439,8 @@ async fn run_query(
         gpu_runs_ms: Vec::new(),
         speedup: None,
         rows: 0,
+        scanned_bytes: None,
+        floor_ms: None,
         operators: Vec::new(),
         placement: String::new(),
         ok: false,
@@ -494,6 +518,11 @@ async fn run_query(
     }
     if let Some(plan) = last_gpu_plan {
         r.plan = analyzed(&plan);
+        let scanned = metric_total(&plan, None, "scanned_bytes") as u64;
+        if scanned > 0 {
+            r.scanned_bytes = Some(scanned);
+            r.floor_ms = copy_bandwidth.filter(|b| *b > 0.0).map(|b| scanned as f64 / b * 1e3);
+        }
     }
     r.cpu_ms = median(&r.cpu_runs_ms);
     r.gpu_ms = median(&r.gpu_runs_ms);
@@ -618,16 +647,29 @@ impl std::fmt::Display for SuiteReport {
             self.iterations
         )?;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let floors = self.queries.iter().any(|q| q.floor_ms.is_some());
+        if floors && let Some(b) = self.device_copy_gbps {
+            writeln!(
+                f,
+                "floor: the bytes the GPU plan's scans read from device memory, once, at the {b:.0} GB/s device copy measured here; x floor = GPU ms / floor ms\n"
+            )?;
+        }
+        let floor_head = if floors { format!(" {:>9} {:>8}", "floor ms", "x floor") } else { String::new() };
         writeln!(
             f,
-            "{:<6} {:>10} {:>10} {:>8}  {:<6} where the joins and aggregates ran",
+            "{:<6} {:>10} {:>10} {:>8}{floor_head}  {:<6} where the joins and aggregates ran",
             "query", "CPU ms", "GPU ms", "speedup", "check"
         )?;
         for q in &self.queries {
             let check = if q.ok { "ok" } else { "FAIL" };
+            let floor = match (floors, q.floor_ms, q.gpu_ms) {
+                (false, _, _) => String::new(),
+                (true, Some(fl), Some(g)) if fl > 0.0 => format!(" {fl:>9.3} {:>7.0}x", g / fl),
+                (true, fl, _) => format!(" {:>9} {:>8}", ms(fl), "-"),
+            };
             writeln!(
                 f,
-                "{:<6} {:>10} {:>10} {:>8}  {:<6} {}",
+                "{:<6} {:>10} {:>10} {:>8}{floor}  {:<6} {}",
                 q.query,
                 ms(q.cpu_ms),
                 ms(q.gpu_ms),
