@@ -1,0 +1,39 @@
+"""DuckDB beside the runner, on the same machine: loads the runner's Parquet (DIR/<suite>-sf<SF>/*.parquet)
+into DuckDB's own in-memory tables, runs the runner's query texts with 16 threads, one warm-up run then
+N timed runs a query, and prints the median of each with its row count; writes JSON.
+   usage: python3 duck.py SUITE SF DATA_DIR QUERY_DIR RUNS OUT.json"""
+import glob, json, os, statistics, sys, time
+import duckdb
+
+suite, sf, data, qdir, runs, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
+con = duckdb.connect(":memory:")
+con.execute("SET threads = 16")
+t = time.time()
+folder = os.path.join(data, f"{suite}-sf{sf}")
+for f in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
+    name = os.path.basename(f)[:-len(".parquet")]
+    con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{f}')")
+load = time.time() - t
+print(f"DuckDB {duckdb.__version__}: {suite} SF {sf} loaded from {folder} in {load:.1f} s", flush=True)
+
+def key(p):
+    return [int(x) for x in os.path.basename(p)[1:-4].split(".")]
+
+report = {"duckdb": duckdb.__version__, "suite": suite, "sf": sf, "load_seconds": load, "runs": runs, "queries": []}
+for path in sorted(glob.glob(os.path.join(qdir, "q*.sql")), key=key):
+    q = os.path.basename(path)[:-4]
+    sql = open(path).read()
+    try:
+        rows = len(con.execute(sql).fetchall())
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            con.execute(sql).fetchall()
+            times.append((time.perf_counter() - t) * 1000)
+        ms = statistics.median(times)
+        print(f"{q:<6} {ms:9.1f} ms  rows {rows}", flush=True)
+        report["queries"].append({"query": q, "ms": ms, "runs_ms": times, "rows": rows})
+    except Exception as e:
+        print(f"{q:<6} error: {e}", flush=True)
+        report["queries"].append({"query": q, "error": str(e)})
+json.dump(report, open(out, "w"), indent=1)
