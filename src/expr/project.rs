@@ -21,7 +21,6 @@ use datafusion::physical_plan::PhysicalExpr;
 
 use super::codegen::{ColumnRead, DeferredLiteral, Gen, HELPERS, R, Ty, resolve_literals};
 use super::{overflow_error, upload_column_addresses, upload_literals};
-
 use crate::columns::{DeviceColumn, is_supported};
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};

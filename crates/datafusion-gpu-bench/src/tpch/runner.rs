@@ -755,6 +755,18 @@ mod tests {
         assert_eq!(json["queries"].as_array().unwrap().len(), 2);
         assert_eq!(json["label"], "min rows/1M");
         assert_eq!(json["host_cpu"].is_string(), host_cpu().is_some());
+        // Floors: in the JSON always (null without device tables); in the table when a query has one.
+        assert!(json.get("device_copy_gbps").is_some() && json["queries"][0].get("floor_ms").is_some());
+        let mut floored = report.clone();
+        floored.device_copy_gbps = Some(2800.0);
+        floored.queries[0].gpu_ms = Some(10.0);
+        floored.queries[0].floor_ms = Some(0.5);
+        floored.queries[1].floor_ms = None;
+        let text = floored.to_string();
+        assert!(text.contains("floor ms") && text.contains("x floor") && text.contains("at the 2800 GB/s"), "{text}");
+        let first = text.lines().find(|l| l.starts_with("q1.1")).unwrap_or_default();
+        assert!(first.contains("0.500") && first.contains("20x"), "{first}");
+        assert!(!report.to_string().contains("x floor"), "{report}");
         // `bench chart` draws a record's chart again from its JSON alone.
         let png = &report.files[1];
         std::fs::remove_file(png).unwrap();
