@@ -1,7 +1,9 @@
 """DuckDB beside the runner, on the same machine: loads the runner's Parquet (DIR/<suite>-sf<SF>/*.parquet)
 into DuckDB's own in-memory tables, runs the runner's query texts with 16 threads, one warm-up run then
 N timed runs a query, and prints the median of each with its row count; writes JSON.
-   usage: python3 duck.py SUITE SF DATA_DIR QUERY_DIR RUNS OUT.json"""
+   usage: python3 scripts/duckdb-peer.py SUITE SF DATA_DIR QUERY_DIR RUNS OUT.json
+   (the DuckDB column of the records in benches/results until `bench --peer duckdb` exists; the device
+   scripts there ran it as .device/duck.py: the same code, with only these usage lines different)"""
 import glob, json, os, statistics, sys, time
 import duckdb
 
