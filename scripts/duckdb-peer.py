@@ -2,8 +2,7 @@
 into DuckDB's own in-memory tables, runs the runner's query texts with 16 threads, one warm-up run then
 N timed runs a query, and prints the median of each with its row count; writes JSON.
    usage: python3 scripts/duckdb-peer.py SUITE SF DATA_DIR QUERY_DIR RUNS OUT.json
-   (the DuckDB column of the records in benches/results until `bench --peer duckdb` exists; the device
-   scripts there ran it as .device/duck.py: the same code, with only these usage lines different)"""
+   (the DuckDB column of the records in benches/results)"""
 import glob, json, os, statistics, sys, time
 import duckdb
 
