@@ -286,6 +286,30 @@ fn distinct_spec(
 }
 
 impl AggregateLayout {
+    /// The position in the state of each column of `output` (the aggregate's output schema),
+    /// when the output is made of state columns as they are (group keys, partial states, final
+    /// values that are their own state: SUM, MIN, MAX, COUNT) of types device batches carry:
+    /// then the merged state is the output, and a GPU parent can read it on the device. `None`
+    /// when the host must compute some of it (AVG's division, COUNT(DISTINCT)'s list lengths).
+    pub fn device_output(&self, output: &Schema) -> Option<Vec<usize>> {
+        let columns: Vec<usize> = match self.final_output {
+            false => (0..self.state_schema.fields().len()).collect(),
+            true => {
+                let values = self.finalize.iter().map(|f| match f {
+                    Finalize::State(p) => Some(*p),
+                    Finalize::Evaluate { .. } | Finalize::ListLength(_) => None,
+                });
+                (0..self.groups).map(Some).chain(values).collect::<Option<_>>()?
+            }
+        };
+        let fits = columns.len() == output.fields().len()
+            && columns.iter().zip(output.fields()).all(|(&p, f)| {
+                self.state_schema.fields().get(p).is_some_and(|s| s.data_type() == f.data_type())
+                    && can_upload(f.data_type())
+            });
+        fits.then_some(columns)
+    }
+
     /// What this aggregate uploads of an input batch: its columns, and the host-evaluated
     /// expressions computed by DataFusion.
     pub fn project(&self, batch: &RecordBatch) -> datafusion::error::Result<RecordBatch> {

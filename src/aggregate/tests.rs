@@ -511,6 +511,8 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
             assert_eq!(count_nodes(&plan, "AggregateExec"), 0, "{text}");
             if exchange && sql.contains("JOIN") {
                 assert!(text.contains("mode=FinalPartitioned") && text.contains("mode=Partitioned"), "{text}");
+                // The partitioned join pairs the exchange's partitions with the other side's.
+                assert!(!text.contains("reads the merged state whole"), "{text}");
             }
             if all_cpu {
                 ctx.sql("SET gpu.cost.min_rows = 1000000").await.unwrap().collect().await.unwrap();
@@ -529,6 +531,49 @@ async fn gpu_aggregate_stages_exchange_states_on_the_device() {
             }
         }
     }
+}
+
+/// GPU parents read a GPU aggregate's output on the device: a join over grouped sums, a HAVING
+/// filter and a semi join over its groups, an aggregate of an aggregate. The device exchange's
+/// merged state goes to them whole, unsplit by the exchange's hash, where nothing above pairs
+/// its partitions with another input's; the answers are DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_parents_read_aggregate_output_on_the_device() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_parents_read_aggregate_output_on_the_device") else { return };
+    let seed = fresh_seed("gpu_parents_read_aggregate_output_on_the_device");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let batch = table(&mut rng, Dist::Zipf(1.0), 80_000);
+    let queries = [
+        "SELECT a.k_str, a.s, b.v_i32 FROM (SELECT k_str, sum(v_i32) AS s FROM t GROUP BY k_str) a \
+         JOIN t b ON a.k_str = b.k_str ORDER BY 1 NULLS FIRST, 2 NULLS FIRST, 3 NULLS FIRST",
+        "SELECT k_i64, v_i32 FROM t WHERE k_i64 IN \
+         (SELECT k_i64 FROM t GROUP BY k_i64 HAVING sum(v_i32) > 0) ORDER BY 1, 2 NULLS FIRST",
+        "SELECT c, count(*) AS n, min(k_dec) AS m FROM \
+         (SELECT k_dec, count(*) AS c FROM t GROUP BY k_dec) GROUP BY c ORDER BY 1",
+        // AVG's final value is computed on the host, then uploaded for the join.
+        "SELECT a.k_i32, a.m, b.v_i32 FROM (SELECT k_i32, avg(v_i32) AS m FROM t GROUP BY k_i32) a \
+         JOIN t b ON a.k_i32 = b.k_i32 ORDER BY 1, 2, 3 NULLS FIRST",
+    ];
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, &batch, 4);
+    let mut whole = 0;
+    for sql in queries {
+        let want = cpu.sql(sql).await.unwrap().collect().await.unwrap();
+        for batch_rows in [1 << 22, 7_000] {
+            let ctx = gpu_ctx(AggregateAlgorithmSetting::Hash, 4, batch_rows);
+            register(&ctx, &batch, 4);
+            let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+            let text = displayable(plan.as_ref()).indent(true).to_string();
+            assert_eq!(count_nodes(&plan, "AggregateExec"), 0, "{text}");
+            whole += text.matches("a GPU parent reads the merged state whole on the device").count();
+            let got = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+            if let Some(f) = compare(&want, &got, &format!("batch_rows {batch_rows}")) {
+                panic!("seed {seed}: {sql}: {f}\n{text}");
+            }
+        }
+    }
+    assert!(whole > 0, "no GPU aggregate handed its merged state over whole");
 }
 
 /// A GPU Partial aggregate feeds a CPU Final one and the reverse: the states are DataFusion's.

@@ -77,6 +77,9 @@ pub fn as_gpu_exec(plan: &Arc<dyn ExecutionPlan>) -> Option<&dyn GpuExec> {
     if let Some(p) = plan.downcast_ref::<GpuCachedScanExec>() {
         return Some(p);
     }
+    if let Some(p) = plan.downcast_ref::<GpuAggregateExec>() {
+        return Some(p);
+    }
     None
 }
 

@@ -5,6 +5,7 @@ pub mod costing;
 pub mod eligibility;
 pub mod join_inputs;
 pub mod join_sides;
+pub mod output_split;
 pub mod repartition;
 
 use std::sync::Arc;
@@ -187,7 +188,8 @@ impl GpuOptimizerRule {
             }
             false => plan,
         };
-        join_inputs::fuse_join_inputs(plan, &cfg, pricing)
+        let plan = join_inputs::fuse_join_inputs(plan, &cfg, pricing)?;
+        output_split::mark_hash_splits(plan)
     }
 }
 
@@ -201,7 +203,7 @@ fn pair_beats(parent: &Verdict, parent_on_gpu: bool, both: &Verdict, child: &Ver
 }
 
 /// Whether the rule placed `plan` on the GPU: a GPU join or aggregate, not the CPU operator
-/// annotated with why it stays. (Not `as_gpu_exec`: a GPU aggregate returns host batches.)
+/// annotated with why it stays.
 fn on_the_gpu(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let any = plan.as_ref() as &dyn std::any::Any;
     any.downcast_ref::<GpuHashJoinExec>().is_some() || any.downcast_ref::<GpuAggregateExec>().is_some()

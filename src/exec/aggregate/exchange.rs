@@ -46,6 +46,20 @@ pub(super) struct Exchange {
     pub(super) hash: Option<(Vec<Arc<dyn PhysicalExpr>>, usize)>,
     /// The output of every partition, made once.
     pub(super) output: OnceShared<Arc<Vec<Vec<RecordBatch>>>>,
+    /// The output of every partition for a GPU parent, made once; each partition takes its own.
+    pub(super) device_output: OnceShared<Arc<Vec<DevicePart>>>,
+}
+
+/// One output partition of a device exchange for a GPU parent, until that partition takes it:
+/// the merged state's output columns on the device, or host batches (the CPU merged them, or the
+/// output follows the exchange's hash) that the partition uploads.
+pub(super) type DevicePart = std::sync::Mutex<Option<Reduced>>;
+
+/// A device exchange's merged states: the Final's state on the device (with the run that merged
+/// it), or, when DataFusion merged them on the CPU, its output partitions.
+enum Merged {
+    Device(Run, DeviceBatch),
+    Host(Vec<Vec<RecordBatch>>),
 }
 
 /// Why [`GpuAggregateExec::with_exchange`] removes no exchange.
@@ -65,6 +79,7 @@ impl Exchange {
             columns: self.columns.clone(),
             hash: self.hash.clone(),
             output: OnceShared::default(),
+            device_output: OnceShared::default(),
         }
     }
 }
@@ -171,25 +186,75 @@ impl GpuAggregateExec {
             columns,
             hash,
             output: OnceShared::default(),
+            device_output: OnceShared::default(),
         })
     }
 
-    /// The output of every partition of a Final aggregate with its partial stage on the device:
-    /// each input partition of the partial stage reduced to a device state by its own task, the
-    /// states merged by the Final as they come, and the result split by the exchange's hash.
+    /// The output of every partition of a Final aggregate with its partial stage on the device
+    /// (see [`Self::exchange_merge`]), split by the exchange's hash on the host.
     pub(super) async fn exchange_output(
         &self,
         ex: &Exchange,
         context: Arc<TaskContext>,
     ) -> Result<Vec<Vec<RecordBatch>>> {
+        let inputs = ex.partial.children().first().map_or(1, |c| c.output_partitioning().partition_count());
+        match self.exchange_merge(ex, &context).await? {
+            Merged::Host(parts) => Ok(parts),
+            Merged::Device(run, state) => {
+                // The host work the exchange's partitions did in parallel (finalising, hashing)
+                // is spread over as many tasks.
+                let threads = ex.hash.as_ref().map_or(1, |(_, n)| *n).max(inputs);
+                run.finish_split(state, ex.hash.clone(), threads).await
+            }
+        }
+    }
+
+    /// The output partitions of a Final aggregate with its partial stage on the device, for a
+    /// GPU parent that reads them on the device. The merged state's `columns` (the output, see
+    /// [`crate::aggregate::layout::AggregateLayout::device_output`]) stay on the device, all in
+    /// the first partition, unless `hash_split`: then the output follows the exchange's hash
+    /// partitioning, which only DataFusion's partitioner on the host gives. A group is one row
+    /// of the merged state, so each group is in one partition either way; what the hash adds is
+    /// the same partition as the same key of another input that a parent pairs with this one
+    /// (the rule asks for it then, see [`GpuAggregateExec::with_hash_split`]).
+    pub(super) async fn exchange_device_output(
+        &self,
+        ex: &Exchange,
+        columns: Vec<usize>,
+        context: Arc<TaskContext>,
+    ) -> Result<Vec<DevicePart>> {
+        let partitions = self.agg.output_partitioning().partition_count().max(1);
+        let part = |r: Reduced| std::sync::Mutex::new(Some(r));
+        if self.hash_split && ex.hash.is_some() {
+            let parts = self.exchange_output(ex, context).await?;
+            return Ok(parts.into_iter().map(|p| part(Reduced::Host(p))).collect());
+        }
+        match self.exchange_merge(ex, &context).await? {
+            Merged::Host(parts) => Ok(parts.into_iter().map(|p| part(Reduced::Host(p))).collect()),
+            Merged::Device(run, state) => {
+                timeline::mark(&run.who, || {
+                    format!("final state of {} rows handed over on the device", state.num_rows())
+                });
+                run.metrics.output_rows.add(state.num_rows());
+                let output = state.select(&columns, &self.agg.schema())?;
+                let mut out = vec![part(Reduced::Device(output))];
+                out.extend((1..partitions).map(|_| part(Reduced::Host(Vec::new()))));
+                Ok(out)
+            }
+        }
+    }
+
+    /// Every input partition of the partial stage reduced to a device state by its own task, and
+    /// the states merged by the Final as they come (or by DataFusion on the CPU, see below).
+    async fn exchange_merge(&self, ex: &Exchange, context: &Arc<TaskContext>) -> Result<Merged> {
         let partial = &ex.partial;
         let inputs = partial.children().first().map_or(1, |c| c.output_partitioning().partition_count());
         let mut tasks = futures::stream::FuturesUnordered::new();
         for i in 0..inputs {
-            let mut run = partial.new_run(i, &context)?;
+            let mut run = partial.new_run(i, context)?;
             // One exec does both stages: the partial's work shows in this exec's metrics.
             run.metrics = Metrics::new(&self.metrics, i);
-            let input = partial.execute_input(i, &context)?;
+            let input = partial.execute_input(i, context)?;
             tasks.push(SpawnedTask::spawn(async move { run.reduce_or_cpu(input).await }));
         }
         // Every partition's partial stage chooses the GPU or (a small input) the CPU as it
@@ -208,7 +273,7 @@ impl GpuAggregateExec {
                 joined.map_err(|e| DataFusionError::Execution(format!("a GPU partial aggregate failed: {e}")))??,
             );
         }
-        let run = self.new_run(0, &context)?;
+        let run = self.new_run(0, context)?;
         let state_rows = |on_host: bool| -> usize {
             reduced
                 .iter()
@@ -221,7 +286,7 @@ impl GpuAggregateExec {
         };
         if !reduced.is_empty() && state_rows(true) >= state_rows(false) {
             let parts = states_on_host(partial, &run, reduced).await?;
-            return self.exchange_on_cpu(&run, parts, &context).await;
+            return self.exchange_on_cpu(&run, parts, context).await.map(Merged::Host);
         }
         // The states the device merge reads share their device memory with these: when the
         // merge runs out of memory they are merged on the CPU instead.
@@ -254,14 +319,11 @@ impl GpuAggregateExec {
                 log::debug!("a GPU aggregate's device exchange merges on the CPU: {e}");
                 run.metrics.cpu_fallbacks.add(1);
                 let parts = states_on_host(partial, &run, kept).await?;
-                return self.exchange_on_cpu(&run, parts, &context).await;
+                return self.exchange_on_cpu(&run, parts, context).await.map(Merged::Host);
             }
             (Err(e), _) => return Err(e),
         };
-        // The host work the exchange's partitions did in parallel (finalising, hashing) is
-        // spread over as many tasks.
-        let threads = ex.hash.as_ref().map_or(1, |(_, n)| *n).max(inputs);
-        run.finish_split(state, ex.hash.clone(), threads).await
+        Ok(Merged::Device(run, state))
     }
 
     /// The removed exchange and this Final aggregate, DataFusion's own, over the partial states

@@ -18,7 +18,6 @@ use datafusion::common::not_impl_err;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Statistics;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
@@ -35,10 +34,15 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 
 use super::fuse::FusedInput;
+use super::{DeviceBatchStream, GpuExec, blocking, timeline};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupIdMethod};
+use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::cost::aggregate::AggregateEstimate;
+use crate::device::Gpu;
+use datafusion::arrow::compute::concat_batches;
+use run::Reduced;
 
 mod exchange;
 mod run;
@@ -62,6 +66,9 @@ pub struct GpuAggregateExec {
     /// Why a GPU Partial's exchange below this Final stays on the host, for EXPLAIN, when that
     /// is a choice (see [`GpuAggregateExec::with_exchange`]).
     exchange_kept: Option<String>,
+    /// Whether a GPU parent reading the device exchange's output needs it split by the
+    /// exchange's hash (see [`GpuAggregateExec::with_hash_split`]).
+    hash_split: bool,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -98,6 +105,7 @@ impl GpuAggregateExec {
             fuse_note: None,
             exchange: None,
             exchange_kept: None,
+            hash_split: true,
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
@@ -222,8 +230,29 @@ impl GpuAggregateExec {
             fuse_note: self.fuse_note.clone(),
             exchange: self.exchange.as_ref().map(|e| Arc::new(e.with_partial(Arc::clone(&e.partial)))),
             exchange_kept: self.exchange_kept.clone(),
+            hash_split: self.hash_split,
             metrics,
         }
+    }
+
+    /// This exec with `hash_split` set: whether its device exchange's output, read on the device
+    /// by a GPU parent, must follow the hash partitioning the plan declares for it. It must
+    /// when an operator above pairs partition `i` of this output with partition `i` of another
+    /// input (a partitioned join, an interleave), which the rule finds (the default: it must).
+    /// Otherwise the merged state stays on the device whole, in one partition.
+    pub fn with_hash_split(&self, hash_split: bool) -> GpuAggregateExec {
+        GpuAggregateExec { hash_split, ..self.duplicate(ExecutionPlanMetricsSet::new()) }
+    }
+
+    /// Whether this aggregate merges its partial stage's states through a device exchange whose
+    /// output the plan declares hash partitioned.
+    pub fn splits_by_hash(&self) -> bool {
+        self.exchange.as_ref().is_some_and(|e| e.hash.is_some())
+    }
+
+    /// Whether a GPU parent's device reads of the output follow the declared hash partitioning.
+    pub fn hash_split(&self) -> bool {
+        self.hash_split
     }
 }
 
@@ -266,6 +295,9 @@ impl DisplayAs for GpuAggregateExec {
                         partial.trim_end(),
                         ex.removed
                     )?;
+                    if ex.hash.is_some() && !self.hash_split {
+                        write!(f, ", a GPU parent reads the merged state whole on the device")?;
+                    }
                 }
                 match (&self.fused, &self.fuse_note) {
                     (Some(fused), _) => write!(f, ", fused on the GPU=[{}]", fused.describe())?,
@@ -425,6 +457,87 @@ impl ExecutionPlan for GpuAggregateExec {
     }
 }
 
+impl GpuExec for GpuAggregateExec {
+    /// The output for a GPU parent: the merged state stays on the device when it is the output
+    /// (see [`AggregateLayout::device_output`]); otherwise (AVG, COUNT(DISTINCT), a partition
+    /// DataFusion aggregated on the CPU) the host output is uploaded.
+    fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
+        let schema = self.schema();
+        let cfg = GpuConfig::from_options(context.session_config().options());
+        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        let Some(columns) = self.layout.device_output(&schema) else {
+            let host = self.execute(partition, context)?;
+            return Ok(Box::pin(host.then(move |b| {
+                let gpu = Arc::clone(&gpu);
+                async move {
+                    let b = b?;
+                    blocking(move || DeviceBatch::upload(&gpu, &gpu.stream(), &b)).await
+                }
+            })));
+        };
+        let part: futures::future::BoxFuture<'static, Result<Reduced>> = match &self.exchange {
+            Some(ex) => {
+                let this = self.duplicate(self.metrics.clone());
+                let ex = Arc::clone(ex);
+                Box::pin(async move {
+                    let make = || async move {
+                        let copy = this.exchange.clone().ok_or_else(|| {
+                            DataFusionError::Internal("a GPU aggregate's copy lost its exchange".into())
+                        })?;
+                        this.exchange_device_output(&copy, columns, context).await.map(Arc::new)
+                    };
+                    let all = ex.device_output.get_or_start(make).await?;
+                    let slot = all.get(partition).ok_or_else(|| {
+                        DataFusionError::Internal(format!("a GPU aggregate has no output partition {partition}"))
+                    })?;
+                    let taken = slot
+                        .lock()
+                        .map_err(|_| DataFusionError::Internal("a GPU aggregate's output lock".into()))?
+                        .take();
+                    taken.ok_or_else(|| {
+                        DataFusionError::Internal(format!(
+                            "a GPU aggregate's output partition {partition} was read twice"
+                        ))
+                    })
+                })
+            }
+            None => {
+                let run = self.new_run(partition, &context)?;
+                let input = self.execute_input(partition, &context)?;
+                Box::pin(async move {
+                    Ok(match run.reduce_or_cpu(input).await? {
+                        Reduced::Device(state) => {
+                            run.metrics.output_rows.add(state.num_rows());
+                            timeline::mark(&run.who, || {
+                                format!("final state of {} rows handed over on the device", state.num_rows())
+                            });
+                            Reduced::Device(state.select(&columns, &schema)?)
+                        }
+                        Reduced::Host(out) => {
+                            run.metrics.output_rows.add(out.iter().map(|b| b.num_rows()).sum());
+                            Reduced::Host(out)
+                        }
+                    })
+                })
+            }
+        };
+        let batches = futures::stream::once(async move {
+            match part.await? {
+                Reduced::Device(b) => Ok(vec![b]),
+                Reduced::Host(out) if out.iter().all(|b| b.num_rows() == 0) => Ok(Vec::new()),
+                Reduced::Host(out) => {
+                    blocking(move || {
+                        let host = concat_batches(&out[0].schema(), &out)?;
+                        Ok(vec![DeviceBatch::upload(&gpu, &gpu.stream(), &host)?])
+                    })
+                    .await
+                }
+            }
+        });
+        Ok(Box::pin(flatten_batches(batches)))
+    }
+}
+
 /// Per-partition metrics.
 #[derive(Clone)]
 struct Metrics {
@@ -491,9 +604,9 @@ impl Metrics {
 }
 
 /// The batches of a stream of batch lists (or its error).
-fn flatten_batches(
-    lists: impl Stream<Item = Result<Vec<RecordBatch>>> + Send + 'static,
-) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
+fn flatten_batches<B: Send + 'static>(
+    lists: impl Stream<Item = Result<Vec<B>>> + Send + 'static,
+) -> impl Stream<Item = Result<B>> + Send + 'static {
     lists
         .map(|r| {
             futures::stream::iter(match r {

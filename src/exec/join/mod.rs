@@ -366,7 +366,8 @@ impl GpuHashJoinExec {
         hash_join(&self.join)
     }
 
-    fn mode(&self) -> Result<PartitionMode> {
+    /// DataFusion's partition mode of the join this replaces (after the rule's changes).
+    pub fn mode(&self) -> Result<PartitionMode> {
         Ok(*self.hash_join()?.partition_mode())
     }
 }

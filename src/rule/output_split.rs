@@ -1,0 +1,78 @@
+//! Which GPU aggregates hand a GPU parent their merged state whole, in one partition, rather
+//! than split by the hash partitioning the plan declares for their output (see
+//! [`GpuAggregateExec::with_hash_split`]): each group is one row of that state, so any split
+//! keeps a group in one partition, and only an operator that pairs partition `i` of this output
+//! with partition `i` of another input (a partitioned join, an interleave) needs the hash.
+
+use std::sync::Arc;
+
+use datafusion::error::Result;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
+use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan};
+
+use crate::exec::{GpuAggregateExec, GpuHashJoinExec};
+
+/// `plan` with each GPU aggregate's device exchange told whether its output must follow the
+/// declared hash partitioning on the device: only where an operator above pairs it.
+pub fn mark_hash_splits(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    visit(plan, false)
+}
+
+/// `node` and the nodes below it marked; `paired`: an operator above pairs the partitions of
+/// `node`'s output with another input's, through operators that keep them as they are.
+fn visit(node: Arc<dyn ExecutionPlan>, paired: bool) -> Result<Arc<dyn ExecutionPlan>> {
+    let flags = children_paired(&node, paired);
+    let children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
+    let mut changed = false;
+    let mut marked = Vec::with_capacity(children.len());
+    for (child, paired) in children.iter().zip(flags) {
+        let new = visit(Arc::clone(child), paired)?;
+        changed |= !Arc::ptr_eq(&new, child);
+        marked.push(new);
+    }
+    let node = match changed {
+        true => node.replace_children(marked, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?,
+        false => node,
+    };
+    if let Some(g) = node.downcast_ref::<GpuAggregateExec>()
+        && g.splits_by_hash()
+        && g.hash_split() != paired
+    {
+        return Ok(Arc::new(g.with_hash_split(paired)));
+    }
+    Ok(node)
+}
+
+/// For each child of `node` (whose own output is paired or not, `paired`): whether an operator
+/// at or above `node` pairs that child's partitions with another input's.
+fn children_paired(node: &Arc<dyn ExecutionPlan>, paired: bool) -> Vec<bool> {
+    let n = node.children().len();
+    // Operators that gather or split their input anew: what is above them pairs their output.
+    let regathers = node.downcast_ref::<RepartitionExec>().is_some()
+        || node.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || node.downcast_ref::<SortPreservingMergeExec>().is_some()
+        || node.downcast_ref::<GpuAggregateExec>().is_some_and(|g| g.partial_stage().is_some());
+    if regathers {
+        return vec![false; n];
+    }
+    // A join that collects its left input whole: the right one's partitions are its output's.
+    let collects_left = match (node.downcast_ref::<HashJoinExec>(), node.downcast_ref::<GpuHashJoinExec>()) {
+        (Some(hj), _) => *hj.partition_mode() == PartitionMode::CollectLeft,
+        (_, Some(g)) => g.mode().is_ok_and(|m| m == PartitionMode::CollectLeft),
+        _ => node.downcast_ref::<CrossJoinExec>().is_some() || node.downcast_ref::<NestedLoopJoinExec>().is_some(),
+    };
+    match n {
+        0 => Vec::new(),
+        1 => vec![paired],
+        2 if collects_left => vec![false, paired],
+        _ if node.downcast_ref::<UnionExec>().is_some() => vec![paired; n],
+        // A partitioned join, an interleave, a sort-merge join, anything else with several
+        // inputs: partition `i` of each goes with partition `i` of the others.
+        _ => vec![true; n],
+    }
+}
