@@ -137,4 +137,40 @@ mod tests {
             assert!(err.contains("gpu_cache"), "{wrong}: {err}");
         }
     }
+
+    /// `gpu_cache` keeps a table in as many partitions as the session's target: a single Parquet
+    /// file is read in byte ranges, as DataFusion's planner splits its scans, and the batches of
+    /// an in-memory table of one partition are dealt out; the answers stay the same.
+    #[tokio::test]
+    async fn gpu_cache_keeps_the_target_partitions() {
+        use crate::testing::sorted_rows;
+
+        let _g = crate::testing::gpu_lock();
+        let ctx = super::gpu_session_context(datafusion::prelude::SessionConfig::new().with_target_partitions(4));
+        let run = |sql: String| {
+            let ctx = ctx.clone();
+            async move { sorted_rows(&ctx.sql(&sql).await.unwrap().collect().await.unwrap()) }
+        };
+        let dir = std::env::temp_dir().join(format!("dfg-cache-partitions-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("t.parquet");
+        let rows = "SELECT value AS k, value % 7 AS g FROM generate_series(1, 200000)";
+        run("SET datafusion.optimizer.repartition_file_min_size = 0".into()).await;
+        run(format!(
+            "COPY ({rows}) TO '{}' STORED AS PARQUET OPTIONS ('format.max_row_group_size' '10000')",
+            file.display()
+        ))
+        .await;
+        run(format!("CREATE EXTERNAL TABLE p STORED AS PARQUET LOCATION '{}'", file.display())).await;
+        run(format!("CREATE TABLE m AS {rows}")).await;
+        let query = |t: &str| format!("SELECT g, count(*), sum(k) FROM {t} GROUP BY g");
+        let want = run(query("p")).await;
+        assert_eq!(run(query("m")).await, want);
+        for t in ["p", "m"] {
+            let answer = run(format!("SELECT table, rows, partitions FROM gpu_cache('{t}')")).await;
+            assert_eq!(answer, vec![format!("{t}|200000|4")], "{t}");
+            assert_eq!(run(query(t)).await, want, "{t}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -33,7 +33,8 @@ use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, collect_partitioned,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PhysicalExpr, PlanProperties,
+    collect_partitioned,
 };
 
 use super::cached_table::GpuCachedTable;
@@ -158,6 +159,15 @@ impl TableProvider for CacheCall {
             (false, Some(table)) => Action::AlreadyCached(table),
             (false, None) => {
                 let input = provider.scan(state, None, &[], None).await?;
+                // The cached table's partitions are its later scans': a file scan is read in as
+                // many as the session's target, in byte ranges of its files, as DataFusion's
+                // planner splits one (a single Parquet file is otherwise one partition).
+                let config = state.config_options();
+                let target = config.execution.target_partitions;
+                let input = match input.output_partitioning().partition_count() < target {
+                    true => input.repartitioned(target, config)?.unwrap_or(input),
+                    false => input,
+                };
                 Action::Cache { provider, input }
             }
             (true, cached) => Action::Uncache(cached),
@@ -218,6 +228,21 @@ fn cached_row(table: &str, cached: &GpuCachedTable, status: &str) -> Vec<ArrayRe
     ]
 }
 
+/// `partitions` in at least `target` partitions where they have enough batches: batches of the
+/// fuller partitions dealt out in turn (a table's rows have no order a scan of it promises).
+fn spread(partitions: Vec<Vec<RecordBatch>>, target: usize) -> Vec<Vec<RecordBatch>> {
+    let batches: usize = partitions.iter().map(Vec::len).sum();
+    if partitions.len() >= target || batches <= partitions.len() {
+        return partitions;
+    }
+    let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); target.min(batches)];
+    let n = out.len();
+    for (i, b) in partitions.into_iter().flatten().enumerate() {
+        out[i % n].push(b);
+    }
+    out
+}
+
 /// `table` in `schema` replaced by `provider`.
 fn replace(schema: &Arc<dyn SchemaProvider>, table: &str, provider: Arc<dyn TableProvider>) -> Result<()> {
     schema.deregister_table(table)?;
@@ -236,7 +261,8 @@ impl GpuCacheTableExec {
         let one = |s: &str| Arc::new(StringArray::from(vec![s.to_string()])) as ArrayRef;
         Ok(match action {
             Action::Cache { provider, input } => {
-                let partitions = collect_partitioned(input, ctx).await?;
+                let target = ctx.session_config().target_partitions();
+                let partitions = spread(collect_partitioned(input, ctx).await?, target);
                 let cached = GpuCachedTable::try_new(provider.schema(), partitions)?.replacing(provider);
                 replace(&schema, &table, Arc::new(cached.clone()))?;
                 cached_row(&table, &cached, "cached")
