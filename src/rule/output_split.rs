@@ -76,3 +76,83 @@ fn children_paired(node: &Arc<dyn ExecutionPlan>, paired: bool) -> Vec<bool> {
         _ => vec![true; n],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::common::{JoinType, NullEquality};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::filter::FilterExec;
+    use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    use datafusion::physical_plan::union::UnionExec;
+    use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr};
+
+    use super::children_paired;
+
+    fn source() -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch.clone()], vec![batch]], schema, None).unwrap()
+    }
+
+    fn k() -> Arc<dyn PhysicalExpr> {
+        Arc::new(Column::new("k", 0))
+    }
+
+    fn hashed(input: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+        Arc::new(RepartitionExec::try_new(input, Partitioning::Hash(vec![k()], 4)).unwrap())
+    }
+
+    fn join(
+        left: Arc<dyn ExecutionPlan>,
+        right: Arc<dyn ExecutionPlan>,
+        mode: PartitionMode,
+    ) -> Arc<dyn ExecutionPlan> {
+        let on = vec![(k(), k())];
+        let j = HashJoinExec::try_new(
+            left,
+            right,
+            on,
+            None,
+            &JoinType::Inner,
+            None,
+            mode,
+            NullEquality::NullEqualsNothing,
+            false,
+        );
+        Arc::new(j.unwrap())
+    }
+
+    /// Which children an operator pairs partition by partition with another input: both sides of
+    /// a partitioned join; neither side of a CollectLeft join, except through to its probe side
+    /// what its own parent pairs; nothing below a repartition or a coalesce; a union's and a
+    /// filter's inputs as their output.
+    #[test]
+    fn operators_that_pair_partitions_of_their_inputs() {
+        let partitioned = join(hashed(source()), hashed(source()), PartitionMode::Partitioned);
+        assert_eq!(children_paired(&partitioned, false), vec![true, true]);
+        let collect = join(Arc::new(CoalescePartitionsExec::new(source())), source(), PartitionMode::CollectLeft);
+        assert_eq!(children_paired(&collect, false), vec![false, false]);
+        assert_eq!(children_paired(&collect, true), vec![false, true]);
+        for regather in [hashed(source()), Arc::new(CoalescePartitionsExec::new(source())) as Arc<dyn ExecutionPlan>] {
+            assert_eq!(children_paired(&regather, true), vec![false]);
+        }
+        let union = UnionExec::try_new(vec![source(), source()]).unwrap();
+        assert_eq!(children_paired(&union, false), vec![false, false]);
+        assert_eq!(children_paired(&union, true), vec![true, true]);
+        let filter: Arc<dyn ExecutionPlan> = Arc::new(
+            FilterExec::try_new(Arc::new(datafusion::physical_expr::expressions::IsNotNullExpr::new(k())), source())
+                .unwrap(),
+        );
+        assert_eq!(children_paired(&filter, true), vec![true]);
+        assert_eq!(children_paired(&filter, false), vec![false]);
+        assert_eq!(children_paired(&source(), true), Vec::<bool>::new());
+    }
+}
