@@ -15,23 +15,44 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan};
 
-use crate::exec::{GpuAggregateExec, GpuHashJoinExec};
+use crate::exec::{GpuAggregateExec, GpuHashJoinExec, as_gpu_exec};
 
 /// `plan` with each GPU aggregate's device exchange told whether its output must follow the
-/// declared hash partitioning on the device: only where an operator above pairs it.
+/// declared hash partitioning on the device: it need not where a GPU parent reads it there and
+/// no operator above pairs it.
 pub fn mark_hash_splits(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    visit(plan, false)
+    visit(plan, false, Reader::Host)
+}
+
+/// What reads a node's output.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// A CPU operator (or nothing): host batches, in the declared partitions.
+    Host,
+    /// A GPU exec, on the device.
+    Device,
+    /// A GPU join, on the device, also around a `CoalescePartitionsExec` (a build side).
+    DeviceJoin,
 }
 
 /// `node` and the nodes below it marked; `paired`: an operator above pairs the partitions of
 /// `node`'s output with another input's, through operators that keep them as they are.
-fn visit(node: Arc<dyn ExecutionPlan>, paired: bool) -> Result<Arc<dyn ExecutionPlan>> {
+fn visit(node: Arc<dyn ExecutionPlan>, paired: bool, reader: Reader) -> Result<Arc<dyn ExecutionPlan>> {
     let flags = children_paired(&node, paired);
+    let below = if node.downcast_ref::<GpuHashJoinExec>().is_some() {
+        Reader::DeviceJoin
+    } else if as_gpu_exec(&node).is_some() {
+        Reader::Device
+    } else if node.downcast_ref::<CoalescePartitionsExec>().is_some() && reader == Reader::DeviceJoin {
+        Reader::DeviceJoin
+    } else {
+        Reader::Host
+    };
     let children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
     let mut changed = false;
     let mut marked = Vec::with_capacity(children.len());
     for (child, paired) in children.iter().zip(flags) {
-        let new = visit(Arc::clone(child), paired)?;
+        let new = visit(Arc::clone(child), paired, below)?;
         changed |= !Arc::ptr_eq(&new, child);
         marked.push(new);
     }
@@ -39,11 +60,12 @@ fn visit(node: Arc<dyn ExecutionPlan>, paired: bool) -> Result<Arc<dyn Execution
         true => node.replace_children(marked, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?,
         false => node,
     };
+    let hash_split = paired || reader == Reader::Host;
     if let Some(g) = node.downcast_ref::<GpuAggregateExec>()
         && g.splits_by_hash()
-        && g.hash_split() != paired
+        && g.hash_split() != hash_split
     {
-        return Ok(Arc::new(g.with_hash_split(paired)));
+        return Ok(Arc::new(g.with_hash_split(hash_split)));
     }
     Ok(node)
 }

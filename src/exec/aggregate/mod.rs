@@ -239,7 +239,8 @@ impl GpuAggregateExec {
     /// by a GPU parent, must follow the hash partitioning the plan declares for it. It must
     /// when an operator above pairs partition `i` of this output with partition `i` of another
     /// input (a partitioned join, an interleave), which the rule finds (the default: it must).
-    /// Otherwise the merged state stays on the device whole, in one partition.
+    /// Otherwise the merged state stays on the device whole, in one partition. (A CPU parent
+    /// always gets the declared partitions; the rule leaves the default there.)
     pub fn with_hash_split(&self, hash_split: bool) -> GpuAggregateExec {
         GpuAggregateExec { hash_split, ..self.duplicate(ExecutionPlanMetricsSet::new()) }
     }
