@@ -6,8 +6,9 @@
 //! chunk is uploaded and reduced to DataFusion's intermediate state (group keys and state
 //! columns), which stays on the device. Chunk states are concatenated and merged on the GPU by
 //! the same group-by over the state columns whenever they add up to a chunk, and once more at
-//! the end; the merged state is downloaded once, and the final values are computed from it
-//! (AVG's by DataFusion's own accumulator, one row per group).
+//! the end; for a CPU parent the merged state is downloaded once, and the final values are
+//! computed from it (AVG's by DataFusion's own accumulator, one row per group). A GPU parent
+//! reads the merged state on the device when it is the output (see [`GpuExec`] below).
 //!
 //! A Final aggregate above a GPU Partial one (across the `RepartitionExec` or
 //! `CoalescePartitionsExec` DataFusion put between them) takes the exchange's place
