@@ -292,6 +292,14 @@ pub fn reprice_without_repartitions(
             let note = (!cfg.reprice_against_cpu && !e.verdict.gpu_wins()).then(|| {
                 format!("kept on the GPU against the Partitioned GPU join it replaces, estimated at {} with the CPU's repartitions", fmt_seconds(partitioned_gpu))
             });
+            if !keep {
+                log::debug!(
+                    "join kept Partitioned: read around its repartitions, {}; the Partitioned GPU join with the \
+                     CPU's repartitions: {}",
+                    e.verdict.describe(),
+                    fmt_seconds(partitioned_gpu)
+                );
+            }
             keep.then(|| {
                 let g = g.with_estimate(e);
                 match note {

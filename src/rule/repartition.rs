@@ -118,8 +118,12 @@ pub fn remove_join_repartitions(
         let Some(join) = old.downcast_ref::<GpuHashJoinExec>() else { continue };
         let Some(new) = join.without_repartitions()? else { continue };
         let Some(new) = reprice(new, Rebuilt::AroundRepartitions) else { continue };
-        if let Some(rewritten) = with_rebuilt_join(&plan, &old, Arc::new(new), config, reprice)? {
-            plan = rewritten;
+        match with_rebuilt_join(&plan, &old, Arc::new(new), config, reprice)? {
+            Some(rewritten) => plan = rewritten,
+            None => log::debug!(
+                "join kept Partitioned: no sane plan reads it around its repartitions: {}",
+                datafusion::physical_plan::displayable(old.as_ref()).one_line()
+            ),
         }
     }
     Ok(plan)
