@@ -377,7 +377,7 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                         grid(m),
                         &[
                             KArg::U64(m),
-                            sel_arg.clone(),
+                            sel_arg,
                             ptr(addresses, stream),
                             opt_ptr(lits.as_ref(), stream),
                             ptr(outs, stream),

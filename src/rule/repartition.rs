@@ -145,14 +145,14 @@ fn with_rebuilt_join(
         return Ok(Some(direct));
     }
     let parent = parent_of(plan, old)?;
-    if let Some(p) = &parent {
-        if let Some(above) = p.downcast_ref::<GpuHashJoinExec>() {
-            // A GPU join above reads this join's output on the device: it builds from every
-            // partition too, rather than the output going down to be hashed and up again.
-            let Some(rebuilt) = above.with_rebuilt_child((old, &new))? else { return Ok(None) };
-            let Some(rebuilt) = reprice(rebuilt, Rebuilt::WithJoinBelow) else { return Ok(None) };
-            return with_rebuilt_join(plan, p, Arc::new(rebuilt), config, reprice);
-        }
+    if let Some(p) = &parent
+        && let Some(above) = p.downcast_ref::<GpuHashJoinExec>()
+    {
+        // A GPU join above reads this join's output on the device: it builds from every
+        // partition too, rather than the output going down to be hashed and up again.
+        let Some(rebuilt) = above.with_rebuilt_child((old, &new))? else { return Ok(None) };
+        let Some(rebuilt) = reprice(rebuilt, Rebuilt::WithJoinBelow) else { return Ok(None) };
+        return with_rebuilt_join(plan, p, Arc::new(rebuilt), config, reprice);
     }
     let partitioning = old.output_partitioning().clone();
     if !matches!(partitioning, Partitioning::Hash(..)) {

@@ -58,7 +58,7 @@ pub(super) type DevicePart = std::sync::Mutex<Option<Reduced>>;
 /// A device exchange's merged states: the Final's state on the device (with the run that merged
 /// it), or, when DataFusion merged them on the CPU, its output partitions.
 enum Merged {
-    Device(Run, DeviceBatch),
+    Device(Box<Run>, DeviceBatch),
     Host(Vec<Vec<RecordBatch>>),
 }
 
@@ -323,7 +323,7 @@ impl GpuAggregateExec {
             }
             (Err(e), _) => return Err(e),
         };
-        Ok(Merged::Device(run, state))
+        Ok(Merged::Device(Box::new(run), state))
     }
 
     /// The removed exchange and this Final aggregate, DataFusion's own, over the partial states
