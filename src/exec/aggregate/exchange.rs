@@ -71,6 +71,11 @@ pub(super) enum ExchangeKept {
 }
 
 impl Exchange {
+    /// The partitions of the partial stage's input, each reduced by its own task.
+    fn input_partitions(&self) -> usize {
+        self.partial.children().first().map_or(1, |c| c.output_partitioning().partition_count())
+    }
+
     /// The same exchange over a new partial stage, with its output not yet made.
     pub(super) fn with_partial(&self, partial: Arc<GpuAggregateExec>) -> Exchange {
         Exchange {
@@ -197,13 +202,12 @@ impl GpuAggregateExec {
         ex: &Exchange,
         context: Arc<TaskContext>,
     ) -> Result<Vec<Vec<RecordBatch>>> {
-        let inputs = ex.partial.children().first().map_or(1, |c| c.output_partitioning().partition_count());
         match self.exchange_merge(ex, &context).await? {
             Merged::Host(parts) => Ok(parts),
             Merged::Device(run, state) => {
                 // The host work the exchange's partitions did in parallel (finalising, hashing)
                 // is spread over as many tasks.
-                let threads = ex.hash.as_ref().map_or(1, |(_, n)| *n).max(inputs);
+                let threads = ex.hash.as_ref().map_or(1, |(_, n)| *n).max(ex.input_partitions());
                 run.finish_split(state, ex.hash.clone(), threads).await
             }
         }
@@ -232,11 +236,7 @@ impl GpuAggregateExec {
         match self.exchange_merge(ex, &context).await? {
             Merged::Host(parts) => Ok(parts.into_iter().map(|p| part(Reduced::Host(p))).collect()),
             Merged::Device(run, state) => {
-                timeline::mark(&run.who, || {
-                    format!("final state of {} rows handed over on the device", state.num_rows())
-                });
-                run.metrics.output_rows.add(state.num_rows());
-                let output = state.select(&columns, &self.agg.schema())?;
+                let output = run.hand_over(state, &columns, &self.agg.schema())?;
                 let mut out = vec![part(Reduced::Device(output))];
                 out.extend((1..partitions).map(|_| part(Reduced::Host(Vec::new()))));
                 Ok(out)
@@ -248,7 +248,7 @@ impl GpuAggregateExec {
     /// the states merged by the Final as they come (or by DataFusion on the CPU, see below).
     async fn exchange_merge(&self, ex: &Exchange, context: &Arc<TaskContext>) -> Result<Merged> {
         let partial = &ex.partial;
-        let inputs = partial.children().first().map_or(1, |c| c.output_partitioning().partition_count());
+        let inputs = ex.input_partitions();
         let mut tasks = futures::stream::FuturesUnordered::new();
         for i in 0..inputs {
             let mut run = partial.new_run(i, context)?;

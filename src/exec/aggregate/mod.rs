@@ -32,10 +32,10 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties, displayable,
 };
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::fuse::FusedInput;
-use super::{DeviceBatchStream, GpuExec, blocking, timeline};
+use super::{DeviceBatchStream, GpuExec, blocking};
 use crate::aggregate::layout::{AggregateLayout, Finalize};
 use crate::aggregate::{AggregateAlgorithmSetting, GroupIdMethod};
 use crate::columns::DeviceBatch;
@@ -467,66 +467,48 @@ impl GpuExec for GpuAggregateExec {
         let schema = self.schema();
         let cfg = GpuConfig::from_options(context.session_config().options());
         let gpu = Gpu::for_session(&cfg, &context.session_id())?;
-        let Some(columns) = self.layout.device_output(&schema) else {
-            let host = self.execute(partition, context)?;
-            return Ok(Box::pin(host.then(move |b| {
-                let gpu = Arc::clone(&gpu);
-                async move {
-                    let b = b?;
-                    blocking(move || DeviceBatch::upload(&gpu, &gpu.stream(), &b)).await
+        let part: futures::future::BoxFuture<'static, Result<Reduced>> =
+            match (self.layout.device_output(&schema), &self.exchange) {
+                (None, _) => {
+                    let host = self.execute(partition, context)?;
+                    Box::pin(async move { host.try_collect().await.map(Reduced::Host) })
                 }
-            })));
-        };
-        let part: futures::future::BoxFuture<'static, Result<Reduced>> = match &self.exchange {
-            Some(ex) => {
-                let this = self.duplicate(self.metrics.clone());
-                let ex = Arc::clone(ex);
-                Box::pin(async move {
-                    let make = || async move {
-                        let copy = this.exchange.clone().ok_or_else(|| {
-                            DataFusionError::Internal("a GPU aggregate's copy lost its exchange".into())
+                (Some(columns), Some(ex)) => {
+                    let this = self.duplicate(self.metrics.clone());
+                    let ex = Arc::clone(ex);
+                    Box::pin(async move {
+                        let make = || async move {
+                            let copy = this.exchange.clone().ok_or_else(|| {
+                                DataFusionError::Internal("a GPU aggregate's copy lost its exchange".into())
+                            })?;
+                            this.exchange_device_output(&copy, columns, context).await.map(Arc::new)
+                        };
+                        let all = ex.device_output.get_or_start(make).await?;
+                        let slot = all.get(partition).ok_or_else(|| {
+                            DataFusionError::Internal(format!("a GPU aggregate has no output partition {partition}"))
                         })?;
-                        this.exchange_device_output(&copy, columns, context).await.map(Arc::new)
-                    };
-                    let all = ex.device_output.get_or_start(make).await?;
-                    let slot = all.get(partition).ok_or_else(|| {
-                        DataFusionError::Internal(format!("a GPU aggregate has no output partition {partition}"))
-                    })?;
-                    let taken = slot
-                        .lock()
-                        .map_err(|_| DataFusionError::Internal("a GPU aggregate's output lock".into()))?
-                        .take();
-                    taken.ok_or_else(|| {
-                        DataFusionError::Internal(format!(
-                            "a GPU aggregate's output partition {partition} was read twice"
-                        ))
+                        let taken = slot
+                            .lock()
+                            .map_err(|_| DataFusionError::Internal("a GPU aggregate's output lock".into()))?
+                            .take();
+                        taken.ok_or_else(|| {
+                            DataFusionError::Internal(format!(
+                                "a GPU aggregate's output partition {partition} was read twice"
+                            ))
+                        })
                     })
-                })
-            }
-            None => {
-                let run = self.new_run(partition, &context)?;
-                let input = self.execute_input(partition, &context)?;
-                Box::pin(async move {
-                    Ok(match run.reduce_or_cpu(input).await? {
-                        Reduced::Device(state) => {
-                            run.metrics.output_rows.add(state.num_rows());
-                            timeline::mark(&run.who, || {
-                                format!("final state of {} rows handed over on the device", state.num_rows())
-                            });
-                            Reduced::Device(state.select(&columns, &schema)?)
-                        }
-                        Reduced::Host(out) => {
-                            run.metrics.output_rows.add(out.iter().map(|b| b.num_rows()).sum());
-                            Reduced::Host(out)
-                        }
-                    })
-                })
-            }
-        };
+                }
+                (Some(columns), None) => {
+                    let run = self.new_run(partition, &context)?;
+                    let input = self.execute_input(partition, &context)?;
+                    Box::pin(async move { run.run_for_device(input, &columns, &schema).await })
+                }
+            };
         let batches = futures::stream::once(async move {
             match part.await? {
                 Reduced::Device(b) => Ok(vec![b]),
                 Reduced::Host(out) if out.iter().all(|b| b.num_rows() == 0) => Ok(Vec::new()),
+                // The host output, uploaded as one batch.
                 Reduced::Host(out) => {
                     blocking(move || {
                         let host = concat_batches(&out[0].schema(), &out)?;

@@ -203,6 +203,27 @@ impl Run {
         }
     }
 
+    /// This partition's output for a GPU parent, as [`Run::run`] makes it for a CPU one: the
+    /// state's `columns` (the output, see [`AggregateLayout::device_output`]) on the device, or
+    /// DataFusion's output on the host when the partition ran on the CPU.
+    pub(super) async fn run_for_device(self, input: Input, columns: &[usize], schema: &SchemaRef) -> Result<Reduced> {
+        match self.reduce_or_cpu(input).await? {
+            Reduced::Device(state) => self.hand_over(state, columns, schema).map(Reduced::Device),
+            Reduced::Host(out) => {
+                self.metrics.output_rows.add(out.iter().map(|b| b.num_rows()).sum());
+                Ok(Reduced::Host(out))
+            }
+        }
+    }
+
+    /// The merged `state`'s output `columns` (with the output's `schema`), handed to a GPU parent
+    /// on the device instead of downloaded ([`Run::finish`]).
+    pub(super) fn hand_over(&self, state: DeviceBatch, columns: &[usize], schema: &SchemaRef) -> Result<DeviceBatch> {
+        timeline::mark(&self.who, || format!("final state of {} rows handed over on the device", state.num_rows()));
+        self.metrics.output_rows.add(state.num_rows());
+        state.select(columns, schema)
+    }
+
     /// `input` reduced to a state on the device, or, for fewer than `gpu.cost.min_rows` rows,
     /// DataFusion's output on the host (see [`Run::run`]).
     pub(super) async fn reduce_or_cpu(&self, input: Input) -> Result<Reduced> {
