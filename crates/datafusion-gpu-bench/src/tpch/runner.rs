@@ -291,15 +291,6 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         Ok(d) => (Some(d), None),
         Err(reason) => (None, Some(reason)),
     };
-    // The rate of the floors: the device's copy bandwidth, measured here (1 GiB copies).
-    let copy_bandwidth = match (&device, o.iterations) {
-        (Some(_), 1..) => {
-            let gpu = Gpu::get(0)?;
-            Some(doctor::run(&gpu, DoctorOptions { transfer_bytes: 16 << 20, ..DoctorOptions::default() })?.device_copy)
-        }
-        _ => None,
-    };
-
     let (tables, host_memory, pin_seconds) = match (o.residency, &no_gpu) {
         (HostMemory::Pageable, _) => (tables, "pageable".to_string(), 0.0),
         (HostMemory::Cached, Some(reason)) => (tables, format!("pageable (no GPU to cache the tables on: {reason})"), 0.0),
@@ -338,6 +329,18 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     let mut gpu_config = config.with_option_extension(gpu_cfg);
     apply_settings(&mut gpu_config, &o.gpu_set)?;
     let gpu_ctx = gpu_session_context(gpu_config);
+    // The rate of the floors: the device's copy bandwidth, measured here (1 GiB copies) before
+    // any table takes device memory, when the GPU session's scans read device memory (resident
+    // or cached tables, or the table cache over in-memory ones); only those report floors.
+    let device_tables = matches!(o.residency, HostMemory::Gpu | HostMemory::Cached)
+        || GpuConfig::from_options(gpu_ctx.state().config().options()).table_cache;
+    let copy_bandwidth = match (&device, o.iterations, device_tables) {
+        (Some(_), 1.., true) => {
+            let gpu = Gpu::get(0)?;
+            Some(doctor::run(&gpu, DoctorOptions { transfer_bytes: 16 << 20, ..DoctorOptions::default() })?.device_copy)
+        }
+        _ => None,
+    };
     data::register(&cpu_ctx, &tables)?;
     let (host_memory, pin_seconds) = match (o.residency, &no_gpu) {
         (HostMemory::Gpu, None) => {
