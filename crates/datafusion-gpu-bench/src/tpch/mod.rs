@@ -6,6 +6,7 @@ pub mod chart;
 pub mod compare;
 pub mod concurrency;
 pub mod data;
+pub mod profile;
 pub mod queries;
 pub mod runner;
 pub mod ssb;

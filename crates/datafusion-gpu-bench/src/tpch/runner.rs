@@ -83,6 +83,15 @@ pub struct SuiteBenchOptions {
     /// runs read it there. Without a GPU the tables stay pageable.
     #[arg(long, alias = "host-memory", value_enum, default_value_t = HostMemory::Pageable)]
     pub residency: HostMemory,
+    /// After each query's timed runs, run it `--profile-runs` more times with the GPU rule under a
+    /// sampling profiler of the process's threads and write `DIR/<suite>-<query>.{folded,svg,top.txt}`
+    /// (stacks, flame graph, top functions; see `tpch/profile.rs`). The binary must be built with
+    /// the `profile` feature.
+    #[arg(long, value_name = "DIR")]
+    pub profile: Option<PathBuf>,
+    /// Runs of each query under `--profile`.
+    #[arg(long, default_value_t = 10)]
+    pub profile_runs: usize,
 }
 
 /// Where benchmark tables live (see [`SuiteBenchOptions::residency`]).
@@ -114,6 +123,8 @@ impl SuiteBenchOptions {
             label: None,
             explain: false,
             residency: HostMemory::Pageable,
+            profile: None,
+            profile_runs: 10,
         }
     }
 }
@@ -383,6 +394,21 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     for q in &selected {
         bar.set_message(format!("{} on the CPU", q.name));
         let report = run_query(q, &cpu_ctx, &gpu_ctx, o.iterations, device.is_some(), copy_bandwidth, &bar).await;
+        if let Some(dir) = &o.profile
+            && report.ok
+        {
+            bar.set_message(format!("{} profiled", q.name));
+            let stem = format!("{}-{}", suite.name(), q.name);
+            let profiled = super::profile::profile(&gpu_ctx, q.sql, o.profile_runs, dir, &stem).await?;
+            let line = format!(
+                "{}: {} samples over {} runs with the GPU rule, in {}",
+                q.name,
+                profiled.samples,
+                o.profile_runs,
+                dir.join(format!("{stem}.top.txt")).display()
+            );
+            if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) }
+        }
         bar.inc(1);
         reports.push(report);
     }
