@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -57,6 +57,9 @@ pub struct GpuCachedScanExec {
     /// Device ordinal the cache was looked at on, and the rows per device batch it was keyed by.
     ordinal: usize,
     batch_rows: usize,
+    /// How each partition is cut into device batches, and its columns' cache keys: shared by
+    /// every scan of a [`super::GpuCachedTable`], so computed once for the table.
+    layouts: Arc<ScanLayouts>,
     /// The scan's statistics, by partition (`None`: all), as first computed (DataFusion's scan
     /// computes them from every batch each time, and the planners ask many times) or as the
     /// table gave them.
@@ -86,15 +89,18 @@ impl GpuCachedScanExec {
             columns,
             ordinal: cfg.device,
             batch_rows: cfg.batch_rows,
+            layouts: Arc::new(ScanLayouts::new(memory.partitions().len(), cfg.batch_rows)),
             statistics: Mutex::new(HashMap::new()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 
     /// The scan of a table's `partitions` (host batches of every column) reading `columns`, as
-    /// `schema`, with the table's `statistics` of those columns by partition (`None`: all).
+    /// `schema`, with the table's `statistics` of those columns by partition (`None`: all) and
+    /// the table's `layouts` (for `cfg.batch_rows`).
     pub(crate) fn of_table(
         partitions: Arc<Vec<Vec<RecordBatch>>>,
+        layouts: Arc<ScanLayouts>,
         columns: Vec<usize>,
         schema: SchemaRef,
         statistics: HashMap<Option<usize>, Arc<Statistics>>,
@@ -120,6 +126,7 @@ impl GpuCachedScanExec {
             properties,
             ordinal: cfg.device,
             batch_rows: cfg.batch_rows,
+            layouts,
             statistics: Mutex::new(statistics),
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -139,31 +146,103 @@ struct Loaded {
     uploaded_bytes: usize,
 }
 
-/// The device batches of `batches`' `columns`: each column from `cache`, or uploaded (all the
-/// missing ones together) and offered to it under `limit`.
+/// How a table's partitions are cut into device batches of `batch_rows` rows, and the cache key
+/// of each of their columns: computed at a partition's first scan (a column's key at the first
+/// scan reading it) and kept for later scans of the same batches. Without it each query's scan
+/// would walk every host batch of the partition again (SF10's `lineorder`: 458 batches of 8,192
+/// rows a partition) to cut them and to key its columns.
+#[derive(Debug)]
+pub(crate) struct ScanLayouts {
+    batch_rows: usize,
+    partitions: Vec<OnceLock<PartitionLayout>>,
+}
+
+impl ScanLayouts {
+    /// The layouts of a table of `partitions` partitions cut into device batches of `batch_rows` rows.
+    pub(crate) fn new(partitions: usize, batch_rows: usize) -> Self {
+        ScanLayouts { batch_rows, partitions: (0..partitions).map(|_| OnceLock::new()).collect() }
+    }
+
+    pub(crate) fn batch_rows(&self) -> usize {
+        self.batch_rows
+    }
+
+    /// The layout of partition `partition`, whose host batches are `batches`.
+    fn partition(&self, partition: usize, batches: &[RecordBatch]) -> Result<&PartitionLayout> {
+        let Some(cell) = self.partitions.get(partition) else {
+            return internal_err!(
+                "{CACHED_SCAN_NAME}: no layout for partition {partition} of {}",
+                self.partitions.len()
+            );
+        };
+        Ok(cell.get_or_init(|| PartitionLayout::new(batches, self.batch_rows)))
+    }
+}
+
+/// One partition's [`ScanLayouts`].
+#[derive(Debug)]
+struct PartitionLayout {
+    /// Its non-empty host batches.
+    batches: Vec<RecordBatch>,
+    /// The rows of each device batch: every column of the partition is cut the same way.
+    chunk_rows: Vec<usize>,
+    /// Each table column's cache key, once a scan read it.
+    keys: Vec<OnceLock<ColumnKey>>,
+    batch_rows: usize,
+}
+
+impl PartitionLayout {
+    fn new(batches: &[RecordBatch], batch_rows: usize) -> Self {
+        let batches: Vec<RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).cloned().collect();
+        let columns = batches.first().map_or(0, RecordBatch::num_columns);
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        PartitionLayout {
+            chunk_rows: chunk_rows(rows, batch_rows),
+            keys: (0..columns).map(|_| OnceLock::new()).collect(),
+            batches,
+            batch_rows,
+        }
+    }
+
+    /// The cache key of table column `c`.
+    fn key(&self, c: usize) -> Result<&ColumnKey> {
+        let Some(cell) = self.keys.get(c) else {
+            return internal_err!("{CACHED_SCAN_NAME}: no column {c} in batches of {} columns", self.keys.len());
+        };
+        Ok(cell.get_or_init(|| {
+            ColumnKey::of(&self.batches.iter().map(|b| b.column(c)).collect::<Vec<_>>(), self.batch_rows)
+        }))
+    }
+}
+
+/// The rows of each device batch [`device_batch_groups`] cuts `rows` rows into.
+pub(crate) fn chunk_rows(rows: usize, batch_rows: usize) -> Vec<usize> {
+    let batch_rows = batch_rows.max(1);
+    let mut chunks = vec![batch_rows; rows / batch_rows];
+    if rows % batch_rows > 0 {
+        chunks.push(rows % batch_rows);
+    }
+    chunks
+}
+
+/// The device batches of a partition's `columns` (its `layout`): each column from `cache`, or
+/// uploaded (all the missing ones together) and offered to it under `limit`.
 fn load_partition(
     gpu: &Arc<Gpu>,
     cache: &TableCache,
     limit: u64,
-    batches: &[RecordBatch],
+    layout: &PartitionLayout,
     columns: &[usize],
     schema: &SchemaRef,
-    batch_rows: usize,
     upload_time: &Time,
 ) -> Result<Loaded> {
-    let batches: Vec<RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).cloned().collect();
+    let (batches, chunk_rows, batch_rows) = (&layout.batches, &layout.chunk_rows, layout.batch_rows);
     if batches.is_empty() {
         return Ok(Loaded { batches: Vec::new(), hits: 0, misses: 0, uploaded_bytes: 0 });
     }
-    // The rows of each device batch: the grouping every column of the partition is cut by.
-    let chunk_rows: Vec<usize> =
-        device_batch_groups(&batches, batch_rows).iter().map(|g| g.iter().map(RecordBatch::num_rows).sum()).collect();
-    let keys: Vec<ColumnKey> = columns
-        .iter()
-        .map(|&c| ColumnKey::of(&batches.iter().map(|b| b.column(c)).collect::<Vec<_>>(), batch_rows))
-        .collect();
+    let keys: Vec<&ColumnKey> = columns.iter().map(|&c| layout.key(c)).collect::<Result<_>>()?;
     let fits = |chunks: &Vec<Arc<DeviceColumn>>| {
-        chunks.len() == chunk_rows.len() && chunks.iter().zip(&chunk_rows).all(|(c, &r)| c.len == r)
+        chunks.len() == chunk_rows.len() && chunks.iter().zip(chunk_rows).all(|(c, &r)| c.len == r)
     };
     let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> = keys.iter().map(|k| cache.get(k).filter(fits)).collect();
     // Each missing table column once, even when the scan lists it twice.
@@ -195,8 +274,7 @@ fn load_partition(
                 found[i] = Some(chunks.clone());
             }
             let host = batches.iter().map(|b| Arc::clone(b.column(c))).collect();
-            let key = keys[columns.iter().position(|&col| col == c).unwrap_or_default()].clone();
-            cache.insert(key, chunks, host, limit);
+            cache.insert(layout.key(c)?.clone(), chunks, host, limit);
         }
     }
     let found: Vec<Vec<Arc<DeviceColumn>>> = found
@@ -328,12 +406,12 @@ impl GpuExec for GpuCachedScanExec {
                 cfg.batch_rows
             );
         }
-        let Some(batches) = self.partitions.get(partition) else {
+        if partition >= self.partitions.len() {
             if partition == 0 && self.partitions.is_empty() {
                 return Ok(Box::pin(futures::stream::empty()));
             }
             return internal_err!("{CACHED_SCAN_NAME} has {} partitions, not {partition}", self.partitions.len());
-        };
+        }
         let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
         let (hits, misses, bytes) = (m("cached_columns"), m("uploaded_columns"), m("bytes_uploaded"));
         // The device bytes of the columns handed out: what a reader of every column reads once.
@@ -342,10 +420,18 @@ impl GpuExec for GpuCachedScanExec {
         let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
         let cache = TableCache::of_device(self.ordinal);
         let limit = cache_limit(&cfg, &gpu);
-        let (batches, columns, schema, batch_rows) =
-            (batches.clone(), self.columns.clone(), Arc::clone(&self.schema), self.batch_rows);
+        if self.layouts.batch_rows() != self.batch_rows {
+            return internal_err!(
+                "{CACHED_SCAN_NAME}: layouts of {} rows a batch for a scan of {}",
+                self.layouts.batch_rows(),
+                self.batch_rows
+            );
+        }
+        let (partitions, layouts, columns, schema) =
+            (Arc::clone(&self.partitions), Arc::clone(&self.layouts), self.columns.clone(), Arc::clone(&self.schema));
         let load = blocking(move || {
-            let loaded = load_partition(&gpu, &cache, limit, &batches, &columns, &schema, batch_rows, &time)?;
+            let layout = layouts.partition(partition, partitions.get(partition).map_or(&[][..], Vec::as_slice))?;
+            let loaded = load_partition(&gpu, &cache, limit, layout, &columns, &schema, &time)?;
             hits.add(loaded.hits);
             misses.add(loaded.misses);
             bytes.add(loaded.uploaded_bytes);

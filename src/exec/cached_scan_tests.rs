@@ -42,7 +42,7 @@ fn gpu_cached_tables_give_datafusions_answers() {
         cache.clear();
         let cfg =
             GpuConfig { min_rows: 0, placement, batch_rows: 1000, table_cache: !cached_tables, ..GpuConfig::default() };
-        let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+        let ctx = gpu_session_context(config.clone().with_option_extension(cfg.clone()));
         let cpu = SessionContext::new_with_config(config.clone());
         for (name, parts) in [("a", &a), ("b", &b)] {
             // The same host batches in both sessions' tables (as the benchmarks register them).
@@ -94,6 +94,20 @@ fn gpu_cached_tables_give_datafusions_answers() {
                     "warm" => assert!(after.hits > before.hits),
                     // The inserted rows make a's partitions other arrays: they are uploaded again.
                     _ => assert!(run_uploads > 0 && run_uploads <= uploaded, "{run_uploads} of {uploaded}"),
+                }
+            }
+            if cached_tables {
+                // The same tables in a session cutting device batches of another size: the
+                // tables' scans lay their partitions out again for it, and still answer.
+                let other = GpuConfig { batch_rows: 700, ..cfg.clone() };
+                let ctx2 = gpu_session_context(config.clone().with_option_extension(other));
+                for name in ["a", "b"] {
+                    ctx2.register_table(name, ctx.table_provider(name).await.unwrap()).unwrap();
+                }
+                for sql in QUERIES {
+                    assert_eq!(rows(&ctx2, sql).await.0, rows(&cpu, sql).await.0, "batch_rows 700, seed {seed}: {sql}");
+                    // Back to the first session's size: its layouts are made again too.
+                    assert_eq!(rows(&ctx, sql).await.0, rows(&cpu, sql).await.0, "batch_rows 1000, seed {seed}: {sql}");
                 }
             }
         });

@@ -12,7 +12,7 @@
 //! the start.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -26,7 +26,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
-use super::cached_scan::GpuCachedScanExec;
+use super::cached_scan::{GpuCachedScanExec, ScanLayouts};
 use super::{HostTable, registered_rows};
 use crate::columns::is_supported;
 use crate::config::GpuConfig;
@@ -43,6 +43,9 @@ pub struct GpuCachedTable {
     /// The provider whose rows these are, when the table replaced it (`gpu_cache('t')`), for
     /// `gpu_uncache('t')` to register again.
     replaced: Option<Arc<dyn TableProvider>>,
+    /// How its partitions are cut into device batches and their columns keyed in the cache, for
+    /// the `gpu.batch_rows` of the last scan: shared by its scans (see [`ScanLayouts`]).
+    layouts: Arc<Mutex<Option<Arc<ScanLayouts>>>>,
 }
 
 impl GpuCachedTable {
@@ -55,6 +58,7 @@ impl GpuCachedTable {
             partition_statistics: Arc::new(partition_statistics),
             statistics: Arc::new(statistics),
             replaced: None,
+            layouts: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -81,6 +85,20 @@ impl GpuCachedTable {
 
     pub fn num_partitions(&self) -> usize {
         self.partitions.len()
+    }
+
+    /// The layouts of its partitions cut into device batches of `batch_rows` rows: the ones its
+    /// earlier scans computed, unless those were for another `gpu.batch_rows`.
+    fn layouts(&self, batch_rows: usize) -> Arc<ScanLayouts> {
+        let mut kept = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
+        match kept.as_ref() {
+            Some(l) if l.batch_rows() == batch_rows => Arc::clone(l),
+            _ => {
+                let l = Arc::new(ScanLayouts::new(self.partitions.len(), batch_rows));
+                *kept = Some(Arc::clone(&l));
+                l
+            }
+        }
     }
 
     /// Host bytes the table's batches hold.
@@ -121,7 +139,15 @@ impl TableProvider for GpuCachedTable {
             .collect();
         statistics.insert(None, Arc::new(self.statistics.as_ref().clone().project(Some(&columns))));
         let cfg = GpuConfig::from_options(state.config_options());
-        Ok(Arc::new(GpuCachedScanExec::of_table(Arc::clone(&self.partitions), columns, schema, statistics, &cfg)))
+        let layouts = self.layouts(cfg.batch_rows);
+        Ok(Arc::new(GpuCachedScanExec::of_table(
+            Arc::clone(&self.partitions),
+            layouts,
+            columns,
+            schema,
+            statistics,
+            &cfg,
+        )))
     }
 
     fn statistics(&self) -> Option<Statistics> {
