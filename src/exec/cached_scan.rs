@@ -54,11 +54,11 @@ pub struct GpuCachedScanExec {
     columns: Vec<usize>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
-    /// Device ordinal the cache was looked at on, and the rows per device batch it was keyed by.
+    /// Device ordinal the cache was looked at on.
     ordinal: usize,
-    batch_rows: usize,
-    /// How each partition is cut into device batches, and its columns' cache keys: shared by
-    /// every scan of a [`super::GpuCachedTable`], so computed once for the table.
+    /// How each partition is cut into device batches (of the rows a batch the cache is keyed
+    /// by), and its columns' cache keys: shared by every scan of a [`super::GpuCachedTable`], so
+    /// computed once for the table.
     layouts: Arc<ScanLayouts>,
     /// The scan's statistics, by partition (`None`: all), as first computed (DataFusion's scan
     /// computes them from every batch each time, and the planners ask many times) or as the
@@ -88,7 +88,6 @@ impl GpuCachedScanExec {
             partitions: Arc::new(memory.partitions().to_vec()),
             columns,
             ordinal: cfg.device,
-            batch_rows: cfg.batch_rows,
             layouts: Arc::new(ScanLayouts::new(memory.partitions().len(), cfg.batch_rows)),
             statistics: Mutex::new(HashMap::new()),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -125,7 +124,6 @@ impl GpuCachedScanExec {
             schema,
             properties,
             ordinal: cfg.device,
-            batch_rows: cfg.batch_rows,
             layouts,
             statistics: Mutex::new(statistics),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -397,11 +395,11 @@ impl GpuExec for GpuCachedScanExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
         let gpu = Gpu::for_session(&cfg, &context.session_id())?;
-        if gpu.info().ordinal != self.ordinal || cfg.batch_rows != self.batch_rows {
+        if gpu.info().ordinal != self.ordinal || cfg.batch_rows != self.layouts.batch_rows() {
             return internal_err!(
                 "{CACHED_SCAN_NAME} planned for GPU {} and {} rows a batch runs on GPU {} with {}",
                 self.ordinal,
-                self.batch_rows,
+                self.layouts.batch_rows(),
                 gpu.info().ordinal,
                 cfg.batch_rows
             );
@@ -420,13 +418,6 @@ impl GpuExec for GpuCachedScanExec {
         let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
         let cache = TableCache::of_device(self.ordinal);
         let limit = cache_limit(&cfg, &gpu);
-        if self.layouts.batch_rows() != self.batch_rows {
-            return internal_err!(
-                "{CACHED_SCAN_NAME}: layouts of {} rows a batch for a scan of {}",
-                self.layouts.batch_rows(),
-                self.batch_rows
-            );
-        }
         let (partitions, layouts, columns, schema) =
             (Arc::clone(&self.partitions), Arc::clone(&self.layouts), self.columns.clone(), Arc::clone(&self.schema));
         let load = blocking(move || {
