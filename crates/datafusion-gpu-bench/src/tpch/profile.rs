@@ -71,9 +71,23 @@ pub async fn profile(ctx: &SessionContext, sql: &str, runs: usize, dir: &Path, s
 
 #[cfg(not(feature = "profile"))]
 pub async fn profile(_ctx: &SessionContext, _sql: &str, _runs: usize, _dir: &Path, _stem: &str) -> Result<Profiled> {
-    Err(DataFusionError::Configuration(
+    Err(unavailable())
+}
+
+/// Whether this binary has the profiler: an error saying how to build one when not, for the
+/// runner to give before it loads any data.
+pub fn available() -> Result<()> {
+    match cfg!(feature = "profile") {
+        true => Ok(()),
+        false => Err(unavailable()),
+    }
+}
+
+#[cfg_attr(feature = "profile", allow(dead_code))]
+fn unavailable() -> DataFusionError {
+    DataFusionError::Configuration(
         "--profile needs a binary built with the `profile` feature: cargo build --release -p datafusion-gpu-cli --features profile".into(),
-    ))
+    )
 }
 
 #[cfg_attr(not(feature = "profile"), allow(dead_code))]

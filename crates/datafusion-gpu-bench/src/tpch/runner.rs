@@ -287,6 +287,9 @@ pub fn apply_settings(config: &mut SessionConfig, settings: &[String]) -> Result
 /// Runs `suite` as `o` says. Per-query failures are recorded in the report, not returned.
 pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<SuiteReport> {
     let selected: Vec<Query> = queries::select(suite, &o.queries)?;
+    if o.profile.is_some() {
+        super::profile::available()?;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let partitions = if o.partitions == 0 { cores } else { o.partitions };
     let bars = std::io::IsTerminal::is_terminal(&std::io::stderr());
