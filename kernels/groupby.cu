@@ -590,6 +590,7 @@ __device__ __forceinline__ bool takes_part(const u8* __restrict__ validity, cons
 #define MODE_GLOBAL 0  // global atomics
 #define MODE_SHARED 1  // every group's accumulator in the block's shared memory, flushed once
 #define MODE_RANGED 2  // per chunk of rows: the chunk's range of group ids in shared memory
+#define MODE_ONE 3     // one group (no group ids): a shared-memory accumulator per thread, reduced per block
 
 // Rows per thread of a ranged chunk.
 #define RANGED_ITEMS 4
@@ -602,6 +603,10 @@ __device__ __forceinline__ bool takes_part(const u8* __restrict__ validity, cons
 //   each chunk of blockDim * RANGED_ITEMS rows finds its smallest and largest group id; when
 //   the range fits `groups` (then the shared-memory capacity in groups) the chunk accumulates
 //   in shared memory and flushes the range, else it uses global atomics.
+// - MODE_ONE, with `gid` null: each thread folds its rows into its own accumulator (and count) in
+//   dynamic shared memory, without contention; the block then merges them, lanes into their
+//   warp's first, warps into the block's first, and flushes that once to the global one. With
+//   global atomics every row of the grid would queue on the same address.
 template <int OP>
 __device__ __forceinline__ void agg_pass(const void* __restrict__ values, u32 src, const u8* __restrict__ validity,
                                          const u8* __restrict__ fvalues, const u8* __restrict__ fvalidity, const u32* __restrict__ gid, u64 n,
@@ -659,6 +664,41 @@ __device__ __forceinline__ void agg_pass(const void* __restrict__ values, u32 sr
                 }
                 __syncthreads();
             }
+        }
+        return;
+    }
+    if (mode == MODE_ONE) {
+        const u32 t = threadIdx.x;
+        unsigned long long* s_acc = smem;
+        unsigned long long* s_cnt = smem + (has_acc ? (u64)blockDim.x * W : 0);
+        unsigned long long* mine = s_acc + (u64)t * W;
+        if (has_acc) {
+#pragma unroll
+            for (int w = 0; w < W; w++) mine[w] = identity_word<OP>(w);
+        }
+        if (counts) s_cnt[t] = 0;
+        u64 taking = 0;
+        for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+            if (!takes_part(validity, fvalues, fvalidity, i)) continue;
+            if (has_acc) fold<OP>(mine, values, src, i, acc + 1);
+            taking++;
+        }
+        if (counts) s_cnt[t] = taking;
+        __syncthreads();
+        const u32 lead = t & ~31u;
+        if (t != lead) {
+            if (has_acc) flush<OP>(s_acc + (u64)lead * W, mine);
+            if (counts && s_cnt[t]) atomicAdd(&s_cnt[lead], s_cnt[t]);
+        }
+        __syncthreads();
+        if (t != 0 && t == lead) {
+            if (has_acc) flush<OP>(s_acc, mine);
+            if (counts && s_cnt[t]) atomicAdd(&s_cnt[0], s_cnt[t]);
+        }
+        __syncthreads();
+        if (t == 0) {
+            if (has_acc) flush<OP>(acc, s_acc);
+            if (counts && s_cnt[0]) atomicAdd(&counts[0], s_cnt[0]);
         }
         return;
     }

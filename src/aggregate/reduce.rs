@@ -169,6 +169,9 @@ pub fn reduce(
     if red.op != AccOp::Count && input.is_none() {
         return Err(gpu_error(format!("a GPU {:?} needs an input column", red.op)));
     }
+    if gid.is_none() && groups != 1 {
+        return Err(gpu_error(format!("a GPU reduction without group ids over {groups} groups: it has one")));
+    }
     if groups > u32::MAX as u64 {
         return Err(gpu_error(format!("{groups} groups in one GPU batch")));
     }
@@ -188,10 +191,16 @@ pub fn reduce(
     let group_bytes = 8 * (if has_acc { words } else { 0 } + usize::from(counted));
     let smem = groups as usize * group_bytes;
     let mut cfg: LaunchConfig = grid_for(rows, 256, gpu.info().sm_count);
-    // kernels/groupby.cu: MODE_GLOBAL 0, MODE_SHARED 1, MODE_RANGED 2; `groups` is the capacity
-    // in groups of a ranged chunk's shared memory.
+    // kernels/groupby.cu: MODE_GLOBAL 0, MODE_SHARED 1, MODE_RANGED 2, MODE_ONE 3; `groups` is
+    // the capacity in groups of a ranged chunk's shared memory.
     let (mode, groups_arg) = match accumulation {
-        _ if gid.is_none() => (0u32, groups as u32),
+        // One group: an accumulator per thread in shared memory, merged per block (a resident
+        // grid: each block flushes once).
+        _ if gid.is_none() => {
+            cfg.grid_dim.0 = cfg.grid_dim.0.min(gpu.info().sm_count.max(1) as u32 * (2048 / cfg.block_dim.0));
+            cfg.shared_mem_bytes = cfg.block_dim.0 * group_bytes as u32;
+            (3u32, groups as u32)
+        }
         Accumulation::Shared if smem <= SMEM_LIMIT => {
             // Each block flushes every group once: a resident grid, as many blocks per SM as
             // their shared memory lets in (at most the SM's 2048 threads).
