@@ -1113,6 +1113,10 @@ async fn gpu_expressions_raise_errors_only_where_datafusion_evaluates() {
         "SELECT sum(CASE WHEN k < 1000 THEN d * d ELSE 0 END) s FROM t",
         "SELECT sum(CASE WHEN k >= 100000 THEN 0 WHEN d * d > 0 THEN 1 ELSE 2 END) s FROM t",
         "SELECT k % 3 g, sum(CASE WHEN k >= 100000 THEN d ELSE d * d END) s FROM t GROUP BY k % 3 ORDER BY g",
+        // A cast to 19 decimal places fails for d = 10^20 (precision 38), which the filter drops.
+        "SELECT sum(CAST(d AS DECIMAL(38, 19))) s FROM t WHERE k < 100000",
+        "SELECT k % 3 g, max(CAST(d AS DECIMAL(38, 17))) m, count(*) FILTER (WHERE CAST(d AS DECIMAL(38, 17)) > 5) c \
+         FROM t GROUP BY k % 3 ORDER BY g",
     ];
     let mut failures = Vec::new();
     for sql in queries {

@@ -11,8 +11,9 @@
 //! `NOT`, `IS [NOT] NULL`, `[NOT] IN (literals)`, `CASE`; wrapping integer `+ - *` (DataFusion's
 //! default; an expression built to fail on overflow is refused); Decimal128 `+ - *` with arrow's
 //! scales and its error on 128-bit overflow (reported through the kernel's error flag);
-//! Float64 `+ - *` (IEEE, as on the CPU); widening integer casts, integer to decimal and decimal
-//! to wider decimal casts that cannot overflow, integer and decimal to Float64 casts (arrow's
+//! Float64 `+ - *` (IEEE, as on the CPU); widening integer casts, integer to decimal casts that
+//! cannot overflow, decimal casts to an equal or larger scale (with arrow's error, or NULL for a
+//! safe cast, where the value exceeds the target precision), integer and decimal to Float64 casts (arrow's
 //! conversion: a decimal divided by its power of ten); `[NOT] LIKE` with a literal pattern whose
 //! only wildcard is `%` (arrow's matching, byte for byte: a pattern of literal runs between `%`s
 //! matches where the runs appear in order, the first at the start and the last at the end unless
@@ -555,7 +556,7 @@ impl<'a> Gen<'a> {
         }
         if let Some(c) = e.downcast_ref::<CastExpr>() {
             let a = self.expr(c.expr())?;
-            return self.cast(a, c.cast_type());
+            return self.cast(a, c.cast_type(), c.cast_options().safe);
         }
         if let Some(b) = e.downcast_ref::<BinaryExpr>() {
             return self.binary(b);
@@ -582,7 +583,9 @@ impl<'a> Gen<'a> {
         not_impl_err!("expression `{e}` is not supported on the GPU")
     }
 
-    fn cast(&mut self, a: Val, to: &DataType) -> R<Val> {
+    /// `a` cast to `to`; `safe`: a value the target cannot hold becomes NULL, as arrow's safe
+    /// cast gives it (false: an error).
+    fn cast(&mut self, a: Val, to: &DataType, safe: bool) -> R<Val> {
         if &a.dt == to {
             return Ok(a);
         }
@@ -617,6 +620,25 @@ impl<'a> Gen<'a> {
                 {
                     let v = format!("({} * {})", a.v, scale_up(s1)?);
                     return Ok(self.plain(Ty::I128, to.clone(), v, a.ok, a.err));
+                }
+                // A larger scale that may exceed the target precision: arrow's cast fails (or,
+                // safe, gives NULL) where |value| * 10^d > 10^p2 - 1, that is |value| >= 10^(p2 -
+                // d); below that bound the product fits in an i128.
+                DataType::Decimal128(_, s1) if s1 >= 0 && s2 >= s1 && p2 as i16 >= (s2 - s1) as i16 => {
+                    let bound = Self::i128_const(10i128.pow((p2 as i16 - (s2 - s1) as i16) as u32));
+                    let t = self.fresh();
+                    let _ =
+                        writeln!(self.body, "        const bool fits{t} = {} < {bound} && {} > -{bound};", a.v, a.v);
+                    let v = format!("(fits{t} ? {} * {} : (__int128)0)", a.v, scale_up(s1)?);
+                    let (ok, err) = match safe {
+                        true => (format!("({} && fits{t})", a.ok), a.err),
+                        false => {
+                            let over = format!("({} && !fits{t})", a.ok);
+                            let err = if a.err == "false" { over } else { format!("({} || {over})", a.err) };
+                            (a.ok, err)
+                        }
+                    };
+                    return Ok(self.plain(Ty::I128, to.clone(), v, ok, err));
                 }
                 ref dt if is_integer(dt) => {
                     let digits = integer_digits(dt).unwrap_or(u8::MAX);
@@ -1190,6 +1212,30 @@ mod tests {
             let err = generate(&call(args), &s).unwrap_err();
             assert!(err.to_string().contains(why), "{err}");
         }
+    }
+
+    /// A decimal cast to a larger scale that may exceed the target precision: arrow's error
+    /// (NULL for a safe cast) at |value| >= 10^(precision - added digits), no 128-bit overflow;
+    /// one that cannot exceed it needs no check, and one past any precision stays on the CPU.
+    #[test]
+    fn decimal_casts_to_a_larger_scale_check_the_target_precision() {
+        use datafusion::arrow::compute::CastOptions;
+        use datafusion::physical_expr::expressions::CastExpr;
+        let s = Schema::new(vec![Field::new("x", DataType::Decimal128(36, 2), true)]);
+        let cast = |to: DataType, safe: bool| -> Arc<dyn PhysicalExpr> {
+            let options = CastOptions { safe, ..Default::default() };
+            Arc::new(CastExpr::new(col("x", &s).unwrap(), to, Some(options)))
+        };
+        // (36, 2) to (38, 15): 13 more digits, so |x| < 10^25.
+        let bound = Gen::i128_const(10i128.pow(25));
+        let strict = generate(&cast(DataType::Decimal128(38, 15), false), &s).unwrap();
+        assert!(strict.contains(&format!(" < {bound} && ")) && strict.contains(&format!(" > -{bound};")), "{strict}");
+        assert!(strict.contains("const bool err") && strict.contains(" && !fits"), "{strict}");
+        let safe = generate(&cast(DataType::Decimal128(38, 15), true), &s).unwrap();
+        assert!(safe.contains(" && fits") && !safe.contains("err"), "{safe}");
+        let wide = generate(&cast(DataType::Decimal128(38, 4), false), &s).unwrap();
+        assert!(!wide.contains("fits") && !wide.contains("err"), "{wide}");
+        assert!(generate(&cast(DataType::Decimal128(10, 20), false), &s).is_err());
     }
 
     #[test]
