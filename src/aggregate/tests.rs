@@ -554,6 +554,11 @@ async fn gpu_parents_read_aggregate_output_on_the_device() {
         // AVG's final value is computed on the host, then uploaded for the join.
         "SELECT a.k_i32, a.m, b.v_i32 FROM (SELECT k_i32, avg(v_i32) AS m FROM t GROUP BY k_i32) a \
          JOIN t b ON a.k_i32 = b.k_i32 ORDER BY 1, 2, 3 NULLS FIRST",
+        // HAVING under a CPU sort: the filter reads the groups on the device, with a literal and
+        // with a scalar subquery's value (TPC-H q11's shape).
+        "SELECT k_i64, sum(v_i32) AS s FROM t GROUP BY k_i64 HAVING sum(v_i32) > 0 ORDER BY 1 NULLS FIRST",
+        "SELECT k_dec, sum(v_dec38) AS s FROM t GROUP BY k_dec \
+         HAVING sum(v_dec38) > (SELECT sum(v_dec38) * 0.0001 FROM t) ORDER BY 2 DESC, 1 NULLS FIRST",
     ];
     let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
     register(&cpu, &batch, 4);
@@ -567,6 +572,9 @@ async fn gpu_parents_read_aggregate_output_on_the_device() {
             let text = displayable(plan.as_ref()).indent(true).to_string();
             assert_eq!(count_nodes(&plan, "AggregateExec"), 0, "{text}");
             whole += text.matches("a GPU parent reads the merged state whole on the device").count();
+            if sql.contains("HAVING") && sql.contains("ORDER BY") && !sql.contains(" IN ") {
+                assert!(text.contains("GpuFilterProjectExec: on the GPU=[FilterExec"), "{sql}\n{text}");
+            }
             let got = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
             if let Some(f) = compare(&want, &got, &format!("batch_rows {batch_rows}")) {
                 panic!("seed {seed}: {sql}: {f}\n{text}");

@@ -2,6 +2,7 @@
 //! and annotates every one it leaves on the CPU with the reason.
 
 pub mod costing;
+pub mod device_filters;
 pub mod eligibility;
 pub mod join_inputs;
 pub mod join_sides;
@@ -189,6 +190,10 @@ impl GpuOptimizerRule {
             false => plan,
         };
         let plan = join_inputs::fuse_join_inputs(plan, &cfg, pricing)?;
+        let plan = match placer.device {
+            None => device_filters::fuse_filters_over_gpu_output(plan, &cfg)?,
+            Some(_) => plan,
+        };
         output_split::mark_hash_splits(plan)
     }
 }
