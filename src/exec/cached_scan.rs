@@ -5,13 +5,19 @@
 //! kept there for later queries, and handed on. A CPU parent reads the host batches, as from
 //! DataFusion's scan: nothing is downloaded.
 //!
-//! Each column of each partition is cached on its own, so a query touching other columns of a
+//! A GPU parent reads the table in device batches of up to `gpu.table_cache.batch_rows` rows,
+//! each made of consecutive partitions of the table ([`ScanLayouts`]): its partition `i` reads
+//! the `i`-th group and the partitions past the last group read nothing, so an SF10 table runs
+//! through one chain of kernels rather than one per partition.
+//!
+//! Each column of each device partition is cached on its own, so a query touching other columns of a
 //! table uploads only those, and the cache holds only the columns queries read. The cost model
 //! prices the scan as read on the device, like a resident table's: after the first query that
 //! is what it costs. EXPLAIN ANALYZE counts the columns each scan read from the cache and uploaded.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -88,7 +94,7 @@ impl GpuCachedScanExec {
             partitions: Arc::new(memory.partitions().to_vec()),
             columns,
             ordinal: cfg.device,
-            layouts: Arc::new(ScanLayouts::new(memory.partitions().len(), cfg.batch_rows)),
+            layouts: Arc::new(ScanLayouts::new(memory.partitions().len(), cfg.table_cache_batch_rows)),
             statistics: Mutex::new(HashMap::new()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -96,7 +102,7 @@ impl GpuCachedScanExec {
 
     /// The scan of a table's `partitions` (host batches of every column) reading `columns`, as
     /// `schema`, with the table's `statistics` of those columns by partition (`None`: all) and
-    /// the table's `layouts` (for `cfg.batch_rows`).
+    /// the table's `layouts` (for `cfg.table_cache_batch_rows`).
     pub(crate) fn of_table(
         partitions: Arc<Vec<Vec<RecordBatch>>>,
         layouts: Arc<ScanLayouts>,
@@ -144,40 +150,77 @@ struct Loaded {
     uploaded_bytes: usize,
 }
 
-/// How a table's partitions are cut into device batches of `batch_rows` rows, and the cache key
-/// of each of their columns: computed at a partition's first scan (a column's key at the first
-/// scan reading it) and kept for later scans of the same batches. Without it each query's scan
-/// would walk every host batch of the partition again (SF10's `lineorder`: 458 batches of 8,192
-/// rows a partition) to cut them and to key its columns.
+/// How a table's partitions are grouped and cut into device batches of `batch_rows` rows
+/// (`gpu.table_cache.batch_rows`), and the cache key of each of their columns: computed at the
+/// first scan (a column's key at the first scan reading it) and kept for later scans of the same
+/// batches. Without it each query's scan would walk every host batch again (SF10's `lineorder`:
+/// 458 batches of 8,192 rows a partition) to cut them and to key its columns.
+///
+/// A GPU parent's partition `i` reads device partition `i`: the `i`-th run of consecutive host
+/// partitions whose rows fit `batch_rows` together ([`device_partitions`]), or nothing past the
+/// last run. A CPU parent reads the host partitions as they are.
 #[derive(Debug)]
 pub(crate) struct ScanLayouts {
     batch_rows: usize,
-    partitions: Vec<OnceLock<PartitionLayout>>,
+    /// The host partitions each device partition reads.
+    groups: OnceLock<Vec<Range<usize>>>,
+    /// Each device partition's layout (at most one per host partition).
+    devices: Vec<OnceLock<PartitionLayout>>,
 }
 
 impl ScanLayouts {
-    /// The layouts of a table of `partitions` partitions cut into device batches of `batch_rows` rows.
+    /// The layouts of a table of `partitions` partitions read in device batches of `batch_rows` rows.
     pub(crate) fn new(partitions: usize, batch_rows: usize) -> Self {
-        ScanLayouts { batch_rows, partitions: (0..partitions).map(|_| OnceLock::new()).collect() }
+        let batch_rows = batch_rows.max(1);
+        ScanLayouts { batch_rows, groups: OnceLock::new(), devices: (0..partitions).map(|_| OnceLock::new()).collect() }
     }
 
     pub(crate) fn batch_rows(&self) -> usize {
         self.batch_rows
     }
 
-    /// The layout of partition `partition`, whose host batches are `batches`.
-    fn partition(&self, partition: usize, batches: &[RecordBatch]) -> Result<&PartitionLayout> {
-        let Some(cell) = self.partitions.get(partition) else {
+    /// The layout of device partition `partition` of a table whose host partitions are `host`
+    /// (`None`: it reads no rows).
+    fn device_partition(&self, partition: usize, host: &[Vec<RecordBatch>]) -> Result<Option<&PartitionLayout>> {
+        let groups = self.groups.get_or_init(|| {
+            let rows: Vec<usize> = host.iter().map(|p| p.iter().map(RecordBatch::num_rows).sum()).collect();
+            device_partitions(&rows, self.batch_rows)
+        });
+        let Some(range) = groups.get(partition) else { return Ok(None) };
+        let (Some(cell), Some(parts)) = (self.devices.get(partition), host.get(range.clone())) else {
             return internal_err!(
-                "{CACHED_SCAN_NAME}: no layout for partition {partition} of {}",
-                self.partitions.len()
+                "{CACHED_SCAN_NAME}: no layout for device partition {partition} of a table of {} partitions",
+                host.len()
             );
         };
-        Ok(cell.get_or_init(|| PartitionLayout::new(batches, self.batch_rows)))
+        Ok(Some(cell.get_or_init(|| {
+            let batches: Vec<RecordBatch> = parts.iter().flatten().cloned().collect();
+            PartitionLayout::new(&batches, self.batch_rows)
+        })))
     }
 }
 
-/// One partition's [`ScanLayouts`].
+/// The host partitions (of `rows` rows each) each device partition reads: runs of consecutive
+/// partitions, a run ending where the next partition would take it past `batch_rows` rows (a
+/// partition larger than that on its own is cut into several device batches). An empty partition
+/// joins the run before it.
+pub(crate) fn device_partitions(rows: &[usize], batch_rows: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut taken) = (0, 0usize);
+    for (i, &r) in rows.iter().enumerate() {
+        if taken > 0 && r > 0 && taken.saturating_add(r) > batch_rows {
+            out.push(start..i);
+            (start, taken) = (i, 0);
+        }
+        taken = taken.saturating_add(r);
+    }
+    if start < rows.len() {
+        out.push(start..rows.len());
+    }
+    out
+}
+
+/// One device partition's [`ScanLayouts`].
 #[derive(Debug)]
 struct PartitionLayout {
     /// Its non-empty host batches.
@@ -395,13 +438,13 @@ impl GpuExec for GpuCachedScanExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
         let gpu = Gpu::for_session(&cfg, &context.session_id())?;
-        if gpu.info().ordinal != self.ordinal || cfg.batch_rows != self.layouts.batch_rows() {
+        if gpu.info().ordinal != self.ordinal || cfg.table_cache_batch_rows.max(1) != self.layouts.batch_rows() {
             return internal_err!(
                 "{CACHED_SCAN_NAME} planned for GPU {} and {} rows a batch runs on GPU {} with {}",
                 self.ordinal,
                 self.layouts.batch_rows(),
                 gpu.info().ordinal,
-                cfg.batch_rows
+                cfg.table_cache_batch_rows
             );
         }
         if partition >= self.partitions.len() {
@@ -421,7 +464,7 @@ impl GpuExec for GpuCachedScanExec {
         let (partitions, layouts, columns, schema) =
             (Arc::clone(&self.partitions), Arc::clone(&self.layouts), self.columns.clone(), Arc::clone(&self.schema));
         let load = blocking(move || {
-            let layout = layouts.partition(partition, partitions.get(partition).map_or(&[][..], Vec::as_slice))?;
+            let Some(layout) = layouts.device_partition(partition, &partitions)? else { return Ok(Vec::new()) };
             let loaded = load_partition(&gpu, &cache, limit, layout, &columns, &schema, &time)?;
             hits.add(loaded.hits);
             misses.add(loaded.misses);
@@ -438,5 +481,31 @@ impl GpuExec for GpuCachedScanExec {
                 })
                 .flatten(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_partitions;
+
+    /// Consecutive partitions share a device batch while their rows fit; a larger one stands
+    /// alone (cut later); empty partitions join their neighbours; every partition is read once.
+    #[test]
+    fn device_partitions_group_consecutive_partitions_up_to_the_batch_rows() {
+        assert_eq!(device_partitions(&[750, 750, 750, 750], 1000), vec![0..1, 1..2, 2..3, 3..4]);
+        assert_eq!(device_partitions(&[750, 750, 750, 750], 2500), vec![0..3, 3..4]);
+        assert_eq!(device_partitions(&[750, 750, 750, 750], 1 << 26), vec![0..4]);
+        assert_eq!(device_partitions(&[0, 0, 1800, 0, 1800, 10], 1000), vec![0..4, 4..5, 5..6]);
+        assert_eq!(device_partitions(&[0, 0], 1000), vec![0..2]);
+        assert!(device_partitions(&[], 1000).is_empty());
+        for (rows, batch) in [(vec![5, 1, 9, 3, 3, 3, 0, 7], 6), (vec![1; 40], 7), (vec![100, 1, 100], 50)] {
+            let groups = device_partitions(&rows, batch);
+            let covered: Vec<usize> = groups.iter().flat_map(|g| g.clone()).collect();
+            assert_eq!(covered, (0..rows.len()).collect::<Vec<_>>(), "{rows:?}");
+            for g in &groups {
+                let sum: usize = rows[g.clone()].iter().sum();
+                assert!(sum <= batch || g.len() == 1 || rows[g.clone()].iter().filter(|&&r| r > 0).count() == 1);
+            }
+        }
     }
 }

@@ -40,8 +40,15 @@ fn gpu_cached_tables_give_datafusions_answers() {
         [(PlacementSetting::Always, false), (PlacementSetting::Cost, false), (PlacementSetting::Always, true)]
     {
         cache.clear();
-        let cfg =
-            GpuConfig { min_rows: 0, placement, batch_rows: 1000, table_cache: !cached_tables, ..GpuConfig::default() };
+        // Device batches of 1000 rows: a's partitions (750 rows) one each, b's (1800) cut in two.
+        let cfg = GpuConfig {
+            min_rows: 0,
+            placement,
+            batch_rows: 1000,
+            table_cache: !cached_tables,
+            table_cache_batch_rows: 1000,
+            ..GpuConfig::default()
+        };
         let ctx = gpu_session_context(config.clone().with_option_extension(cfg.clone()));
         let cpu = SessionContext::new_with_config(config.clone());
         for (name, parts) in [("a", &a), ("b", &b)] {
@@ -97,17 +104,28 @@ fn gpu_cached_tables_give_datafusions_answers() {
                 }
             }
             if cached_tables {
-                // The same tables in a session cutting device batches of another size: the
-                // tables' scans lay their partitions out again for it, and still answer.
-                let other = GpuConfig { batch_rows: 700, ..cfg.clone() };
-                let ctx2 = gpu_session_context(config.clone().with_option_extension(other));
-                for name in ["a", "b"] {
-                    ctx2.register_table(name, ctx.table_provider(name).await.unwrap()).unwrap();
-                }
-                for sql in QUERIES {
-                    assert_eq!(rows(&ctx2, sql).await.0, rows(&cpu, sql).await.0, "batch_rows 700, seed {seed}: {sql}");
-                    // Back to the first session's size: its layouts are made again too.
-                    assert_eq!(rows(&ctx, sql).await.0, rows(&cpu, sql).await.0, "batch_rows 1000, seed {seed}: {sql}");
+                // The same tables in sessions reading device batches of other sizes: the tables'
+                // scans lay their partitions out again for each, and still answer. 700 rows cut
+                // every partition; 2500 merge three of a's partitions into one device batch (the
+                // GPU operators' fourth partition reads nothing); the default reads each table
+                // as one device batch.
+                for batch in [700, 2500, GpuConfig::default().table_cache_batch_rows] {
+                    let other = GpuConfig { table_cache_batch_rows: batch, ..cfg.clone() };
+                    let ctx2 = gpu_session_context(config.clone().with_option_extension(other));
+                    for name in ["a", "b"] {
+                        ctx2.register_table(name, ctx.table_provider(name).await.unwrap()).unwrap();
+                    }
+                    for sql in QUERIES {
+                        let (got, plan) = rows(&ctx2, sql).await;
+                        let shown = displayable(plan.as_ref()).indent(true).to_string();
+                        assert_eq!(
+                            got,
+                            rows(&cpu, sql).await.0,
+                            "device batches of {batch} rows, seed {seed}: {sql}\n{shown}"
+                        );
+                        // Back to the first session's size: its layouts are made again too.
+                        assert_eq!(rows(&ctx, sql).await.0, rows(&cpu, sql).await.0, "1000 rows, seed {seed}: {sql}");
+                    }
                 }
             }
         });

@@ -43,8 +43,9 @@ pub struct GpuCachedTable {
     /// The provider whose rows these are, when the table replaced it (`gpu_cache('t')`), for
     /// `gpu_uncache('t')` to register again.
     replaced: Option<Arc<dyn TableProvider>>,
-    /// How its partitions are cut into device batches and their columns keyed in the cache, for
-    /// the `gpu.batch_rows` of the last scan: shared by its scans (see [`ScanLayouts`]).
+    /// How its partitions are grouped and cut into device batches and their columns keyed in the
+    /// cache, for the `gpu.table_cache.batch_rows` of the last scan: shared by its scans (see
+    /// [`ScanLayouts`]).
     layouts: Arc<Mutex<Option<Arc<ScanLayouts>>>>,
 }
 
@@ -87,12 +88,12 @@ impl GpuCachedTable {
         self.partitions.len()
     }
 
-    /// The layouts of its partitions cut into device batches of `batch_rows` rows: the ones its
-    /// earlier scans computed, unless those were for another `gpu.batch_rows`.
+    /// The layouts of its partitions read in device batches of `batch_rows` rows: the ones its
+    /// earlier scans computed, unless those were for another `gpu.table_cache.batch_rows`.
     fn layouts(&self, batch_rows: usize) -> Arc<ScanLayouts> {
         let mut kept = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
         match kept.as_ref() {
-            Some(l) if l.batch_rows() == batch_rows => Arc::clone(l),
+            Some(l) if l.batch_rows() == batch_rows.max(1) => Arc::clone(l),
             _ => {
                 let l = Arc::new(ScanLayouts::new(self.partitions.len(), batch_rows));
                 *kept = Some(Arc::clone(&l));
@@ -139,7 +140,7 @@ impl TableProvider for GpuCachedTable {
             .collect();
         statistics.insert(None, Arc::new(self.statistics.as_ref().clone().project(Some(&columns))));
         let cfg = GpuConfig::from_options(state.config_options());
-        let layouts = self.layouts(cfg.batch_rows);
+        let layouts = self.layouts(cfg.table_cache_batch_rows);
         Ok(Arc::new(GpuCachedScanExec::of_table(
             Arc::clone(&self.partitions),
             layouts,
