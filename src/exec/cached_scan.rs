@@ -363,13 +363,18 @@ impl DisplayAs for GpuCachedScanExec {
                     .flatten()
                     .map(|b| self.columns.iter().map(|&c| b.column(c).get_array_memory_size()).sum::<usize>())
                     .sum();
+                let rows: Vec<usize> =
+                    self.partitions.iter().map(|p| p.iter().map(RecordBatch::num_rows).sum()).collect();
+                let groups = device_partitions(&rows, self.layouts.batch_rows()).len();
                 write!(
                     f,
-                    "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={}, projection=[{}], {} on the host (a GPU parent reads the cached columns and uploads the rest once; a CPU parent reads the host batches)",
+                    "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={}, projection=[{}], {} on the host (a GPU parent reads the cached columns in {} of the partitions, device batches of up to {} rows, and uploads the rest once; a CPU parent reads the host batches)",
                     self.ordinal,
                     self.partitions.len(),
                     names.join(", "),
                     human_bytes(bytes as u64),
+                    groups,
+                    self.layouts.batch_rows(),
                 )
             }
         }
