@@ -56,7 +56,8 @@ fn over_gpu_output(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Arc<
             break;
         }
     }
-    if !filters || as_gpu_exec(node).is_none() {
+    // A cached scan's CPU parent reads its host batches: there the host filters them as before.
+    if !filters || as_gpu_exec(node).is_none() || node.name() == CACHED_SCAN_NAME {
         return None;
     }
     let exec = match GpuFilterProjectExec::try_new(top, true) {
@@ -68,9 +69,9 @@ fn over_gpu_output(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Arc<
         }
     };
     let fused = exec.fused();
-    // A cached scan's CPU parent reads its host batches: there the host filters them as before.
-    let computes = as_gpu_exec(&fused.input).is_some() && fused.input.name() != CACHED_SCAN_NAME;
-    if !computes || !fused.chain.iter().any(|n| n.downcast_ref::<FilterExec>().is_some()) {
+    // The chain the exec took can stop above a projection under a filter: the GPU exec must
+    // still be its input, and a filter in it.
+    if !Arc::ptr_eq(&fused.input, node) || !fused.chain.iter().any(|n| n.downcast_ref::<FilterExec>().is_some()) {
         return None;
     }
     if let Some(rows) = likely_rows(&fused.input)
@@ -109,8 +110,9 @@ mod tests {
     }
 
     /// A filter (with a projection above it) over a GPU join's output runs on the device and
-    /// reads the join there; one over a CPU operator, a projection alone, a filter over fewer
-    /// likely rows than gpu.cost.min_rows and one with gpu.fuse.filters off stay as they are.
+    /// reads the join there; one over a CPU operator, a projection alone, a filter over a
+    /// projection of the join, a filter over fewer likely rows than gpu.cost.min_rows and one
+    /// with gpu.fuse.filters off stay as they are.
     #[test]
     fn filters_over_gpu_operators_move_to_the_device() {
         let cfg = GpuConfig { min_rows: 0, ..GpuConfig::default() };
@@ -146,6 +148,8 @@ mod tests {
                 .unwrap(),
         );
         unchanged(&projection_alone, &cfg);
+        // A projection under the filter computes for rows the filter drops: the chain stays.
+        unchanged(&filter_over(Arc::clone(&projection_alone)), &cfg);
         unchanged(&filtered, &GpuConfig { min_rows: 1_000_000, ..cfg.clone() });
         unchanged(&filtered, &GpuConfig { fuse_filters: false, ..cfg.clone() });
         unchanged(&filtered, &GpuConfig { fuse_expressions: false, ..cfg });
