@@ -33,7 +33,7 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, Sched
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PhysicalExpr, PlanProperties,
 };
 use futures::StreamExt;
 
@@ -94,7 +94,12 @@ impl GpuCachedScanExec {
             partitions: Arc::new(memory.partitions().to_vec()),
             columns,
             ordinal: cfg.device,
-            layouts: Arc::new(ScanLayouts::new(memory.partitions().len(), cfg.table_cache_batch_rows)),
+            // Sorted partitions stay apart (see ScanLayouts).
+            layouts: Arc::new(ScanLayouts::with_merge(
+                memory.partitions().len(),
+                cfg.table_cache_batch_rows,
+                plan.output_ordering().is_none(),
+            )),
             statistics: Mutex::new(HashMap::new()),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -158,10 +163,14 @@ struct Loaded {
 ///
 /// A GPU parent's partition `i` reads device partition `i`: the `i`-th run of consecutive host
 /// partitions whose rows fit `batch_rows` together ([`device_partitions`]), or nothing past the
-/// last run. A CPU parent reads the host partitions as they are.
+/// last run. A CPU parent reads the host partitions as they are. A scan whose partitions are each
+/// sorted (a `MemTable` with a sort order) keeps them apart: two sorted partitions run together
+/// are not sorted, and a parent may rely on the order.
 #[derive(Debug)]
 pub(crate) struct ScanLayouts {
     batch_rows: usize,
+    /// Whether consecutive partitions may share a device partition.
+    merge: bool,
     /// The host partitions each device partition reads.
     groups: OnceLock<Vec<Range<usize>>>,
     /// Each device partition's layout (at most one per host partition).
@@ -169,14 +178,30 @@ pub(crate) struct ScanLayouts {
 }
 
 impl ScanLayouts {
-    /// The layouts of a table of `partitions` partitions read in device batches of `batch_rows` rows.
+    /// The layouts of a table of `partitions` partitions read in device batches of `batch_rows`
+    /// rows, consecutive partitions merged.
     pub(crate) fn new(partitions: usize, batch_rows: usize) -> Self {
+        Self::with_merge(partitions, batch_rows, true)
+    }
+
+    /// As [`ScanLayouts::new`], each partition on its own when `merge` is false (cut into
+    /// batches, in order).
+    pub(crate) fn with_merge(partitions: usize, batch_rows: usize, merge: bool) -> Self {
         let batch_rows = batch_rows.max(1);
-        ScanLayouts { batch_rows, groups: OnceLock::new(), devices: (0..partitions).map(|_| OnceLock::new()).collect() }
+        let devices = (0..partitions).map(|_| OnceLock::new()).collect();
+        ScanLayouts { batch_rows, merge, groups: OnceLock::new(), devices }
     }
 
     pub(crate) fn batch_rows(&self) -> usize {
         self.batch_rows
+    }
+
+    /// The host partitions each device partition reads, for partitions of `rows` rows each.
+    fn groups_of(&self, rows: &[usize]) -> Vec<Range<usize>> {
+        match self.merge {
+            true => device_partitions(rows, self.batch_rows),
+            false => (0..rows.len()).map(|i| i..i + 1).collect(),
+        }
     }
 
     /// The layout of device partition `partition` of a table whose host partitions are `host`
@@ -184,7 +209,7 @@ impl ScanLayouts {
     fn device_partition(&self, partition: usize, host: &[Vec<RecordBatch>]) -> Result<Option<&PartitionLayout>> {
         let groups = self.groups.get_or_init(|| {
             let rows: Vec<usize> = host.iter().map(|p| p.iter().map(RecordBatch::num_rows).sum()).collect();
-            device_partitions(&rows, self.batch_rows)
+            self.groups_of(&rows)
         });
         let Some(range) = groups.get(partition) else { return Ok(None) };
         let (Some(cell), Some(parts)) = (self.devices.get(partition), host.get(range.clone())) else {
@@ -365,7 +390,7 @@ impl DisplayAs for GpuCachedScanExec {
                     .sum();
                 let rows: Vec<usize> =
                     self.partitions.iter().map(|p| p.iter().map(RecordBatch::num_rows).sum()).collect();
-                let groups = device_partitions(&rows, self.layouts.batch_rows()).len();
+                let groups = self.layouts.groups_of(&rows).len();
                 write!(
                     f,
                     "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={}, projection=[{}], {} on the host (a GPU parent reads the cached columns in {} of the partitions, device batches of up to {} rows, and uploads the rest once; a CPU parent reads the host batches)",
@@ -491,7 +516,39 @@ impl GpuExec for GpuCachedScanExec {
 
 #[cfg(test)]
 mod tests {
-    use super::device_partitions;
+    use std::sync::Arc;
+
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::datasource::source::DataSourceExec;
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_plan::{ExecutionPlan, displayable};
+
+    use super::{GpuCachedScanExec, device_partitions};
+    use crate::config::GpuConfig;
+    use crate::testing::memory_kv;
+
+    /// A scan whose partitions are each sorted keeps them apart on the device (two sorted
+    /// partitions run together are not sorted); an unsorted one merges them.
+    #[test]
+    fn sorted_partitions_are_not_merged_into_one_device_batch() {
+        let cfg = GpuConfig::default();
+        let unsorted = memory_kv(1000, 4);
+        let source = unsorted.downcast_ref::<DataSourceExec>().unwrap();
+        let memory = source.data_source().downcast_ref::<MemorySourceConfig>().unwrap();
+        let schema = unsorted.schema();
+        let key = PhysicalSortExpr::new_default(datafusion::physical_expr::expressions::col("k", &schema).unwrap());
+        let sorted_memory = MemorySourceConfig::try_new(memory.partitions(), Arc::clone(&schema), None)
+            .unwrap()
+            .try_with_sort_information(vec![LexOrdering::new(vec![key]).unwrap()])
+            .unwrap();
+        let sorted: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(sorted_memory);
+        let shown = |plan: &Arc<dyn ExecutionPlan>| {
+            let exec: Arc<dyn ExecutionPlan> = Arc::new(GpuCachedScanExec::over(plan, &cfg).unwrap());
+            displayable(exec.as_ref()).one_line().to_string()
+        };
+        assert!(shown(&unsorted).contains("in 1 of the partitions"), "{}", shown(&unsorted));
+        assert!(shown(&sorted).contains("in 4 of the partitions"), "{}", shown(&sorted));
+    }
 
     /// Consecutive partitions share a device batch while their rows fit; a larger one stands
     /// alone (cut later); empty partitions join their neighbours; every partition is read once.
