@@ -196,22 +196,28 @@ impl ScanLayouts {
         self.batch_rows
     }
 
-    /// The host partitions each device partition reads, for partitions of `rows` rows each.
-    fn groups_of(&self, rows: &[usize]) -> Vec<Range<usize>> {
-        match self.merge {
-            true => device_partitions(rows, self.batch_rows),
-            false => (0..rows.len()).map(|i| i..i + 1).collect(),
-        }
+    /// Whether these layouts cut device batches of `batch_rows` rows (a session's
+    /// `gpu.table_cache.batch_rows`).
+    pub(crate) fn cuts_by(&self, batch_rows: usize) -> bool {
+        self.batch_rows == batch_rows.max(1)
+    }
+
+    /// The host partitions each device partition reads, for a table whose host partitions are
+    /// `host`: computed once.
+    fn groups(&self, host: &[Vec<RecordBatch>]) -> &[Range<usize>] {
+        self.groups.get_or_init(|| {
+            let rows: Vec<usize> = host.iter().map(|p| p.iter().map(RecordBatch::num_rows).sum()).collect();
+            match self.merge {
+                true => device_partitions(&rows, self.batch_rows),
+                false => (0..rows.len()).map(|i| i..i + 1).collect(),
+            }
+        })
     }
 
     /// The layout of device partition `partition` of a table whose host partitions are `host`
     /// (`None`: it reads no rows).
     fn device_partition(&self, partition: usize, host: &[Vec<RecordBatch>]) -> Result<Option<&PartitionLayout>> {
-        let groups = self.groups.get_or_init(|| {
-            let rows: Vec<usize> = host.iter().map(|p| p.iter().map(RecordBatch::num_rows).sum()).collect();
-            self.groups_of(&rows)
-        });
-        let Some(range) = groups.get(partition) else { return Ok(None) };
+        let Some(range) = self.groups(host).get(partition) else { return Ok(None) };
         let (Some(cell), Some(parts)) = (self.devices.get(partition), host.get(range.clone())) else {
             return internal_err!(
                 "{CACHED_SCAN_NAME}: no layout for device partition {partition} of a table of {} partitions",
@@ -388,9 +394,7 @@ impl DisplayAs for GpuCachedScanExec {
                     .flatten()
                     .map(|b| self.columns.iter().map(|&c| b.column(c).get_array_memory_size()).sum::<usize>())
                     .sum();
-                let rows: Vec<usize> =
-                    self.partitions.iter().map(|p| p.iter().map(RecordBatch::num_rows).sum()).collect();
-                let groups = self.layouts.groups_of(&rows).len();
+                let groups = self.layouts.groups(&self.partitions).len();
                 write!(
                     f,
                     "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={}, projection=[{}], {} on the host (a GPU parent reads the cached columns in {} of the partitions, device batches of up to {} rows, and uploads the rest once; a CPU parent reads the host batches)",
@@ -468,7 +472,7 @@ impl GpuExec for GpuCachedScanExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
         let gpu = Gpu::for_session(&cfg, &context.session_id())?;
-        if gpu.info().ordinal != self.ordinal || cfg.table_cache_batch_rows.max(1) != self.layouts.batch_rows() {
+        if gpu.info().ordinal != self.ordinal || !self.layouts.cuts_by(cfg.table_cache_batch_rows) {
             return internal_err!(
                 "{CACHED_SCAN_NAME} planned for GPU {} and {} rows a batch runs on GPU {} with {}",
                 self.ordinal,

@@ -93,7 +93,7 @@ impl GpuCachedTable {
     fn layouts(&self, batch_rows: usize) -> Arc<ScanLayouts> {
         let mut kept = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
         match kept.as_ref() {
-            Some(l) if l.batch_rows() == batch_rows.max(1) => Arc::clone(l),
+            Some(l) if l.cuts_by(batch_rows) => Arc::clone(l),
             _ => {
                 let l = Arc::new(ScanLayouts::new(self.partitions.len(), batch_rows));
                 *kept = Some(Arc::clone(&l));
