@@ -32,6 +32,7 @@ use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
 use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PhysicalExpr, PlanProperties,
 };
@@ -70,6 +71,9 @@ pub struct GpuCachedScanExec {
     /// computes them from every batch each time, and the planners ask many times) or as the
     /// table gave them.
     statistics: Mutex<HashMap<Option<usize>, Arc<Statistics>>>,
+    /// Whether the scan hands out the whole table as its one partition (see
+    /// [`GpuCachedScanExec::in_one_partition`]).
+    one_partition: bool,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -101,6 +105,7 @@ impl GpuCachedScanExec {
                 plan.output_ordering().is_none(),
             )),
             statistics: Mutex::new(HashMap::new()),
+            one_partition: false,
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
@@ -137,8 +142,54 @@ impl GpuCachedScanExec {
             ordinal: cfg.device,
             layouts,
             statistics: Mutex::new(statistics),
+            one_partition: false,
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// This scan as one partition holding the whole table, when a GPU parent reads all of it in
+    /// one device partition anyway (its partitions merge into one group of
+    /// `gpu.table_cache.batch_rows` rows or fewer, and have no sort order): `None` otherwise. Its
+    /// GPU parents can then run as one partition too, one chain of work instead of one working
+    /// partition beside many empty ones. A CPU reader gets every host partition's batches in
+    /// turn.
+    pub fn in_one_partition(&self) -> Option<GpuCachedScanExec> {
+        if self.one_partition || self.partitions.len() <= 1 {
+            return None;
+        }
+        let ordered = self.properties.output_ordering().is_some();
+        if !self.layouts.merge || ordered || self.layouts.groups(&self.partitions).len() != 1 {
+            return None;
+        }
+        let properties = Arc::new(
+            PlanProperties::new(
+                EquivalenceProperties::new(Arc::clone(&self.schema)),
+                Partitioning::UnknownPartitioning(1),
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )
+            .with_scheduling_type(SchedulingType::Cooperative),
+        );
+        // The whole table's statistics are its one partition's.
+        let whole = self.statistics.lock().unwrap_or_else(|e| e.into_inner()).get(&None).cloned();
+        let statistics = whole.into_iter().flat_map(|s| [(None, Arc::clone(&s)), (Some(0), s)]).collect();
+        Some(GpuCachedScanExec {
+            source: self.source.clone(),
+            partitions: Arc::clone(&self.partitions),
+            columns: self.columns.clone(),
+            schema: Arc::clone(&self.schema),
+            properties,
+            ordinal: self.ordinal,
+            layouts: Arc::clone(&self.layouts),
+            statistics: Mutex::new(statistics),
+            one_partition: true,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// Whether this scan hands out the whole table as one partition.
+    pub fn is_one_partition(&self) -> bool {
+        self.one_partition
     }
 
     /// DataFusion's scan this one replaced (with `gpu.table_cache`), if it replaced one.
@@ -395,11 +446,14 @@ impl DisplayAs for GpuCachedScanExec {
                     .map(|b| self.columns.iter().map(|&c| b.column(c).get_array_memory_size()).sum::<usize>())
                     .sum();
                 let groups = self.layouts.groups(&self.partitions).len();
+                let partitions = match self.one_partition {
+                    true => format!("{} read as one", self.partitions.len()),
+                    false => self.partitions.len().to_string(),
+                };
                 write!(
                     f,
-                    "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={}, projection=[{}], {} on the host (a GPU parent reads the cached columns in {} of the partitions, device batches of up to {} rows, and uploads the rest once; a CPU parent reads the host batches)",
+                    "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={partitions}, projection=[{}], {} on the host (a GPU parent reads the cached columns in {} of the partitions, device batches of up to {} rows, and uploads the rest once; a CPU parent reads the host batches)",
                     self.ordinal,
-                    self.partitions.len(),
                     names.join(", "),
                     human_bytes(bytes as u64),
                     groups,
@@ -438,6 +492,17 @@ impl ExecutionPlan for GpuCachedScanExec {
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        if self.one_partition {
+            if partition != 0 {
+                return internal_err!("{CACHED_SCAN_NAME} read as one partition has no partition {partition}");
+            }
+            // Every host partition's batches in turn (no download).
+            let streams = (0..self.partitions.len())
+                .map(|p| host_partition_stream(&self.partitions, p, &self.schema, &self.columns, CACHED_SCAN_NAME))
+                .collect::<Result<Vec<_>>>()?;
+            let all = futures::stream::iter(streams).flatten();
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), all)));
+        }
         // The host batches, as DataFusion's scan hands them out: no download.
         match &self.source {
             Some(source) => source.execute(partition, context),
@@ -450,6 +515,11 @@ impl ExecutionPlan for GpuCachedScanExec {
         input_stats: &[Arc<Statistics>],
         args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
+        if self.one_partition && args.partition().is_some() {
+            // Its one partition is the whole table.
+            let whole = StatisticsArgs::new().with_partition(None);
+            return self.statistics_from_inputs(input_stats, &whole);
+        }
         let mut known = self.statistics.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = known.get(&args.partition()) {
             return Ok(Arc::clone(s));
@@ -552,6 +622,36 @@ mod tests {
         };
         assert!(shown(&unsorted).contains("in 1 of the partitions"), "{}", shown(&unsorted));
         assert!(shown(&sorted).contains("in 4 of the partitions"), "{}", shown(&sorted));
+    }
+
+    /// A scan whose partitions make one device batch hands the whole table out as one
+    /// partition (every row, once, with the whole table's statistics); one whose partitions are
+    /// sorted, cut into several device batches or already one stays as it is.
+    #[tokio::test]
+    async fn one_batch_scans_read_as_one_partition() {
+        use datafusion::physical_plan::ExecutionPlanProperties;
+        use datafusion::prelude::SessionContext;
+        let cfg = GpuConfig::default();
+        let plan = memory_kv(1000, 4);
+        let scan = GpuCachedScanExec::over(&plan, &cfg).unwrap();
+        let one: Arc<dyn ExecutionPlan> = Arc::new(scan.in_one_partition().unwrap());
+        assert_eq!(one.output_partitioning().partition_count(), 1);
+        assert!(displayable(one.as_ref()).one_line().to_string().contains("partitions=4 read as one"));
+        let ctx = SessionContext::new();
+        let all = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+        let read = datafusion::physical_plan::collect_partitioned(Arc::clone(&one), ctx.task_ctx()).await.unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(crate::testing::sorted_rows(&read[0]), crate::testing::sorted_rows(&all));
+        let rows = |p: &Arc<dyn ExecutionPlan>, part| {
+            let args = datafusion::physical_plan::statistics::StatisticsArgs::new().with_partition(part);
+            datafusion::physical_plan::statistics::StatisticsContext::new().compute(p.as_ref(), &args).unwrap().num_rows
+        };
+        assert_eq!(rows(&one, Some(0)), rows(&plan, None));
+        assert_eq!(rows(&one, None), rows(&plan, None));
+        assert!(one.downcast_ref::<GpuCachedScanExec>().unwrap().in_one_partition().is_none(), "already one");
+        let small = GpuConfig { table_cache_batch_rows: 300, ..cfg.clone() };
+        assert!(GpuCachedScanExec::over(&plan, &small).unwrap().in_one_partition().is_none(), "several batches");
+        assert!(GpuCachedScanExec::over(&memory_kv(1000, 1), &cfg).unwrap().in_one_partition().is_none(), "one");
     }
 
     /// Consecutive partitions share a device batch while their rows fit; a larger one stands

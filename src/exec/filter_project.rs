@@ -76,6 +76,17 @@ impl GpuFilterProjectExec {
         GpuFilterProjectExec { fused: Arc::new(self.fused.priced(cfg, gpu, profile)), ..self }
     }
 
+    /// This exec over `input`, its properties (partitioning, equivalences) recomputed from it:
+    /// the chain it fused is rebuilt over the new input. (`with_new_children` keeps the chain as
+    /// it was, for display and statistics.)
+    pub fn over_input(&self, input: Arc<dyn ExecutionPlan>) -> crate::error::Result<Self> {
+        let fused = self.fused.over(input)?;
+        let top = fused.chain.first().cloned().ok_or_else(|| {
+            datafusion::error::DataFusionError::Internal("a GPU filter-project has no fused nodes".into())
+        })?;
+        Ok(GpuFilterProjectExec { top, fused: Arc::new(fused), metrics: ExecutionPlanMetricsSet::new() })
+    }
+
     pub fn fused(&self) -> &FusedInput {
         &self.fused
     }

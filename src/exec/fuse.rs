@@ -20,11 +20,14 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr_common::physical_expr::is_volatile;
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::statistics::StatisticsArgs;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, PhysicalExpr, displayable};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, PhysicalExpr, displayable,
+};
 use futures::{Stream, StreamExt};
 
 use super::timeline;
@@ -161,6 +164,22 @@ impl FusedInput {
             stats = node.statistics_from_inputs(&[stats], args)?;
         }
         Ok(stats)
+    }
+
+    /// This fusion over a new input node, its chain's nodes rebuilt over it so that their
+    /// properties (partitioning, equivalences) follow the new input's; see [`Self::with_input`]
+    /// for a copy that keeps the chain as it was.
+    pub fn over(&self, input: Arc<dyn ExecutionPlan>) -> Result<FusedInput> {
+        let recompute = || ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        let mut node = Arc::clone(&input);
+        let mut chain = Vec::with_capacity(self.chain.len());
+        // The chain lists the nodes nearest the exec first.
+        for c in self.chain.iter().rev() {
+            node = Arc::clone(c).replace_children(vec![node], recompute())?;
+            chain.push(Arc::clone(&node));
+        }
+        chain.reverse();
+        Ok(FusedInput { chain, ..self.with_input(input) })
     }
 
     /// This fusion over a new input node.

@@ -6,6 +6,7 @@ pub mod device_filters;
 pub mod eligibility;
 pub mod join_inputs;
 pub mod join_sides;
+pub mod one_partition;
 pub mod output_split;
 pub mod repartition;
 
@@ -55,7 +56,12 @@ fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPl
         {
             return Ok(Transformed::yes(Arc::clone(child)));
         }
-        if let Some(source) = node.downcast_ref::<GpuCachedScanExec>().and_then(GpuCachedScanExec::source) {
+        // (A scan read as one partition stays: the plan above it was rebuilt for one partition.)
+        if let Some(source) = node
+            .downcast_ref::<GpuCachedScanExec>()
+            .filter(|s| !s.is_one_partition())
+            .and_then(GpuCachedScanExec::source)
+        {
             return Ok(Transformed::yes(Arc::clone(source)));
         }
         Ok(Transformed::no(node))
@@ -193,6 +199,14 @@ impl GpuOptimizerRule {
         let plan = match placer.device {
             None => device_filters::fuse_filters_over_gpu_output(plan, &cfg)?,
             Some(_) => plan,
+        };
+        let plan = match placer.device.is_none() && cfg.table_cache_one_partition {
+            true => {
+                let plan = one_partition::run_cached_regions_in_one_partition(plan)?;
+                crate::timeline::mark("rule", || "cached regions in one partition".into());
+                plan
+            }
+            false => plan,
         };
         output_split::mark_hash_splits(plan)
     }

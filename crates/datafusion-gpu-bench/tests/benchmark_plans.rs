@@ -204,3 +204,71 @@ async fn shared_statistics_give_the_same_estimates() {
         );
     }
 }
+
+/// Over every TPC-H and SSB plan with its scans cached and its joins and aggregates on the GPU,
+/// running the regions over one-batch cached tables as one partition keeps the plan sane
+/// (each node's required distribution and ordering), its schema and its output partitioning,
+/// and leaves every GPU operator's declared partitions matching its inputs'.
+#[tokio::test]
+async fn cached_regions_in_one_partition_keep_the_plans_sane() {
+    use datafusion::config::ConfigOptions;
+    use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
+    use datafusion::physical_plan::ExecutionPlanProperties;
+    use datafusion::physical_plan::joins::PartitionMode;
+    use datafusion_gpu::exec::GpuFilterProjectExec;
+    use datafusion_gpu::exec::cached_scan::cache_memory_scans;
+    use datafusion_gpu::rule::one_partition::run_cached_regions_in_one_partition;
+    let cfg = GpuConfig::default();
+    let options = ConfigOptions::default();
+    let count = |p: &Arc<dyn ExecutionPlan>| p.output_partitioning().partition_count();
+    let (mut checked, mut collapsed) = (0, 0);
+    for (suite, name, plan) in benchmark_plans(0.01).await {
+        let on_gpu = cache_memory_scans(Arc::clone(&plan), &cfg)
+            .unwrap()
+            .transform_up(|node| {
+                let gpu: Option<Arc<dyn ExecutionPlan>> = if node.downcast_ref::<HashJoinExec>().is_some() {
+                    GpuHashJoinExec::try_new(Arc::clone(&node), &cfg).ok().map(|g| Arc::new(g) as _)
+                } else if node.downcast_ref::<AggregateExec>().is_some() {
+                    GpuAggregateExec::try_new(Arc::clone(&node), &cfg)
+                        .ok()
+                        .map(|g| Arc::new(g.with_fused_input(true).with_exchange(false)) as _)
+                } else {
+                    None
+                };
+                Ok(gpu.map_or(Transformed::no(node), Transformed::yes))
+            })
+            .unwrap()
+            .data;
+        let on_gpu = fuse_join_inputs(on_gpu, &cfg, None).unwrap();
+        let one = run_cached_regions_in_one_partition(Arc::clone(&on_gpu)).unwrap();
+        let shown = displayable(one.as_ref()).indent(true).to_string();
+        let what = format!("{} {name}:\n{shown}", suite.name());
+        one.apply(|node| {
+            check_plan_sanity(node, &options.optimizer).unwrap_or_else(|e| panic!("{e}: {what}"));
+            let children = node.children();
+            let here = count(node);
+            if node.downcast_ref::<GpuFilterProjectExec>().is_some() {
+                assert_eq!(here, count(children[0]), "{what}");
+            }
+            if let Some(j) = node.downcast_ref::<GpuHashJoinExec>() {
+                assert_eq!(here, count(children[1]), "{what}");
+                if j.mode().unwrap() == PartitionMode::Partitioned {
+                    assert_eq!(count(children[0]), count(children[1]), "{what}");
+                }
+            }
+            if let Some(a) = node.downcast_ref::<GpuAggregateExec>().filter(|a| !a.has_device_exchange()) {
+                assert_eq!(here, count(a.children()[0]), "{what}");
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        assert_eq!(one.schema(), plan.schema(), "{what}");
+        assert_eq!(count(&one), count(&plan), "{what}");
+        let again = run_cached_regions_in_one_partition(Arc::clone(&one)).unwrap();
+        assert_eq!(displayable(again.as_ref()).indent(true).to_string(), shown, "run twice: {what}");
+        checked += 1;
+        collapsed += usize::from(shown.contains("read as one"));
+    }
+    println!("{checked} plans checked, {collapsed} with regions in one partition");
+    assert!(checked >= 30 && collapsed >= 25, "{checked} plans checked, {collapsed} with regions in one partition");
+}

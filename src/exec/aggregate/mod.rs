@@ -236,6 +236,38 @@ impl GpuAggregateExec {
         }
     }
 
+    /// This exec over new `children` with its properties recomputed from them, where
+    /// `with_new_children` keeps those of the nodes it fused (for display and statistics): the
+    /// fused chain and the aggregate are rebuilt over the new input. With a device exchange, the
+    /// partial stage is rebuilt so, and the Final's own partitioning stays as planned.
+    pub fn over_inputs(&self, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<GpuAggregateExec> {
+        let recompute = || ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        if let Some(ex) = &self.exchange {
+            let partial = Arc::new(ex.partial.over_inputs(children)?);
+            let exchange = Some(Arc::new(ex.with_partial(partial)));
+            return Ok(GpuAggregateExec { exchange, ..self.duplicate(ExecutionPlanMetricsSet::new()) });
+        }
+        let (agg, fused) = match &self.fused {
+            Some(f) => {
+                let [input] = <[_; 1]>::try_from(children).map_err(|c: Vec<_>| {
+                    DataFusionError::Internal(format!("GpuAggregateExec takes one child, not {}", c.len()))
+                })?;
+                let fused = f.over(input)?;
+                // The aggregate reads the chain's top node, or the input itself when only its
+                // argument expressions were fused (no nodes taken in).
+                let top = fused.chain.first().unwrap_or(&fused.input);
+                (Arc::clone(&self.agg).replace_children(vec![Arc::clone(top)], recompute())?, Some(Arc::new(fused)))
+            }
+            None => (Arc::clone(&self.agg).replace_children(children, recompute())?, None),
+        };
+        Ok(GpuAggregateExec { agg, fused, ..self.duplicate(ExecutionPlanMetricsSet::new()) })
+    }
+
+    /// Whether the Partial stage below this Final runs in this exec (a device exchange).
+    pub fn has_device_exchange(&self) -> bool {
+        self.exchange.is_some()
+    }
+
     /// This exec with `hash_split` set: whether its device exchange's output, read on the device
     /// by a GPU parent, must follow the hash partitioning the plan declares for it. It must
     /// when an operator above pairs partition `i` of this output with partition `i` of another
