@@ -1,5 +1,5 @@
-//! The runner's PNG chart: per-query median times on the CPU and with the GPU rule, side by side
-//! on a log scale. Text is drawn with the DejaVu Sans Condensed font shipped in `tpch/assets/`
+//! The runner's PNG chart: per-query median times on the CPU, with the GPU rule and, when the run
+//! had one, on the peer engine (`--peer`), side by side on a log scale. Text is drawn with the DejaVu Sans Condensed font shipped in `tpch/assets/`
 //! (no system fonts needed).
 
 use std::path::Path;
@@ -13,12 +13,14 @@ static REGISTER: Once = Once::new();
 
 const CPU_COLOR: RGBColor = RGBColor(90, 110, 140);
 const GPU_COLOR: RGBColor = RGBColor(118, 185, 0);
+const PEER_COLOR: RGBColor = RGBColor(230, 160, 20);
 
-/// One query's bars: CPU and GPU median milliseconds (absent when not measured).
+/// One query's bars: CPU, GPU and peer median milliseconds (absent when not measured).
 pub struct Bars<'a> {
     pub name: &'a str,
     pub cpu_ms: Option<f64>,
     pub gpu_ms: Option<f64>,
+    pub peer_ms: Option<f64>,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -36,7 +38,11 @@ pub fn draw(path: &Path, title: &str, bars: &[Bars]) -> Result<(), String> {
     if let Some(e) = font_error {
         return Err(err(e));
     }
-    let values: Vec<f64> = bars.iter().flat_map(|b| [b.cpu_ms, b.gpu_ms]).flatten().filter(|v| *v > 0.0).collect();
+    let values: Vec<f64> =
+        bars.iter().flat_map(|b| [b.cpu_ms, b.gpu_ms, b.peer_ms]).flatten().filter(|v| *v > 0.0).collect();
+    let peer = bars.iter().any(|b| b.peer_ms.is_some());
+    // Each query's slot holds two bars, or three with a peer: (left edge, width) of each.
+    let (w, cpu_at, gpu_at, peer_at) = if peer { (0.27, 0.08, 0.365, 0.65) } else { (0.38, 0.1, 0.52, 0.0) };
     if values.is_empty() {
         return Err(err("no query was timed"));
     }
@@ -64,18 +70,25 @@ pub fn draw(path: &Path, title: &str, bars: &[Bars]) -> Result<(), String> {
         .draw()
         .map_err(err)?;
     let bar = |i: usize, left: f64, v: Option<f64>, color: RGBColor| {
-        v.map(|v| Rectangle::new([(i as f64 + left, min), (i as f64 + left + 0.38, v)], color.filled()))
+        v.map(|v| Rectangle::new([(i as f64 + left, min), (i as f64 + left + w, v)], color.filled()))
     };
     chart
-        .draw_series(bars.iter().enumerate().filter_map(|(i, b)| bar(i, 0.1, b.cpu_ms, CPU_COLOR)))
+        .draw_series(bars.iter().enumerate().filter_map(|(i, b)| bar(i, cpu_at, b.cpu_ms, CPU_COLOR)))
         .map_err(err)?
         .label("CPU (DataFusion)")
         .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], CPU_COLOR.filled()));
     chart
-        .draw_series(bars.iter().enumerate().filter_map(|(i, b)| bar(i, 0.52, b.gpu_ms, GPU_COLOR)))
+        .draw_series(bars.iter().enumerate().filter_map(|(i, b)| bar(i, gpu_at, b.gpu_ms, GPU_COLOR)))
         .map_err(err)?
         .label("with the GPU rule")
         .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], GPU_COLOR.filled()));
+    if peer {
+        chart
+            .draw_series(bars.iter().enumerate().filter_map(|(i, b)| bar(i, peer_at, b.peer_ms, PEER_COLOR)))
+            .map_err(err)?
+            .label("DuckDB (same process)")
+            .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], PEER_COLOR.filled()));
+    }
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -117,13 +130,17 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("chart.png");
         let bars = [
-            Bars { name: "q1", cpu_ms: Some(120.0), gpu_ms: Some(40.0) },
-            Bars { name: "q2", cpu_ms: Some(15.0), gpu_ms: None },
+            Bars { name: "q1", cpu_ms: Some(120.0), gpu_ms: Some(40.0), peer_ms: None },
+            Bars { name: "q2", cpu_ms: Some(15.0), gpu_ms: None, peer_ms: None },
         ];
         draw(&path, "test chart", &bars).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
-        assert!(draw(&path, "empty", &[Bars { name: "q1", cpu_ms: None, gpu_ms: None }]).is_err());
+        let with_peer = [Bars { name: "q1", cpu_ms: Some(120.0), gpu_ms: Some(40.0), peer_ms: Some(60.0) }];
+        draw(&path, "with a peer", &with_peer).unwrap();
+        assert_eq!(&std::fs::read(&path).unwrap()[1..4], b"PNG");
+        let empty = [Bars { name: "q1", cpu_ms: None, gpu_ms: None, peer_ms: None }];
+        assert!(draw(&path, "empty", &empty).is_err());
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -1,11 +1,12 @@
 //! TPC-H and SSB end to end: data generation (`data`, `ssb`), the query texts of `tpch/queries/`
 //! (`queries`), result comparison (`compare`), and the side-by-side CPU/GPU runner behind
-//! `datafusion-gpu bench tpch|ssb` (`runner`, `chart`).
+//! `datafusion-gpu bench tpch|ssb` (`runner`, `chart`), with another engine beside it (`peer`).
 
 pub mod chart;
 pub mod compare;
 pub mod concurrency;
 pub mod data;
+pub mod peer;
 pub mod profile;
 pub mod queries;
 pub mod runner;

@@ -17,6 +17,7 @@ use super::Suite;
 use super::chart::{self, Bars};
 use super::compare::compare;
 use super::data::{self, Progresses, Table};
+use super::peer::{self, DuckDb, Peer, PeerQuery};
 use super::queries::{self, Query};
 use datafusion_gpu::columns::pin_partitions;
 use datafusion_gpu::config::GpuConfig;
@@ -92,6 +93,13 @@ pub struct SuiteBenchOptions {
     /// Runs of each query under `--profile`.
     #[arg(long, default_value_t = 10)]
     pub profile_runs: usize,
+    /// Another engine beside DataFusion, in this process, on the same Parquet (`--data`) and
+    /// query texts, with as many threads as DataFusion has partitions: one untimed run that is
+    /// checked against DataFusion's rows, then `--iterations` timed runs. Its column goes into
+    /// the table, the JSON record and the chart. The binary must be built with the `duckdb`
+    /// feature (see `tpch/peer.rs`).
+    #[arg(long, value_enum)]
+    pub peer: Option<Peer>,
 }
 
 /// Where benchmark tables live (see [`SuiteBenchOptions::residency`]).
@@ -125,6 +133,7 @@ impl SuiteBenchOptions {
             residency: HostMemory::Pageable,
             profile: None,
             profile_runs: 10,
+            peer: None,
         }
     }
 }
@@ -154,6 +163,8 @@ pub struct QueryReport {
     pub ok: bool,
     /// `ok`, or what differed, or the error.
     pub check: String,
+    /// The same query on `--peer`, when one ran.
+    pub peer: Option<PeerQuery>,
     #[serde(skip)]
     pub plan: String,
 }
@@ -194,6 +205,13 @@ pub struct SuiteReport {
     pub slower_than_0_9: Vec<String>,
     pub all_ok: bool,
     pub label: Option<String>,
+    /// `--peer`'s engine and version, with its threads, when one ran.
+    pub peer: Option<String>,
+    /// Seconds the peer took to load the Parquet into its own tables.
+    pub peer_load_seconds: Option<f64>,
+    /// Geometric mean over the queries timed on both of the peer's time over the GPU session's
+    /// (above 1: the GPU session is faster).
+    pub geomean_vs_peer: Option<f64>,
     #[serde(skip)]
     pub files: Vec<PathBuf>,
 }
@@ -290,6 +308,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     if o.profile.is_some() {
         super::profile::available()?;
     }
+    peer::available(o.peer)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let partitions = if o.partitions == 0 { cores } else { o.partitions };
     let bars = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -383,6 +402,17 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         }
     };
 
+    let (duckdb, peer_load_seconds) = match o.peer {
+        None => (None, None),
+        Some(Peer::Duckdb) => {
+            let root = o.data.as_ref().ok_or_else(|| {
+                DataFusionError::Configuration("--peer duckdb reads the run's Parquet: give --data DIR".into())
+            })?;
+            let t = Instant::now();
+            let db = DuckDb::open(&data::data_dir(root, suite, o.sf), suite.tables(), partitions)?;
+            (Some(db), Some(t.elapsed().as_secs_f64()))
+        }
+    };
     let bar = if bars { ProgressBar::new(selected.len() as u64) } else { ProgressBar::hidden() };
     if bars {
         bar.set_draw_target(ProgressDrawTarget::stderr());
@@ -396,7 +426,9 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     let mut reports = Vec::new();
     for q in &selected {
         bar.set_message(format!("{} on the CPU", q.name));
-        let report = run_query(q, &cpu_ctx, &gpu_ctx, o.iterations, device.is_some(), copy_bandwidth, &bar).await;
+        let report =
+            run_query(q, &cpu_ctx, &gpu_ctx, o.iterations, device.is_some(), copy_bandwidth, duckdb.as_ref(), &bar)
+                .await;
         if let Some(dir) = &o.profile
             && report.ok
         {
@@ -422,6 +454,9 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         (!speedups.is_empty()).then(|| (speedups.iter().map(|s| s.ln()).sum::<f64>() / speedups.len() as f64).exp());
     let slower_than_0_9 =
         reports.iter().filter(|r| r.speedup.is_some_and(|s| s < 0.9)).map(|r| r.query.clone()).collect();
+    let vs_peer: Vec<f64> = reports.iter().filter_map(vs_peer).collect();
+    let geomean_vs_peer =
+        (!vs_peer.is_empty()).then(|| (vs_peer.iter().map(|s| s.ln()).sum::<f64>() / vs_peer.len() as f64).exp());
     let mut report = SuiteReport {
         suite,
         sf: o.sf,
@@ -446,6 +481,9 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         geomean_speedup,
         slower_than_0_9,
         label: o.label.clone(),
+        peer: duckdb.as_ref().map(|d| format!("DuckDB {}, {partitions} threads", d.version)),
+        peer_load_seconds,
+        geomean_vs_peer,
         files: Vec::new(),
     };
     if !o.no_save {
@@ -454,6 +492,49 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     Ok(report)
 }
 
+/// The peer's time over the GPU session's for `r`, when both were timed.
+fn vs_peer(r: &QueryReport) -> Option<f64> {
+    match (r.peer.as_ref().and_then(|p| p.ms), r.gpu_ms) {
+        (Some(p), Some(g)) if g > 0.0 => Some(p / g),
+        _ => None,
+    }
+}
+
+/// `q` on the peer: one run checked against DataFusion's `expected` rows, then `iterations`
+/// timed ones (medians).
+fn run_peer(q: &Query, db: &DuckDb, expected: &[RecordBatch], iterations: usize) -> PeerQuery {
+    let mut p = PeerQuery { ms: None, runs_ms: Vec::new(), ok: false, check: String::new() };
+    let checked = peer::cells_of(expected).and_then(|want| Ok((want, db.rows(q.sql)?)));
+    match checked {
+        Err(e) => {
+            p.check = format!("error: {e}");
+            return p;
+        }
+        Ok((want, got)) => match peer::compare_cells(&want, &got) {
+            Ok(()) => {
+                p.ok = true;
+                p.check = "ok".into();
+            }
+            Err(diff) => {
+                p.check = format!("MISMATCH: {diff}");
+                return p;
+            }
+        },
+    }
+    for _ in 0..iterations {
+        let t = Instant::now();
+        if let Err(e) = db.rows(q.sql) {
+            p.ok = false;
+            p.check = format!("error (timed run): {e}");
+            return p;
+        }
+        p.runs_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    p.ms = median(&p.runs_ms);
+    p
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run_query(
     q: &Query,
     cpu: &SessionContext,
@@ -461,6 +542,7 @@ async fn run_query(
     iterations: usize,
     have_gpu: bool,
     copy_bandwidth: Option<f64>,
+    duckdb: Option<&DuckDb>,
     bar: &ProgressBar,
 ) -> QueryReport {
     let mut r = QueryReport {
@@ -477,6 +559,7 @@ async fn run_query(
         placement: String::new(),
         ok: false,
         check: String::new(),
+        peer: None,
         plan: String::new(),
     };
     // CPU: one run for the expected rows (and the CPU's warm-up).
@@ -488,6 +571,10 @@ async fn run_query(
         }
     };
     r.rows = expected.iter().map(|b| b.num_rows()).sum();
+    if let Some(db) = duckdb {
+        bar.set_message(format!("{} on the peer", q.name));
+        r.peer = Some(run_peer(q, db, &expected, iterations));
+    }
 
     // With the GPU rule: plan (for the placements), run and check (the GPU's warm-up).
     bar.set_message(format!("{} with the GPU rule", q.name));
@@ -593,10 +680,24 @@ fn save(report: &SuiteReport, out: &Path) -> Result<Vec<PathBuf>> {
         .map_err(|e| DataFusionError::Execution(format!("cannot write {}: {e}", json.display())))?;
     let mut files = vec![json];
     let png = out.join(format!("{stem}.png"));
-    let bars: Vec<Bars> =
-        report.queries.iter().map(|q| Bars { name: &q.query, cpu_ms: q.cpu_ms, gpu_ms: q.gpu_ms }).collect();
-    let title =
-        chart_title(report.suite.title(), report.sf, report.host_cores, report.device.as_deref(), report.iterations);
+    let bars: Vec<Bars> = report
+        .queries
+        .iter()
+        .map(|q| Bars {
+            name: &q.query,
+            cpu_ms: q.cpu_ms,
+            gpu_ms: q.gpu_ms,
+            peer_ms: q.peer.as_ref().and_then(|p| p.ms),
+        })
+        .collect();
+    let title = chart_title(
+        report.suite.title(),
+        report.sf,
+        report.host_cores,
+        report.device.as_deref(),
+        report.iterations,
+        report.peer.as_deref(),
+    );
     if bars.iter().any(|b| b.cpu_ms.is_some() || b.gpu_ms.is_some()) {
         chart::draw(&png, &title, &bars).map_err(DataFusionError::Execution)?;
         files.push(png);
@@ -604,9 +705,17 @@ fn save(report: &SuiteReport, out: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn chart_title(suite: &str, sf: f64, cores: usize, device: Option<&str>, iterations: usize) -> String {
+fn chart_title(
+    suite: &str,
+    sf: f64,
+    cores: usize,
+    device: Option<&str>,
+    iterations: usize,
+    peer: Option<&str>,
+) -> String {
+    let beside = peer.map(|p| format!(" and {}", p.split(',').next().unwrap_or(p))).unwrap_or_default();
     format!(
-        "{suite} SF {sf}: DataFusion on {cores} cores vs with the GPU rule ({}), median of {iterations}",
+        "{suite} SF {sf}: DataFusion on {cores} cores vs with the GPU rule ({}){beside}, median of {iterations}",
         device.unwrap_or("no GPU")
     )
 }
@@ -628,7 +737,12 @@ pub fn redraw_chart(json: &Path) -> Result<PathBuf> {
     let bars: Vec<Bars> = queries
         .iter()
         .zip(&names)
-        .map(|(q, name)| Bars { name, cpu_ms: q["cpu_ms"].as_f64(), gpu_ms: q["gpu_ms"].as_f64() })
+        .map(|(q, name)| Bars {
+            name,
+            cpu_ms: q["cpu_ms"].as_f64(),
+            gpu_ms: q["gpu_ms"].as_f64(),
+            peer_ms: q["peer"]["ms"].as_f64(),
+        })
         .collect();
     let title = chart_title(
         suite.title(),
@@ -636,6 +750,7 @@ pub fn redraw_chart(json: &Path) -> Result<PathBuf> {
         field("host_cores")? as usize,
         v["device"].as_str(),
         field("iterations")? as usize,
+        v["peer"].as_str(),
     );
     let png = json.with_extension("png");
     chart::draw(&png, &title, &bars).map_err(DataFusionError::Execution)?;
@@ -687,9 +802,19 @@ impl std::fmt::Display for SuiteReport {
             )?;
         }
         let floor_head = if floors { format!(" {:>9} {:>8}", "floor ms", "x floor") } else { String::new() };
+        let peer = self.peer.is_some();
+        let peer_head =
+            if peer { format!(" {:>10} {:>9} {:<5}", "DuckDB ms", "vs DuckDB", "check") } else { String::new() };
+        if let Some(p) = &self.peer {
+            writeln!(
+                f,
+                "peer: {p}, the same Parquet loaded into its own tables in {:.1} s; vs DuckDB = DuckDB ms / GPU ms\n",
+                self.peer_load_seconds.unwrap_or(0.0)
+            )?;
+        }
         writeln!(
             f,
-            "{:<6} {:>10} {:>10} {:>8}{floor_head}  {:<6} where the joins and aggregates ran",
+            "{:<6} {:>10} {:>10} {:>8}{floor_head}{peer_head}  {:<6} where the joins and aggregates ran",
             "query", "CPU ms", "GPU ms", "speedup", "check"
         )?;
         for q in &self.queries {
@@ -699,9 +824,19 @@ impl std::fmt::Display for SuiteReport {
                 (true, Some(fl), Some(g)) if fl > 0.0 => format!(" {fl:>9.3} {:>7.0}x", g / fl),
                 (true, fl, _) => format!(" {:>9} {:>8}", ms(fl), "-"),
             };
+            let peer_cols = match (peer, &q.peer) {
+                (false, _) => String::new(),
+                (true, None) => format!(" {:>10} {:>9} {:<5}", "-", "-", "-"),
+                (true, Some(p)) => format!(
+                    " {:>10} {:>9} {:<5}",
+                    ms(p.ms),
+                    vs_peer(q).map_or("-".into(), |v| format!("{v:.2}x")),
+                    if p.ok { "ok" } else { "FAIL" }
+                ),
+            };
             writeln!(
                 f,
-                "{:<6} {:>10} {:>10} {:>8}{floor}  {:<6} {}",
+                "{:<6} {:>10} {:>10} {:>8}{floor}{peer_cols}  {:<6} {}",
                 q.query,
                 ms(q.cpu_ms),
                 ms(q.gpu_ms),
@@ -712,6 +847,11 @@ impl std::fmt::Display for SuiteReport {
         }
         for q in self.queries.iter().filter(|q| !q.ok) {
             writeln!(f, "{}: {}", q.query, q.check)?;
+        }
+        for q in &self.queries {
+            if let Some(p) = q.peer.as_ref().filter(|p| !p.ok) {
+                writeln!(f, "{} on DuckDB: {}", q.query, p.check)?;
+            }
         }
         let total = |side: fn(&QueryReport) -> Option<f64>| -> Option<f64> { self.queries.iter().map(side).sum() };
         writeln!(f)?;
@@ -726,8 +866,25 @@ impl std::fmt::Display for SuiteReport {
                 writeln!(f, "slower than 0.9x of the CPU: {}", self.slower_than_0_9.join(", "))?;
             }
         }
+        if let Some(g) = self.geomean_vs_peer {
+            let peer_total: f64 = self.queries.iter().filter_map(|q| q.peer.as_ref().and_then(|p| p.ms)).sum();
+            let slower: Vec<String> = self
+                .queries
+                .iter()
+                .filter_map(|q| vs_peer(q).filter(|v| *v < 1.0).map(|v| format!("{} {v:.2}x", q.query)))
+                .collect();
+            writeln!(
+                f,
+                "vs DuckDB: geometric mean {g:.2}x, DuckDB total {peer_total:.1} ms; slower than DuckDB: {}",
+                if slower.is_empty() { "none".to_string() } else { slower.join(", ") }
+            )?;
+        }
         let failed = self.queries.iter().filter(|q| !q.ok).count();
         writeln!(f, "results: {} of {} queries match the CPU", self.queries.len() - failed, self.queries.len())?;
+        if peer {
+            let matched = self.queries.iter().filter(|q| q.peer.as_ref().is_some_and(|p| p.ok)).count();
+            writeln!(f, "DuckDB's rows match DataFusion's in {matched} of {} queries", self.queries.len())?;
+        }
         for p in &self.files {
             writeln!(f, "wrote {}", p.display())?;
         }
