@@ -121,18 +121,7 @@ impl GpuCachedScanExec {
         statistics: HashMap<Option<usize>, Arc<Statistics>>,
         cfg: &GpuConfig,
     ) -> GpuCachedScanExec {
-        // Cooperative (its host stream yields as DataFusion's memory scan does), so that
-        // DataFusion's EnsureCooperative does not wrap it: a GPU parent must see the scan itself
-        // to read its columns on the device.
-        let properties = Arc::new(
-            PlanProperties::new(
-                EquivalenceProperties::new(Arc::clone(&schema)),
-                Partitioning::UnknownPartitioning(partitions.len().max(1)),
-                EmissionType::Incremental,
-                Boundedness::Bounded,
-            )
-            .with_scheduling_type(SchedulingType::Cooperative),
-        );
+        let properties = table_scan_properties(&schema, partitions.len().max(1));
         GpuCachedScanExec {
             source: None,
             partitions,
@@ -157,19 +146,11 @@ impl GpuCachedScanExec {
         if self.one_partition || self.partitions.len() <= 1 {
             return None;
         }
-        let ordered = self.properties.output_ordering().is_some();
-        if !self.layouts.merge || ordered || self.layouts.groups(&self.partitions).len() != 1 {
+        // (A scan with a sort order does not merge its partitions.)
+        if !self.layouts.merge || self.layouts.groups(&self.partitions).len() != 1 {
             return None;
         }
-        let properties = Arc::new(
-            PlanProperties::new(
-                EquivalenceProperties::new(Arc::clone(&self.schema)),
-                Partitioning::UnknownPartitioning(1),
-                EmissionType::Incremental,
-                Boundedness::Bounded,
-            )
-            .with_scheduling_type(SchedulingType::Cooperative),
-        );
+        let properties = table_scan_properties(&self.schema, 1);
         // The whole table's statistics are its one partition's.
         let whole = self.statistics.lock().unwrap_or_else(|e| e.into_inner()).get(&None).cloned();
         let statistics = whole.into_iter().flat_map(|s| [(None, Arc::clone(&s)), (Some(0), s)]).collect();
@@ -196,6 +177,22 @@ impl GpuCachedScanExec {
     pub fn source(&self) -> Option<&Arc<dyn ExecutionPlan>> {
         self.source.as_ref()
     }
+}
+
+/// The properties of a table's cached scan of `partitions` partitions, with no order. Cooperative
+/// (its host stream yields as DataFusion's memory scan does), so that DataFusion's
+/// EnsureCooperative does not wrap it: a GPU parent must see the scan itself to read its columns
+/// on the device.
+fn table_scan_properties(schema: &SchemaRef, partitions: usize) -> Arc<PlanProperties> {
+    Arc::new(
+        PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(schema)),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        )
+        .with_scheduling_type(SchedulingType::Cooperative),
+    )
 }
 
 /// What one partition's scan did, for the metrics.

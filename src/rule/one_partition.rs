@@ -27,7 +27,19 @@ use crate::exec::{GpuAggregateExec, GpuCachedScanExec, GpuFilterProjectExec, Gpu
 /// `plan` with each region of GPU operators over one-batch cached tables run as one partition
 /// (see the module's text).
 pub fn run_cached_regions_in_one_partition(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    rewrite(plan, false)
+    rewrite(plan, Reader::Cpu)
+}
+
+/// What reads a node's output.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// A CPU operator (or nothing): a region there gets its planned partitioning back.
+    Cpu,
+    /// A coalesce, which makes one partition of any number: a region there needs no restoring.
+    Coalesce,
+    /// A GPU operator, on the device: the node is part of that operator's region, not the root
+    /// of one.
+    Gpu,
 }
 
 /// A GPU operator that computes (a join, an aggregate, a filter-project), as opposed to a scan
@@ -38,37 +50,34 @@ fn computes(node: &Arc<dyn ExecutionPlan>) -> bool {
         || node.downcast_ref::<GpuFilterProjectExec>().is_some()
 }
 
-/// `node` with its regions run as one partition. `under_gpu`: a GPU operator reads `node` (on
-/// the device): `node` is then part of its parent's region, not the root of one.
-fn rewrite(node: Arc<dyn ExecutionPlan>, under_gpu: bool) -> Result<Arc<dyn ExecutionPlan>> {
+/// `node` with its regions run as one partition, `reader` reading its output.
+fn rewrite(node: Arc<dyn ExecutionPlan>, reader: Reader) -> Result<Arc<dyn ExecutionPlan>> {
     if computes(&node)
         && let Some(one) = one_partition(&node)?
     {
         // A region that keeps its planned partitioning (a GPU aggregate's device exchange splits
         // its output as planned) may stand anywhere; one that now has one partition only where a
-        // CPU operator reads it, through the restored partitioning.
-        if one.output_partitioning().partition_count() == node.output_partitioning().partition_count() {
-            return Ok(one);
-        }
-        if !under_gpu {
-            return restore(one, &node);
+        // CPU operator (through the restored partitioning) or a coalesce reads it.
+        let kept = one.output_partitioning().partition_count() == node.output_partitioning().partition_count();
+        match reader {
+            _ if kept => return Ok(one),
+            Reader::Cpu => return restore(one, &node),
+            Reader::Coalesce => return Ok(one),
+            Reader::Gpu => {}
         }
     }
-    let gpu = crate::exec::as_gpu_exec(&node).is_some();
-    // A coalesce makes one partition of any number: the region below it needs no restoring.
-    let coalesce = node.downcast_ref::<CoalescePartitionsExec>().is_some_and(|c| c.fetch().is_none());
+    let below = if crate::exec::as_gpu_exec(&node).is_some() {
+        Reader::Gpu
+    } else if node.downcast_ref::<CoalescePartitionsExec>().is_some_and(|c| c.fetch().is_none()) {
+        Reader::Coalesce
+    } else {
+        Reader::Cpu
+    };
     let children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
     let mut changed = false;
     let mut new = Vec::with_capacity(children.len());
     for child in &children {
-        let one = match coalesce && computes(child) {
-            true => one_partition(child)?,
-            false => None,
-        };
-        let child_new = match one {
-            Some(one) => one,
-            None => rewrite(Arc::clone(child), gpu || (under_gpu && coalesce))?,
-        };
+        let child_new = rewrite(Arc::clone(child), below)?;
         changed |= !Arc::ptr_eq(&child_new, child);
         new.push(child_new);
     }
