@@ -229,6 +229,11 @@ fn median(v: &[f64]) -> Option<f64> {
     }
 }
 
+/// The geometric mean of `v`, or `None` when it is empty.
+fn geomean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
+}
+
 /// Today's date (UTC) as `yyyy-mm-dd`.
 fn today() -> String {
     let days =
@@ -450,13 +455,10 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     bar.finish_and_clear();
 
     let speedups: Vec<f64> = reports.iter().filter_map(|r| r.speedup).collect();
-    let geomean_speedup =
-        (!speedups.is_empty()).then(|| (speedups.iter().map(|s| s.ln()).sum::<f64>() / speedups.len() as f64).exp());
+    let geomean_speedup = geomean(&speedups);
     let slower_than_0_9 =
         reports.iter().filter(|r| r.speedup.is_some_and(|s| s < 0.9)).map(|r| r.query.clone()).collect();
-    let vs_peer: Vec<f64> = reports.iter().filter_map(vs_peer).collect();
-    let geomean_vs_peer =
-        (!vs_peer.is_empty()).then(|| (vs_peer.iter().map(|s| s.ln()).sum::<f64>() / vs_peer.len() as f64).exp());
+    let geomean_vs_peer = geomean(&reports.iter().filter_map(vs_peer).collect::<Vec<_>>());
     let mut report = SuiteReport {
         suite,
         sf: o.sf,
