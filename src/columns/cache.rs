@@ -24,22 +24,37 @@ use super::DeviceColumn;
 /// What identifies a column's host rows: the host arrays' data type and, for each array, the
 /// addresses, offsets and lengths of its buffers (children included), with the rows per device
 /// batch it is cut into.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// A column of many host batches has a long layout (SF10's `lineorder`: 7,300 batches, about
+/// 80,000 words a column), so the key hashes as a digest of it made once, with the key: hashing
+/// the whole layout at every lookup, under the cache's lock, cost a query about 1 ms a scan and
+/// held up every other scan's lookup meanwhile. Keys are still equal only when their layouts are.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnKey {
+    digest: u64,
     data_type: DataType,
     batch_rows: usize,
     layout: Vec<usize>,
 }
 
+impl std::hash::Hash for ColumnKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.digest);
+    }
+}
+
 impl ColumnKey {
     /// The key of the column made of `arrays` (in order) cut into device batches of `batch_rows`.
     pub fn of(arrays: &[&ArrayRef], batch_rows: usize) -> ColumnKey {
+        use std::hash::{Hash, Hasher};
         let data_type = arrays.first().map_or(DataType::Null, |a| a.data_type().clone());
         let mut layout = Vec::with_capacity(arrays.len() * 6);
         for a in arrays {
             push_layout(&a.to_data(), &mut layout);
         }
-        ColumnKey { data_type, batch_rows, layout }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&data_type, batch_rows, &layout).hash(&mut h);
+        ColumnKey { digest: h.finish(), data_type, batch_rows, layout }
     }
 }
 
