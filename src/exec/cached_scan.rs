@@ -564,9 +564,18 @@ impl GpuExec for GpuCachedScanExec {
         let limit = cache_limit(&cfg, &gpu);
         let (partitions, layouts, columns, schema) =
             (Arc::clone(&self.partitions), Arc::clone(&self.layouts), self.columns.clone(), Arc::clone(&self.schema));
+        let who = match crate::timeline::enabled() {
+            true => {
+                let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                format!("cached scan [{}] p{partition}", names.join(", "))
+            }
+            false => String::new(),
+        };
         let load = blocking(move || {
+            crate::timeline::mark(&who, || "loading".into());
             let Some(layout) = layouts.device_partition(partition, &partitions)? else { return Ok(Vec::new()) };
             let loaded = load_partition(&gpu, &cache, limit, layout, &columns, &schema, &time)?;
+            crate::timeline::mark(&who, || format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses));
             hits.add(loaded.hits);
             misses.add(loaded.misses);
             bytes.add(loaded.uploaded_bytes);

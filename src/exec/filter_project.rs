@@ -206,29 +206,35 @@ impl GpuExec for GpuFilterProjectExec {
         let fused = Arc::clone(&self.fused);
         let output_schema = self.schema();
         let who = match timeline::enabled() {
-            true => format!("filter-project p{partition}"),
+            true => {
+                let names: Vec<&str> = output_schema.fields().iter().map(|f| f.name().as_str()).collect();
+                format!("filter-project [{}] p{partition}", names.join(", "))
+            }
             false => String::new(),
         };
         // The kernels the rows run through: without the host's filter once it filters them all.
         let chosen: Arc<OnceLock<Arc<FusedInput>>> = Arc::new(OnceLock::new());
         let evaluate = {
-            let (gpu, fused, chosen, output_schema) =
-                (Arc::clone(&gpu), Arc::clone(&fused), Arc::clone(&chosen), Arc::clone(&output_schema));
+            let (gpu, fused, chosen, output_schema, who) =
+                (Arc::clone(&gpu), Arc::clone(&fused), Arc::clone(&chosen), Arc::clone(&output_schema), who.clone());
             move |chunk: DeviceBatch| {
-                let (gpu, fused, chosen, schema, time, rows) = (
+                let (gpu, fused, chosen, schema, time, rows, who) = (
                     Arc::clone(&gpu),
                     Arc::clone(&fused),
                     Arc::clone(&chosen),
                     Arc::clone(&output_schema),
                     project_time.clone(),
                     output_rows.clone(),
+                    who.clone(),
                 );
                 blocking(move || {
                     let _t = time.timer();
                     let f = chosen.get().unwrap_or(&fused);
                     let stream = Arc::clone(chunk.stream());
                     let n = chunk.num_rows() as u64;
+                    timeline::mark(&who, || format!("evaluating a device chunk of {n} rows"));
                     let (cols, m) = f.projection.evaluate(&gpu, &stream, chunk.columns(), n)?;
+                    timeline::mark(&who, || format!("chunk of {n} rows evaluated: {m} rows"));
                     rows.add(m as usize);
                     DeviceBatch::try_new(schema, cols, m as usize, gpu, stream)
                 })
@@ -236,6 +242,7 @@ impl GpuExec for GpuFilterProjectExec {
         };
         // A GPU exec below hands over its batches on the device: only the kernels run.
         if let Some(child) = as_gpu_exec(&fused.input) {
+            timeline::mark(&who, || "start (device input)".into());
             let input = child.execute_device(partition, Arc::clone(&context))?;
             let columns = fused.projection.inputs.clone();
             let upload_schema = Arc::clone(&fused.projection.upload_schema);
