@@ -45,6 +45,7 @@ fn gpu_cached_tables_give_datafusions_answers() {
             min_rows: 0,
             placement,
             batch_rows: 1000,
+            join_window_rows: 1000,
             table_cache: !cached_tables,
             table_cache_batch_rows: 1000,
             ..GpuConfig::default()

@@ -57,6 +57,7 @@ fn gpu_ctx(seed: u64) -> SessionContext {
         placement: PlacementSetting::Always,
         join_algorithm: JoinAlgorithmSetting::Fixed(JoinAlgorithm::Npj),
         batch_rows: 256,
+        join_window_rows: 256,
         ..GpuConfig::default()
     };
     let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));

@@ -120,7 +120,8 @@ fn gpu_resident_tables_give_datafusions_answers() {
     for (placement, host_copy) in
         [(PlacementSetting::Always, true), (PlacementSetting::Always, false), (PlacementSetting::Cost, true)]
     {
-        let cfg = GpuConfig { min_rows: 0, placement, batch_rows: 1000, ..GpuConfig::default() };
+        let cfg =
+            GpuConfig { min_rows: 0, placement, batch_rows: 1000, join_window_rows: 1000, ..GpuConfig::default() };
         let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
         for (name, parts) in [("a", &a), ("b", &b)] {
             // Device batches of 1,000 rows: several per partition, cut across host batches.

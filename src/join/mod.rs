@@ -48,13 +48,13 @@ use materialize::{GatherSpec, can_transform, gather_columns, null_column};
 use npj::NpjBuild;
 use transform::{Transformed, transform_with_payloads};
 
-/// Pairs an output window holds at least, whatever `gpu.batch_rows` asks (only a memory limit
+/// Pairs an output window holds at least, whatever `gpu.join.window_rows` asks (only a memory limit
 /// makes windows smaller): every window costs a few launches and allocations, about 0.1 ms on an
 /// H100 whatever its size, so a result of 10^8 rows in windows of 100 would take minutes, and the
 /// aggregate above it would group as many chunks.
 pub const MIN_WINDOW_ROWS: u64 = 1 << 14;
 
-/// The bound on an output window's pairs for a `gpu.batch_rows` setting.
+/// The bound on an output window's pairs for a `gpu.join.window_rows` setting.
 pub fn window_bound(batch_rows: usize) -> u64 {
     (batch_rows as u64).max(MIN_WINDOW_ROWS)
 }

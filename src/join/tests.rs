@@ -337,6 +337,8 @@ fn gpu_ctx(algorithm: JoinAlgorithm, batch_rows: usize, keep_repartitions: bool)
         placement: PlacementSetting::Always,
         join_algorithm: JoinAlgorithmSetting::Fixed(algorithm),
         batch_rows,
+        // Output windows as small as the chunks: several per chunk.
+        join_window_rows: batch_rows,
         // The GPU's own answer or error: no rerun on the CPU to hide it.
         cpu_fallback: false,
         ..Default::default()

@@ -140,7 +140,8 @@ pub fn join_estimate(
         // rows (whatever streams they came from), in every partition's join when Partitioned.
         let build_bytes = (left_rows * row_bytes(bs) / builds) as u64;
         let share = limit / builds as u64;
-        let sizes = SpillSizes::new(build_bytes, share.max(1), 1, false, 1, crate::join::window_bound(cfg.batch_rows));
+        let sizes =
+            SpillSizes::new(build_bytes, share.max(1), 1, false, 1, crate::join::window_bound(cfg.join_window_rows));
         let parts = sizes.partitions() as f64;
         let groups = (right_rows * row_bytes(ps) / builds / sizes.group_bytes as f64).ceil().max(parts);
         let steps = builds * (parts + groups);

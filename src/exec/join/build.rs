@@ -122,7 +122,7 @@ pub(super) fn runtime_spec(layout: &Layout, estimate: Option<&JoinEstimate>, bui
 }
 
 /// A spec for one build: the run-time algorithm choice, and its output windows when the memory
-/// limit (or an out-of-core plan) asks for windows smaller than `gpu.batch_rows`.
+/// limit (or an out-of-core plan) asks for windows smaller than `gpu.join.window_rows`.
 pub(super) fn build_spec(
     layout: &Layout,
     estimate: Option<&JoinEstimate>,
@@ -254,7 +254,7 @@ impl BuildJob {
     ) -> Result<Built> {
         let (gpu, layout, metrics) = (&self.gpu, &self.layout, &self.metrics);
         let out_row = row_width(&layout.spec.schema).max(1);
-        let sizes = SpillSizes::new(bytes, limit, streams, self.route, out_row, window_bound(self.cfg.batch_rows));
+        let sizes = SpillSizes::new(bytes, limit, streams, self.route, out_row, window_bound(self.cfg.join_window_rows));
         metrics.spill_partitions.add(sizes.partitions());
         // The chunks are dealt to as many partitioning passes as may run at once, so that one
         // chunk's upload overlaps another's download; their partitions are merged after.

@@ -179,7 +179,7 @@ impl Layout {
                 ordered,
                 null_aware: hj.null_aware,
                 filter,
-                batch_rows: window_bound(cfg.batch_rows),
+                batch_rows: window_bound(cfg.join_window_rows),
             }),
             choice,
         })

@@ -7,7 +7,8 @@
 //! `CollectLeft`, shared by every probe partition; the matching left partition for
 //! `Partitioned`) is collected, reduced to the columns the join needs, uploaded and prepared
 //! once; probe batches are coalesced on the host into chunks of about `gpu.batch_rows` rows,
-//! uploaded and joined; the build rows decided at the end (outer, semi, anti, mark joins on the
+//! uploaded and joined, and the matches come out in batches of up to `gpu.join.window_rows`
+//! rows; the build rows decided at the end (outer, semi, anti, mark joins on the
 //! left) come from the last probe partition to finish, as in DataFusion.
 
 use std::fmt;

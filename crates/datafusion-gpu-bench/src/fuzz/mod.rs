@@ -193,6 +193,7 @@ fn gpu_settings(shape: Shape, memory_limit: &str) -> Vec<String> {
         "SET gpu.cost.min_rows = 0".to_string(),
         "SET gpu.placement = 'always'".to_string(),
         format!("SET gpu.batch_rows = {}", shape.gpu_batch_rows),
+        format!("SET gpu.join.window_rows = {}", shape.gpu_batch_rows),
         format!("SET gpu.memory.limit = '{memory_limit}'"),
     ]
 }
