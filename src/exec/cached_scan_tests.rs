@@ -158,3 +158,61 @@ fn gpu_cached_tables_give_datafusions_answers() {
     });
     cache.clear();
 }
+
+/// A join in one partition over cached tables builds on its probe side when that side is far
+/// smaller at run time (SSB q2's shape: a join's output, 300 K rows or so, on the build side, a
+/// filtered table of about 30 rows probing), and gives DataFusion's answer with and without the
+/// swap.
+#[test]
+fn one_partition_joins_build_on_the_smaller_side_at_run_time() {
+    const NAME: &str = "one_partition_joins_build_on_the_smaller_side_at_run_time";
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let seed = fresh_seed(NAME);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let a = partitions(&mut rng, 400_000, 4, 2000);
+    // One partition, as SSB's small tables: the filter reads the scan directly, is fused and
+    // probes on the device (a round-robin repartition between them would keep it on the CPU).
+    let b: Vec<Vec<_>> = partitions(&mut rng, 2000, 2, 2000).into_iter().take(1).collect();
+    // The cached columns count against the device's memory budget: none are left to the other
+    // tests, even when an assertion fails.
+    struct Cleared(Arc<TableCache>);
+    impl Drop for Cleared {
+        fn drop(&mut self) {
+            self.0.clear();
+        }
+    }
+    let _cleared = Cleared(TableCache::of_device(gpu.info().ordinal));
+    let sql = "SELECT c.s, count(*), sum(a.d), min(b.t) FROM a JOIN b ON a.k = b.k \
+               JOIN (SELECT k, s FROM b WHERE g = 3) c ON b.k = c.k GROUP BY c.s";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = SessionConfig::new().with_target_partitions(4).with_round_robin_repartition(false);
+    let cpu = SessionContext::new_with_config(config.clone());
+    for (name, parts) in [("a", &a), ("b", &b)] {
+        cpu.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+    }
+    let want = rt.block_on(rows(&cpu, sql)).0;
+    for swap in [true, false] {
+        let cfg = GpuConfig {
+            min_rows: 0,
+            placement: PlacementSetting::Always,
+            // DataFusion's sides, as over SSB's joins: the plan has no size to swap them by.
+            join_swap_lopsided: false,
+            join_swap_at_run_time: swap,
+            ..GpuConfig::default()
+        };
+        let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+        for (name, parts) in [("a", &a), ("b", &b)] {
+            ctx.register_table(name, Arc::new(GpuCachedTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+        }
+        let (got, plan) = rt.block_on(rows(&ctx, sql));
+        let shown = displayable(plan.as_ref()).indent(true).to_string();
+        assert_eq!(got, want, "swap at run time {swap}, seed {seed}\n{shown}");
+        let swaps = metric_total(&plan, Some("GpuHashJoinExec"), "swapped_at_run_time");
+        eprintln!("swap at run time {swap}: {swaps} joins swapped\n{shown}");
+        match swap {
+            true => assert!(swaps >= 1, "no join swapped its sides, seed {seed}\n{shown}"),
+            false => assert_eq!(swaps, 0, "a join swapped with the option off\n{shown}"),
+        }
+    }
+}

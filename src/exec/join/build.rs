@@ -189,6 +189,26 @@ pub(super) struct BuildJob {
 }
 
 impl BuildJob {
+    /// This job for the same join under another layout (its sides swapped, see
+    /// [`Layout::swapped`]), built for one probe stream without the plan's estimate, which was
+    /// made for the planned sides.
+    pub(super) fn swapped(&self, layout: Arc<Layout>) -> BuildJob {
+        BuildJob {
+            gpu: Arc::clone(&self.gpu),
+            join: Arc::clone(&self.join),
+            layout,
+            estimate: None,
+            cfg: self.cfg.clone(),
+            context: Arc::clone(&self.context),
+            metrics: self.metrics.clone(),
+            consumers: 1,
+            consumers_share_build: true,
+            route: self.route,
+            planned_out_of_core: false,
+            who: self.who.clone(),
+        }
+    }
+
     /// Collects the build side (partitions `partitions` of `left`) and prepares it: on the device
     /// when its state fits under the memory limit, else partitioned into pinned host memory for
     /// an out-of-core join whose output goes to `consumers` streams at once. In `Partitioned`
@@ -199,6 +219,11 @@ impl BuildJob {
     /// build goes to DataFusion's join instead, which then serves every probe partition.
     pub(super) async fn run(self, left: Arc<dyn ExecutionPlan>, partitions: std::ops::Range<usize>) -> Result<Built> {
         let input = collect(&left, partitions, &self.layout, &self.context).await?;
+        self.prepare(input).await
+    }
+
+    /// [`Self::run`] over the build input already collected.
+    pub(super) async fn prepare(self, input: BuildInput) -> Result<Built> {
         let (rows, bytes): (usize, u64) = match &input {
             BuildInput::Host(h) => (h.iter().map(RecordBatch::num_rows).sum(), h.iter().map(batch_bytes).sum()),
             BuildInput::Device(d) => {
@@ -254,7 +279,8 @@ impl BuildJob {
     ) -> Result<Built> {
         let (gpu, layout, metrics) = (&self.gpu, &self.layout, &self.metrics);
         let out_row = row_width(&layout.spec.schema).max(1);
-        let sizes = SpillSizes::new(bytes, limit, streams, self.route, out_row, window_bound(self.cfg.join_window_rows));
+        let sizes =
+            SpillSizes::new(bytes, limit, streams, self.route, out_row, window_bound(self.cfg.join_window_rows));
         metrics.spill_partitions.add(sizes.partitions());
         // The chunks are dealt to as many partitioning passes as may run at once, so that one
         // chunk's upload overlaps another's download; their partitions are merged after.

@@ -5,7 +5,7 @@ use datafusion::common::{not_impl_datafusion_err, not_impl_err};
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::{JoinSide, NullEquality};
+use datafusion::common::{JoinSide, JoinType, NullEquality};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::joins::HashJoinExec;
@@ -47,6 +47,45 @@ impl Layout {
             probe_cols: &self.probe_cols,
             probe_schema: &self.probe_schema,
         }
+    }
+}
+
+impl Layout {
+    /// This join with its sides' roles exchanged, over inputs already reduced to their uploaded
+    /// columns (the build side's device batches as collected, the probe side's after
+    /// `probe_columns`): the probe input is built and the build input probed, and the output
+    /// columns keep their order. Only for an inner join without a residual filter, whose pairs
+    /// do not depend on which side is built; `None` for any other.
+    pub(super) fn swapped(&self) -> Option<Layout> {
+        let spec = &self.spec;
+        if spec.join_type != JoinType::Inner || spec.filter.is_some() || spec.ordered || spec.null_aware {
+            return None;
+        }
+        let output = spec
+            .output
+            .iter()
+            .map(|c| match *c {
+                OutputColumn::Build(i) => OutputColumn::Probe(i),
+                OutputColumn::Probe(i) => OutputColumn::Build(i),
+                OutputColumn::Mark => OutputColumn::Mark,
+            })
+            .collect();
+        let swapped = JoinSpec {
+            build_keys: spec.probe_keys.clone(),
+            probe_keys: spec.build_keys.clone(),
+            output,
+            ..(**spec).clone()
+        };
+        Some(Layout {
+            build_cols: (0..self.probe_cols.len()).collect(),
+            build_schema: Arc::clone(&self.probe_schema),
+            probe_cols: (0..self.build_cols.len()).collect(),
+            probe_schema: Arc::clone(&self.build_schema),
+            spec: Arc::new(swapped),
+            choice: self.choice.clone(),
+            candidates: self.candidates.clone(),
+            no_spill: Some("its inputs were swapped at run time".into()),
+        })
     }
 }
 

@@ -520,6 +520,8 @@ struct Metrics {
     ran: Vec<(JoinAlgorithm, datafusion::physical_plan::metrics::Count)>,
     /// Builds, or probe partitions, finished by DataFusion's join when device memory ran out.
     cpu_fallbacks: datafusion::physical_plan::metrics::Count,
+    /// Joins that built on their probe side, the smaller at run time (`gpu.join.swap_at_run_time`).
+    swapped_at_run_time: datafusion::physical_plan::metrics::Count,
 }
 
 impl Metrics {
@@ -542,6 +544,7 @@ impl Metrics {
             handover_wait_time: b().subset_time("handover_wait_time", partition),
             ran: JoinAlgorithm::ALL.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
             cpu_fallbacks: b().counter("cpu_fallbacks", partition),
+            swapped_at_run_time: b().counter("swapped_at_run_time", partition),
         }
     }
 

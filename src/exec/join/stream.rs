@@ -17,7 +17,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitio
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
 
-use super::build::BuildJob;
+use super::build::{BuildInput, BuildJob, collect};
 use super::layout::Layout;
 use super::out_of_core::OutOfCoreProbe;
 use super::{Built, GpuHashJoinExec, JoinOutput, KeptBuild, Metrics, Probe, Shared, hash_join, probe_columns};
@@ -29,7 +29,7 @@ use crate::error::recoverable_on_cpu;
 use crate::exec::cpu_join::CpuJoin;
 use crate::exec::task_stream::TaskStream;
 use crate::exec::upload::ChunkUploader;
-use crate::exec::{as_gpu_exec, blocking, download_for_cpu, rows_within_limit, timeline};
+use crate::exec::{DeviceBatchStream, as_gpu_exec, blocking, download_for_cpu, rows_within_limit, timeline};
 use crate::join::triton::Arrival;
 use crate::join::{JoinBuild, PhaseTimes};
 
@@ -316,6 +316,73 @@ impl PartitionRun {
     }
 }
 
+/// The build side must hold at least this many rows for a join to read its probe side ahead and
+/// build on it instead (below, one build costs little either way).
+pub(super) const SWAP_MIN_BUILD_ROWS: usize = 1 << 18;
+/// ... and this many times the probe side's rows.
+pub(super) const SWAP_RATIO: usize = 4;
+
+/// Collects the build input of a one-partition join over device inputs; when it holds at least
+/// [`SWAP_MIN_BUILD_ROWS`] rows, reads the probe side ahead while that holds at most a
+/// [`SWAP_RATIO`]th of them. A probe side that ends within that is built on (`swapped`, the
+/// join's layout with the sides' roles exchanged), and the build input's batches are probed:
+/// the output is the same, for far less build work. Otherwise, or when that build fails for
+/// want of device memory, the join builds as planned and probes the batches read ahead first.
+async fn sides_at_run_time(
+    job: BuildJob,
+    run: PartitionRun,
+    swapped: Layout,
+    left: Arc<dyn ExecutionPlan>,
+    partitions: std::ops::Range<usize>,
+    mut probe: DeviceBatchStream,
+) -> Result<(Built, Probe, PartitionRun)> {
+    let parts = match collect(&left, partitions, &job.layout, &job.context).await? {
+        BuildInput::Device(parts) => parts,
+        host => return Ok((job.prepare(host).await?, Probe::Device(probe), run)),
+    };
+    let build_rows: usize = parts.iter().map(DeviceBatch::num_rows).sum();
+    let (mut head, mut probe_rows, mut ended) = (Vec::new(), 0usize, false);
+    if build_rows >= SWAP_MIN_BUILD_ROWS {
+        while probe_rows.saturating_mul(SWAP_RATIO) <= build_rows {
+            match probe.next().await.transpose()? {
+                Some(b) => {
+                    probe_rows += b.num_rows();
+                    head.push(b);
+                }
+                None => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+    }
+    if ended && probe_rows > 0 && probe_rows.saturating_mul(SWAP_RATIO) <= build_rows {
+        let probe_side = head.iter().map(|b| probe_columns(&job.layout, b)).collect::<Result<Vec<_>>>()?;
+        let swapped = Arc::new(swapped);
+        let (built, _) = job.swapped(Arc::clone(&swapped)).in_memory(BuildInput::Device(probe_side), probe_rows).await;
+        match built {
+            Ok(built) => {
+                timeline::mark(&run.who, || {
+                    format!("sides swapped at run time: builds the probe side's {probe_rows} rows, probes {build_rows}")
+                });
+                job.metrics.swapped_at_run_time.add(1);
+                let probe: DeviceBatchStream = Box::pin(futures::stream::iter(parts.into_iter().map(Ok)));
+                return Ok((built, Probe::Device(probe), PartitionRun { layout: swapped, ..run }));
+            }
+            Err(e) if recoverable_on_cpu(&e) => {
+                timeline::mark(&run.who, || format!("the swapped build failed ({e}): builds as planned"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let head = futures::stream::iter(head.into_iter().map(Ok));
+    let probe: DeviceBatchStream = match ended {
+        true => Box::pin(head),
+        false => Box::pin(head.chain(probe)),
+    };
+    Ok((job.prepare(BuildInput::Device(parts)).await?, Probe::Device(probe), run))
+}
+
 impl GpuHashJoinExec {
     /// The output of partition `partition`: device batches, and host ones where DataFusion's
     /// join finished the work.
@@ -405,17 +472,39 @@ impl GpuHashJoinExec {
             chunk_rows,
             who: who.clone(),
         };
+        // A join in one partition over device inputs may build on the smaller side, chosen on
+        // the real sizes (there is no other partition to share the build with).
+        let swapped = match &probe {
+            Probe::Device(_)
+                if cfg.join_swap_at_run_time
+                    && mode == PartitionMode::CollectLeft
+                    && probe_partitions == 1
+                    && !planned_out_of_core =>
+            {
+                layout.swapped()
+            }
+            _ => None,
+        };
         let (mut tx, rx) = mpsc::channel::<Result<JoinOutput>>(2);
         let task = SpawnedTask::spawn(async move {
             let result = async {
-                let built = if mode == PartitionMode::CollectLeft {
-                    let init = || {
+                let (built, probe, run) = match (swapped, probe) {
+                    (Some(swapped), Probe::Device(probe)) => {
                         shared.remaining.store(probe_partitions, Ordering::SeqCst);
-                        job.run(left, build_partitions)
-                    };
-                    shared.build.get_or_start(init).await?
-                } else {
-                    job.run(left, build_partitions).await?
+                        sides_at_run_time(job, run, swapped, left, build_partitions, probe).await?
+                    }
+                    (_, probe) => {
+                        let built = if mode == PartitionMode::CollectLeft {
+                            let init = || {
+                                shared.remaining.store(probe_partitions, Ordering::SeqCst);
+                                job.run(left, build_partitions)
+                            };
+                            shared.build.get_or_start(init).await?
+                        } else {
+                            job.run(left, build_partitions).await?
+                        };
+                        (built, probe, run)
+                    }
                 };
                 timeline::mark(&who, || "build ready".into());
                 match built {
