@@ -800,13 +800,18 @@ impl std::fmt::Display for SuiteReport {
             )?,
             _ => {}
         }
+        // Fewer CPU runs than GPU runs with `--cpu-iterations` (the record keeps each run).
+        let cpu_runs = self.queries.iter().map(|q| q.cpu_runs_ms.len()).max().unwrap_or(0);
+        let runs = match cpu_runs < self.iterations {
+            true => format!("medians of {} timed runs with the GPU rule and {cpu_runs} on the CPU", self.iterations),
+            false => format!("medians of {} timed runs", self.iterations),
+        };
         writeln!(
             f,
-            "CPU: DataFusion, {} partitions on {} cores{}; medians of {} timed runs after one checked run\n",
+            "CPU: DataFusion, {} partitions on {} cores{}; {runs} after one checked run\n",
             self.partitions,
             self.host_cores,
             self.host_cpu.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(),
-            self.iterations
         )?;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         let floors = self.queries.iter().any(|q| q.floor_ms.is_some());
