@@ -127,6 +127,47 @@ fn layout_uploads_only_needed_columns() {
     assert!(exec.layout.probe_cols == vec![0, 1]);
 }
 
+/// An inner join's layout with the sides' roles exchanged reads the inputs as already reduced to
+/// their uploaded columns: the probe side's columns become the build's (identity positions), the
+/// keys change sides, and each output column comes from the other side at the same position, so
+/// the output keeps its order. Only inner joins without a residual filter have one.
+#[test]
+fn swapped_layout_exchanges_the_sides_and_keeps_the_output_order() {
+    let cfg = GpuConfig::default();
+    // Inner on (b, y) and (a, x), projected to (z, a, y, c).
+    let exec =
+        GpuHashJoinExec::try_new(join(JoinType::Inner, Some(vec![5, 0, 4, 2]), &[(1, 1), (0, 0)]), &cfg).unwrap();
+    let l = &exec.layout;
+    assert_eq!((l.build_cols.clone(), l.probe_cols.clone()), (vec![0, 1, 2], vec![0, 1, 2]));
+    let s = l.swapped().expect("an inner join without a filter swaps");
+    assert_eq!(s.build_cols, (0..l.probe_cols.len()).collect::<Vec<_>>());
+    assert_eq!(s.probe_cols, (0..l.build_cols.len()).collect::<Vec<_>>());
+    assert_eq!(s.build_schema, l.probe_schema);
+    assert_eq!(s.probe_schema, l.build_schema);
+    assert_eq!(
+        (s.spec.build_keys.clone(), s.spec.probe_keys.clone()),
+        (l.spec.probe_keys.clone(), l.spec.build_keys.clone())
+    );
+    assert_eq!(
+        s.spec.output,
+        vec![OutputColumn::Build(2), OutputColumn::Probe(0), OutputColumn::Build(1), OutputColumn::Probe(2)]
+    );
+    assert_eq!(
+        l.spec.output,
+        vec![OutputColumn::Probe(2), OutputColumn::Build(0), OutputColumn::Probe(1), OutputColumn::Build(2)]
+    );
+    assert_eq!(s.spec.schema, l.spec.schema);
+    assert_eq!(s.spec.keys.encoding, l.spec.keys.encoding);
+    assert!(s.no_spill.is_some(), "a swapped build does not go out of core");
+    // Outer, semi and anti joins decide rows by side: no swap.
+    for jt in
+        [JoinType::Left, JoinType::Right, JoinType::Full, JoinType::LeftSemi, JoinType::RightAnti, JoinType::LeftMark]
+    {
+        let exec = GpuHashJoinExec::try_new(join(jt, None, &[(0, 0)]), &cfg).unwrap();
+        assert!(exec.layout.swapped().is_none(), "{jt}");
+    }
+}
+
 /// EXPLAIN says when a join is on the GPU for its parent, and keeps saying it through a
 /// rebuild of the plan.
 #[test]
