@@ -170,6 +170,7 @@ pub(super) fn per_row(bytes: u64, rows: usize) -> u64 {
 }
 
 /// Everything a join partition's build needs.
+#[derive(Clone)]
 pub(super) struct BuildJob {
     pub(super) gpu: Arc<Gpu>,
     /// The `HashJoinExec` the GPU join replaces (for DataFusion's join when it falls back).
@@ -194,18 +195,12 @@ impl BuildJob {
     /// made for the planned sides.
     pub(super) fn swapped(&self, layout: Arc<Layout>) -> BuildJob {
         BuildJob {
-            gpu: Arc::clone(&self.gpu),
-            join: Arc::clone(&self.join),
             layout,
             estimate: None,
-            cfg: self.cfg.clone(),
-            context: Arc::clone(&self.context),
-            metrics: self.metrics.clone(),
             consumers: 1,
             consumers_share_build: true,
-            route: self.route,
             planned_out_of_core: false,
-            who: self.who.clone(),
+            ..self.clone()
         }
     }
 

@@ -318,9 +318,9 @@ impl PartitionRun {
 
 /// The build side must hold at least this many rows for a join to read its probe side ahead and
 /// build on it instead (below, one build costs little either way).
-pub(super) const SWAP_MIN_BUILD_ROWS: usize = 1 << 18;
+const SWAP_MIN_BUILD_ROWS: usize = 1 << 18;
 /// ... and this many times the probe side's rows.
-pub(super) const SWAP_RATIO: usize = 4;
+const SWAP_RATIO: usize = 4;
 
 /// Collects the build input of a one-partition join over device inputs; when it holds at least
 /// [`SWAP_MIN_BUILD_ROWS`] rows, reads the probe side ahead while that holds at most a
