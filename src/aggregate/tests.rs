@@ -761,6 +761,73 @@ fn group_ids_handle_the_key_whose_word_is_all_ones() {
     }
 }
 
+/// A group key that a filter makes constant (`WHERE k_str = 'key-3'`, as SSB q2.3's `p_brand1`)
+/// counts as sorted, and DataFusion plans the aggregate over it in PartiallySorted mode.
+const CONSTANT_KEY_QUERY: &str = "SELECT k_date, k_str, count(*) c, sum(v_i64) s, min(v_i32) m FROM t \
+     WHERE k_str = 'key-3' GROUP BY k_date, k_str ORDER BY k_date";
+
+/// The aggregates of `plan` (CPU operators) and their input order modes.
+fn aggregate_modes(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<(Arc<dyn ExecutionPlan>, String)>) {
+    if let Some(a) = plan.downcast_ref::<AggregateExec>() {
+        out.push((Arc::clone(plan), format!("{:?}", a.input_order_mode())));
+    }
+    for c in plan.children() {
+        aggregate_modes(c, out);
+    }
+}
+
+/// Without a device: an aggregate reading its group keys sorted only because a filter makes
+/// them constant has a GPU layout (a hash group-by gives its groups, and any row order keeps
+/// the order on a constant); one over input truly sorted on a key (a table declared sorted)
+/// has none, with the reason.
+#[tokio::test]
+async fn sorted_group_keys_run_on_the_gpu_only_when_constant() {
+    let mut rng = StdRng::seed_from_u64(fresh_seed("sorted_group_keys_run_on_the_gpu_only_when_constant"));
+    let batch = table(&mut rng, Dist::Groups(16), 5_000);
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+    register(&ctx, &batch, 2);
+    let plan = ctx.sql(CONSTANT_KEY_QUERY).await.unwrap().create_physical_plan().await.unwrap();
+    let mut aggs = Vec::new();
+    aggregate_modes(&plan, &mut aggs);
+    let shown = displayable(plan.as_ref()).indent(true).to_string();
+    assert!(aggs.iter().any(|(_, m)| m.starts_with("PartiallySorted")), "{shown}");
+    for (agg, mode) in &aggs {
+        let a = agg.downcast_ref::<AggregateExec>().unwrap();
+        assert!(super::layout::AggregateLayout::new(a).is_ok(), "{mode}: {shown}");
+    }
+
+    // The same table declared sorted on k_date: the aggregate streams its groups in that order.
+    let sorted = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+    let order = vec![vec![datafusion::prelude::col("k_date").sort(true, false)]];
+    let table = MemTable::try_new(batch.schema(), vec![vec![batch.clone()]]).unwrap().with_sort_order(order);
+    sorted.register_table("t", Arc::new(table)).unwrap();
+    let sql = "SELECT k_date, count(*) c FROM t GROUP BY k_date";
+    let plan = sorted.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+    let mut aggs = Vec::new();
+    aggregate_modes(&plan, &mut aggs);
+    let shown = displayable(plan.as_ref()).indent(true).to_string();
+    let (agg, _) = aggs.iter().find(|(_, m)| m == "Sorted").unwrap_or_else(|| panic!("no sorted aggregate: {shown}"));
+    let why = super::layout::AggregateLayout::new(agg.downcast_ref::<AggregateExec>().unwrap()).err();
+    assert!(why.is_some_and(|e| e.to_string().contains("sorted on its group keys")), "{shown}");
+}
+
+/// The GPU aggregates of [`CONSTANT_KEY_QUERY`] (PartiallySorted on the constant key) give
+/// DataFusion's answer, in every mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_aggregate_groups_keys_made_constant_by_a_filter() {
+    let _g = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_aggregate_groups_keys_made_constant_by_a_filter") else { return };
+    let seed = fresh_seed("gpu_aggregate_groups_keys_made_constant_by_a_filter");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for dist in [Dist::Groups(16), Dist::Zipf(1.0)] {
+        let rows = rng.random_range(40_000..60_000);
+        let batch = table(&mut rng, dist, rows);
+        failures.extend(check(&batch, CONSTANT_KEY_QUERY, &format!("{dist:?} constant key"), &EVERY_MODE).await);
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
+}
+
 #[test]
 fn algorithm_settings_parse() {
     for (text, want) in [
