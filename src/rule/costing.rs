@@ -120,13 +120,21 @@ pub fn join_estimate(
             _ => staged,
         }
     };
+    // Each upload also pays per batch: the builds' and the probe chunks' of the host sides only.
+    let mut up_batches = 0.0;
     match device_side(left, partitioned, true, cfg) {
         Some(side) => cpu_down_bytes += left_rows * row_bytes(&side.schema()),
-        None => up_bytes += host_side(left, true, left_rows * staged_row_bytes(bs, cfg.narrow_decimals)),
+        None => {
+            up_bytes += host_side(left, true, left_rows * staged_row_bytes(bs, cfg.narrow_decimals));
+            up_batches += builds;
+        }
     }
     match device_side(right, partitioned, false, cfg) {
         Some(side) => cpu_down_bytes += right_rows * row_bytes(&side.schema()),
-        None => up_bytes += host_side(right, false, right_rows * staged_row_bytes(ps, cfg.narrow_decimals)),
+        None => {
+            up_bytes += host_side(right, false, right_rows * staged_row_bytes(ps, cfg.narrow_decimals));
+            up_batches += probe_chunks;
+        }
     }
     let mut down_bytes = output_rows * row_bytes(&hj.schema());
     let mut rounds_seconds = 0.0;
@@ -160,7 +168,7 @@ pub fn join_estimate(
     };
     let verdict = Verdict {
         gpu_compute: choice.seconds() + rounds_seconds,
-        upload: upload_seconds(up_bytes, builds + probe_chunks, profile),
+        upload: upload_seconds(up_bytes, up_batches, profile),
         // Most parents are CPU operators: count the download (a GPU parent would save it).
         download: download_seconds(down_bytes, profile),
         cpu: join_cost::cpu_seconds(&shape, profile),
@@ -266,7 +274,11 @@ pub fn pinned_scan_bytes(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuCo
 /// its GPU parent without its download).
 ///
 /// A join rebuilt because the GPU join below it was ([`Rebuilt::WithJoinBelow`]) is kept, priced
-/// again: the alternative keeps that join's exchange, which its own repricing found dearer.
+/// again: the alternative keeps that join's exchange, which its own repricing found dearer. So is
+/// one whose inputs around the repartitions are all on the device, with `gpu.cost.resident_inputs`:
+/// kept Partitioned, the CPU would hash device data, each input going down and up again (TPC-H
+/// q20's semi join of `partsupp` with the `lineitem` sums over cached tables took 51-56 ms that
+/// way on an H200, against 18 ms read around its repartitions).
 pub fn reprice_without_repartitions(
     g: GpuHashJoinExec,
     why: Rebuilt,
@@ -281,7 +293,7 @@ pub fn reprice_without_repartitions(
     match join_estimate(&g, &node, cfg, profile, None, gpu) {
         Some(mut e) => {
             e.verdict.cpu_exchange = e.verdict.cpu_exchange.max(exchange);
-            if why == Rebuilt::WithJoinBelow {
+            if why == Rebuilt::WithJoinBelow || (cfg.resident_inputs && inputs_on_device(&node, cfg)) {
                 return Some(g.with_estimate(e));
             }
             let keep = match (cfg.reprice_against_cpu, g.placed_for_gpu_parent()) {
@@ -339,9 +351,31 @@ pub fn device_side(
     let below = match (partitioned, build) {
         (true, _) => removable_repartition(side).map(|r| r.input()),
         (false, true) => gathered_input(side),
-        (false, false) => None,
+        // A probe side behind a round-robin repartition of a region that runs as one partition
+        // over cached tables: that pass drops the repartition (TPC-H q8's region join).
+        (false, false) => super::one_partition::round_robin_dropped(side, cfg),
     }?;
     on_device(below)
+}
+
+/// Whether every input of `node` (a hash join or an aggregate) is on the device for its GPU
+/// exec: each side of a join as [`device_side`] finds it, an aggregate's input likewise, and a
+/// final aggregate stage's the states of a GPU partial stage that it merges on the device
+/// (`gpu.aggregate.exchange`).
+pub fn inputs_on_device(node: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> bool {
+    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+    if let Some(hj) = node.downcast_ref::<HashJoinExec>() {
+        let partitioned = *hj.partition_mode() == PartitionMode::Partitioned;
+        return device_side(hj.left(), partitioned, true, cfg).is_some()
+            && device_side(hj.right(), partitioned, false, cfg).is_some();
+    }
+    let Some(agg) = node.downcast_ref::<AggregateExec>() else { return false };
+    match agg.mode() {
+        AggregateMode::Final | AggregateMode::FinalPartitioned => {
+            cfg.aggregate_exchange && crate::rule::eligibility::reads_gpu_partial_states(agg)
+        }
+        _ => device_side(agg.input(), false, false, cfg).is_some(),
+    }
 }
 
 /// The GPU exec below `top`'s chain of filters and projections, when
@@ -614,6 +648,14 @@ mod tests {
             assert_eq!(on_gpu.verdict.cpu, on_cpu.verdict.cpu, "{what}");
             assert!(on_gpu.verdict.describe().contains("download of its GPU input"), "{what}");
         }
+        // Both sides on the device: nothing goes up, not even the per-batch cost of uploads.
+        let both = estimate(join(
+            Arc::new(CoalescePartitionsExec::new(Arc::clone(&gpu_lower))),
+            Arc::clone(&gpu_lower),
+            JoinType::Inner,
+            None,
+        ));
+        assert_eq!(both.verdict.upload, 0.0, "{}", both.verdict.describe());
         // A CollectLeft probe side behind a repartition is read through the host: not on the device.
         let probe = hashed(Arc::clone(&gpu_lower));
         assert!(device_side(&probe, false, false, &cfg).is_none());
@@ -856,6 +898,72 @@ mod tests {
         assert!(d.verdict.cpu_download > 0.0, "{}", d.verdict.describe());
         let off = GpuConfig { aggregate_join_pricing: false, ..GpuConfig::default() };
         assert!(estimate(&over_gpu, &off).is_none());
+    }
+
+    /// A join reads its inputs on the device when both are GPU outputs, not when one is a CPU
+    /// operator's; a final aggregate stage when its exchange reads a GPU partial's states (and
+    /// gpu.aggregate.exchange merges them there), and a partial stage when its input is a GPU
+    /// operator's output.
+    #[tokio::test]
+    async fn inputs_on_the_device_are_recognised_for_joins_and_aggregate_stages() {
+        use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+        use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        use datafusion::prelude::{SessionConfig, SessionContext};
+        let cfg = GpuConfig::default();
+        let gpu = |p: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            Arc::new(GpuHashJoinExec::try_new(p, &cfg).unwrap())
+        };
+        let lower = || join(source(2000), source(50_000), JoinType::Inner, Some(vec![2, 3]));
+        let gathered = |p| Arc::new(CoalescePartitionsExec::new(p)) as Arc<dyn ExecutionPlan>;
+        let both = join(gathered(gpu(lower())), gpu(lower()), JoinType::Inner, None);
+        assert!(inputs_on_device(&both, &cfg));
+        let one = join(gathered(lower()), gpu(lower()), JoinType::Inner, None);
+        assert!(!inputs_on_device(&one, &cfg));
+
+        // SELECT sum(v): Final over a coalesce of the Partial, which reads the table.
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        ctx.register_table("t", crate::testing::memory_kv_table(10_000, 2)).unwrap();
+        let plan = ctx.sql("SELECT sum(v) FROM t").await.unwrap().create_physical_plan().await.unwrap();
+        let mut node = Arc::clone(&plan);
+        while node.downcast_ref::<AggregateExec>().is_none_or(|a| *a.mode() != AggregateMode::Final) {
+            node = Arc::clone(node.children()[0]);
+        }
+        let coalesce = Arc::clone(node.children()[0]);
+        let partial = Arc::clone(coalesce.children()[0]);
+        assert!(!inputs_on_device(&node, &cfg), "a CPU partial's states are on the host");
+        assert!(!inputs_on_device(&partial, &cfg), "the partial reads a memory table");
+        let gpu_partial: Arc<dyn ExecutionPlan> =
+            Arc::new(GpuAggregateExec::try_new(Arc::clone(&partial), &cfg).unwrap());
+        use datafusion::physical_plan::ChildrenPropertiesMode;
+        use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
+        let replace = |p: Arc<dyn ExecutionPlan>, c| {
+            p.replace_children(vec![c], ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute)).unwrap()
+        };
+        let over_gpu = replace(Arc::clone(&node), replace(coalesce, gpu_partial));
+        assert!(inputs_on_device(&over_gpu, &cfg));
+        assert!(!inputs_on_device(&over_gpu, &GpuConfig { aggregate_exchange: false, ..cfg.clone() }));
+        // A partial stage over a join: on the device once the join is on the GPU.
+        ctx.register_table("u", crate::testing::memory_kv_table(10_000, 2)).unwrap();
+        let sql = "SELECT sum(t.v) FROM t JOIN u ON t.k = u.k";
+        let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+        let mut partial = Arc::clone(&plan);
+        while partial.downcast_ref::<AggregateExec>().is_none_or(|a| *a.mode() != AggregateMode::Partial) {
+            partial = Arc::clone(partial.children()[0]);
+        }
+        assert!(!inputs_on_device(&partial, &cfg));
+        use datafusion::common::tree_node::{Transformed, TreeNode};
+        let on_gpu = Arc::clone(&partial)
+            .transform_up(|n| match n.downcast_ref::<HashJoinExec>() {
+                Some(_) => Ok(Transformed::yes(gpu(n))),
+                None => Ok(Transformed::no(n)),
+            })
+            .unwrap()
+            .data;
+        assert!(
+            inputs_on_device(&on_gpu, &cfg),
+            "{}",
+            datafusion::physical_plan::displayable(on_gpu.as_ref()).indent(true)
+        );
     }
 
     /// A small join is priced from the plan's statistics, with its transfers, and the CPU wins;

@@ -11,8 +11,9 @@
 //! Filters over a cached scan are left as they are (a CPU parent reads the scan's host
 //! batches), as are those over a CPU operator.
 //!
-//! A chain over fewer likely rows than `gpu.cost.min_rows` stays on the CPU: there the host
-//! filters a few rows in less time than the device's launches take.
+//! With `gpu.cost.resident_inputs` off, a chain over fewer likely rows than `gpu.cost.min_rows`
+//! stays on the CPU: there the host filters a few rows in less time than the device's launches
+//! take, but the GPU operator below then downloads them all.
 
 use std::sync::Arc;
 
@@ -74,7 +75,10 @@ fn over_gpu_output(top: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<Arc<
     if !Arc::ptr_eq(&fused.input, node) || !fused.chain.iter().any(|n| n.downcast_ref::<FilterExec>().is_some()) {
         return None;
     }
-    if let Some(rows) = likely_rows(&fused.input)
+    // (With gpu.cost.resident_inputs its input, a GPU operator's output, is on the device
+    // already: the chain goes there whatever its size.)
+    if !cfg.resident_inputs
+        && let Some(rows) = likely_rows(&fused.input)
         && rows < cfg.min_rows as f64
     {
         log::debug!(
@@ -150,7 +154,9 @@ mod tests {
         unchanged(&projection_alone, &cfg);
         // A projection under the filter computes for rows the filter drops: the chain stays.
         unchanged(&filter_over(Arc::clone(&projection_alone)), &cfg);
-        unchanged(&filtered, &GpuConfig { min_rows: 1_000_000, ..cfg.clone() });
+        unchanged(&filtered, &GpuConfig { min_rows: 1_000_000, resident_inputs: false, ..cfg.clone() });
+        let big = GpuConfig { min_rows: 1_000_000, ..cfg.clone() };
+        assert_ne!(text(&filtered), text(&fuse_filters_over_gpu_output(Arc::clone(&filtered), &big).unwrap()));
         unchanged(&filtered, &GpuConfig { fuse_filters: false, ..cfg.clone() });
         unchanged(&filtered, &GpuConfig { fuse_expressions: false, ..cfg });
     }

@@ -73,6 +73,11 @@ pub fn fused_side(
         let inner = fused(input, cfg, pricing)?;
         return Some(Arc::new(CoalescePartitionsExec::new(inner)));
     }
+    if let Some(input) = super::one_partition::round_robin_dropped(side, cfg) {
+        let inner = fused(input, cfg, pricing)?;
+        let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        return Arc::clone(side).replace_children(vec![inner], recompute).ok();
+    }
     fused(side, cfg, pricing)
 }
 

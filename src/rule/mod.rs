@@ -87,6 +87,15 @@ fn priced<G, S, A>(
     }
 }
 
+/// `e` with EXPLAIN's note that its operator runs on the GPU over inputs already there
+/// (`gpu.cost.resident_inputs`) where the estimate favours the CPU.
+fn resident_note<S, A>(mut e: Estimate<S, A>) -> Estimate<S, A> {
+    if !e.verdict.gpu_wins() {
+        e.notes.push("on the GPU all the same: its inputs are on the device (gpu.cost.resident_inputs)".into());
+    }
+    e
+}
+
 impl PhysicalOptimizerRule for GpuOptimizerRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         let cfg = GpuConfig::from_options(config);
@@ -386,11 +395,15 @@ impl Placer<'_> {
         // A join whose build would not fit runs out of core when it can (issue: Triton join).
         let mut over_limit = None;
         let mut verdict = None;
+        // Every input already on the device (`gpu.cost.resident_inputs`): neither min_rows nor
+        // the model's comparison with the CPU places it.
+        let resident = self.device.is_none() && self.cfg.resident_inputs && costing::inputs_on_device(&node, self.cfg);
+        let min_rows = if resident { 0 } else { self.cfg.min_rows };
         let mut reasons = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
             over_limit = self.memory_limit.and_then(|limit| eligibility::build_memory_reason(join, limit));
-            eligibility::join_reasons(join, self.cfg.min_rows)
+            eligibility::join_reasons(join, min_rows)
         } else if let Some(agg) = node.downcast_ref::<AggregateExec>() {
-            eligibility::aggregate_reasons(agg, self.cfg.min_rows)
+            eligibility::aggregate_reasons(agg, min_rows)
         } else {
             return Ok(None);
         };
@@ -415,7 +428,13 @@ impl Placer<'_> {
                 let estimate =
                     self.profile.and_then(|p| costing::join_estimate(&g, &node, self.cfg, p, limit, self.gpu));
                 verdict = estimate.as_ref().map(|e| e.verdict.clone());
-                Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons)) as _
+                Arc::new(match resident {
+                    true => match estimate {
+                        Some(e) => g.with_estimate(resident_note(e)),
+                        None => g,
+                    },
+                    false => priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons),
+                }) as _
             })
         } else {
             // The aggregate's own checks run with or without a device, so EXPLAIN names them.
@@ -432,7 +451,11 @@ impl Placer<'_> {
                 // algorithm: a guess of the rows, and one group per row, is too loose for
                 // either.
                 let estimate = estimate.filter(|e| !e.bounded);
-                let g = priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons);
+                let g = match (resident, estimate) {
+                    (true, Some(e)) => g.with_estimate(resident_note(e)),
+                    (true, None) => g,
+                    (false, estimate) => priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons),
+                };
                 let g = if reasons.is_empty() && self.cfg.fuse_expressions {
                     let g = g.with_fused_input(self.cfg.fuse_filters);
                     match self.pricing {

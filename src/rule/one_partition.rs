@@ -146,6 +146,55 @@ fn one_partition(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Executi
     Ok((is_single(&rebuilt) || kept).then_some(rebuilt))
 }
 
+/// Whether this pass would run `node`'s region as one partition, judged before the rule's later
+/// passes: its every leaf a cached scan of one device batch (or a node of one partition) and
+/// every node between them a GPU operator, an exchange without order or a filter or projection
+/// (which the device takes over with its GPU parent), none keeping an order.
+pub fn would_run_in_one_partition(node: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::filter::FilterExec;
+    use datafusion::physical_plan::projection::ProjectionExec;
+    if node.output_ordering().is_some() {
+        return false;
+    }
+    if let Some(scan) = node.downcast_ref::<GpuCachedScanExec>() {
+        return scan.in_one_partition().is_some() || is_single(node);
+    }
+    if let Some(r) = node.downcast_ref::<RepartitionExec>() {
+        return !r.preserve_order() && would_run_in_one_partition(r.input());
+    }
+    if let Some(c) = node.downcast_ref::<CoalescePartitionsExec>() {
+        return c.fetch().is_none() && would_run_in_one_partition(c.input());
+    }
+    if node.downcast_ref::<FilterExec>().is_some() || node.downcast_ref::<ProjectionExec>().is_some() {
+        return would_run_in_one_partition(node.children()[0]);
+    }
+    if !computes(node) {
+        return is_single(node);
+    }
+    if node.downcast_ref::<GpuHashJoinExec>().is_some_and(|j| j.out_of_core().is_some()) {
+        return false;
+    }
+    node.children().into_iter().all(would_run_in_one_partition)
+}
+
+/// What `side` redistributes when it is a round-robin `RepartitionExec` that this pass will drop
+/// (`gpu.table_cache.one_partition`, its region run as one partition). DataFusion spreads a small
+/// cached table's filter over the partitions so (TPC-H q7's second nation filter, a join's probe
+/// side; q8's region join reads another join so). The rule prices and fuses what is below it as
+/// the device will read it; elsewhere such a repartition stays, and a GPU input under it crosses
+/// the host.
+pub fn round_robin_dropped<'a>(
+    side: &'a Arc<dyn ExecutionPlan>,
+    cfg: &crate::config::GpuConfig,
+) -> Option<&'a Arc<dyn ExecutionPlan>> {
+    let r = side.downcast_ref::<RepartitionExec>()?;
+    let dropped = cfg.table_cache_one_partition
+        && !r.preserve_order()
+        && matches!(r.partitioning(), Partitioning::RoundRobinBatch(_))
+        && would_run_in_one_partition(side);
+    dropped.then(|| r.input())
+}
+
 /// Whether `plan` has one output partition.
 fn is_single(plan: &Arc<dyn ExecutionPlan>) -> bool {
     plan.output_partitioning().partition_count() == 1

@@ -208,13 +208,16 @@ async fn shared_statistics_give_the_same_estimates() {
 /// Over every TPC-H and SSB plan with its scans cached and its joins and aggregates on the GPU,
 /// running the regions over one-batch cached tables as one partition keeps the plan sane
 /// (each node's required distribution and ordering), its schema and its output partitioning,
-/// and leaves every GPU operator's declared partitions matching its inputs'.
+/// and leaves every GPU operator's declared partitions matching its inputs', with no CPU filter
+/// directly below a GPU join.
 #[tokio::test]
 async fn cached_regions_in_one_partition_keep_the_plans_sane() {
     use datafusion::config::ConfigOptions;
     use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
     use datafusion::physical_plan::ExecutionPlanProperties;
     use datafusion::physical_plan::joins::PartitionMode;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::filter::FilterExec;
     use datafusion_gpu::exec::GpuFilterProjectExec;
     use datafusion_gpu::exec::cached_scan::cache_memory_scans;
     use datafusion_gpu::rule::one_partition::run_cached_regions_in_one_partition;
@@ -251,6 +254,12 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
                 assert_eq!(here, count(children[0]), "{what}");
             }
             if let Some(j) = node.downcast_ref::<GpuHashJoinExec>() {
+                // Every filter of a join's input is on the device, also one that DataFusion
+                // spread over the partitions with a round-robin repartition this pass dropped.
+                for c in &children {
+                    let c = c.downcast_ref::<CoalescePartitionsExec>().map_or(*c, |g| g.input());
+                    assert!(c.downcast_ref::<FilterExec>().is_none(), "a CPU filter under a GPU join: {what}");
+                }
                 assert_eq!(here, count(children[1]), "{what}");
                 if j.mode().unwrap() == PartitionMode::Partitioned {
                     assert_eq!(count(children[0]), count(children[1]), "{what}");
