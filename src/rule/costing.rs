@@ -372,7 +372,7 @@ pub fn inputs_on_device(node: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> bool 
     let Some(agg) = node.downcast_ref::<AggregateExec>() else { return false };
     match agg.mode() {
         AggregateMode::Final | AggregateMode::FinalPartitioned => {
-            cfg.aggregate_exchange && crate::rule::eligibility::reads_gpu_partial_states(agg)
+            cfg.aggregate_exchange && crate::exec::aggregate::gpu_partial_below_exchange(agg).is_ok()
         }
         _ => device_side(agg.input(), false, false, cfg).is_some(),
     }

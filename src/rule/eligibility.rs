@@ -297,27 +297,6 @@ pub fn aggregate_reasons(agg: &AggregateExec, min_rows: usize) -> Vec<FallbackRe
     out
 }
 
-/// Whether `agg` is a final stage whose exchange (a hash repartition or a coalesce) reads a GPU
-/// aggregate's partial states.
-pub fn reads_gpu_partial_states(agg: &AggregateExec) -> bool {
-    use datafusion::physical_plan::aggregates::AggregateMode;
-    if !matches!(agg.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned) {
-        return false;
-    }
-    let exchange = agg.input();
-    let below = if let Some(r) = exchange.downcast_ref::<RepartitionExec>() {
-        r.input()
-    } else if let Some(c) = exchange.downcast_ref::<CoalescePartitionsExec>() {
-        c.input()
-    } else {
-        return false;
-    };
-    below
-        .downcast_ref::<GpuAggregateExec>()
-        .and_then(|g| g.original().downcast_ref::<AggregateExec>().map(|a| *a.mode() == AggregateMode::Partial))
-        .unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,13 +71,23 @@ fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPl
 
 /// A GPU exec with the cost model's estimate attached, or, when the model expects the CPU to be
 /// faster, unchanged with that reason added to `reasons` (so the rule keeps the CPU operator).
+/// With `resident` (every input on the device, `gpu.cost.resident_inputs`) the estimate only
+/// chooses the algorithm: it is attached whatever it says, with EXPLAIN's note where it favours
+/// the CPU.
 fn priced<G, S, A>(
     exec: G,
     estimate: Option<Estimate<S, A>>,
     attach: impl FnOnce(G, Estimate<S, A>) -> G,
+    resident: bool,
     reasons: &mut Vec<FallbackReason>,
 ) -> G {
     match estimate {
+        Some(mut e) if resident => {
+            if !e.verdict.gpu_wins() {
+                e.notes.push("on the GPU all the same: its inputs are on the device (gpu.cost.resident_inputs)".into());
+            }
+            attach(exec, e)
+        }
         Some(e) if !e.verdict.gpu_wins() => {
             reasons.push(FallbackReason::Cost(e.verdict.describe()));
             exec
@@ -85,15 +95,6 @@ fn priced<G, S, A>(
         Some(e) => attach(exec, e),
         None => exec,
     }
-}
-
-/// `e` with EXPLAIN's note that its operator runs on the GPU over inputs already there
-/// (`gpu.cost.resident_inputs`) where the estimate favours the CPU.
-fn resident_note<S, A>(mut e: Estimate<S, A>) -> Estimate<S, A> {
-    if !e.verdict.gpu_wins() {
-        e.notes.push("on the GPU all the same: its inputs are on the device (gpu.cost.resident_inputs)".into());
-    }
-    e
 }
 
 impl PhysicalOptimizerRule for GpuOptimizerRule {
@@ -428,13 +429,7 @@ impl Placer<'_> {
                 let estimate =
                     self.profile.and_then(|p| costing::join_estimate(&g, &node, self.cfg, p, limit, self.gpu));
                 verdict = estimate.as_ref().map(|e| e.verdict.clone());
-                Arc::new(match resident {
-                    true => match estimate {
-                        Some(e) => g.with_estimate(resident_note(e)),
-                        None => g,
-                    },
-                    false => priced(g, estimate, GpuHashJoinExec::with_estimate, &mut reasons),
-                }) as _
+                Arc::new(priced(g, estimate, GpuHashJoinExec::with_estimate, resident, &mut reasons)) as _
             })
         } else {
             // The aggregate's own checks run with or without a device, so EXPLAIN names them.
@@ -451,11 +446,7 @@ impl Placer<'_> {
                 // algorithm: a guess of the rows, and one group per row, is too loose for
                 // either.
                 let estimate = estimate.filter(|e| !e.bounded);
-                let g = match (resident, estimate) {
-                    (true, Some(e)) => g.with_estimate(resident_note(e)),
-                    (true, None) => g,
-                    (false, estimate) => priced(g, estimate, GpuAggregateExec::with_estimate, &mut reasons),
-                };
+                let g = priced(g, estimate, GpuAggregateExec::with_estimate, resident, &mut reasons);
                 let g = if reasons.is_empty() && self.cfg.fuse_expressions {
                     let g = g.with_fused_input(self.cfg.fuse_filters);
                     match self.pricing {

@@ -215,9 +215,9 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
     use datafusion::config::ConfigOptions;
     use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
     use datafusion::physical_plan::ExecutionPlanProperties;
-    use datafusion::physical_plan::joins::PartitionMode;
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
     use datafusion::physical_plan::filter::FilterExec;
+    use datafusion::physical_plan::joins::PartitionMode;
     use datafusion_gpu::exec::GpuFilterProjectExec;
     use datafusion_gpu::exec::cached_scan::cache_memory_scans;
     use datafusion_gpu::rule::one_partition::run_cached_regions_in_one_partition;

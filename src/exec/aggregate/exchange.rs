@@ -12,7 +12,7 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_plan::aggregates::AggregateMode;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
@@ -89,6 +89,46 @@ impl Exchange {
     }
 }
 
+/// The GPU partial stage that `a`, a final aggregate stage, reads through its exchange, with the
+/// exchange's hash partitioning (`None` for a coalesce), when the plan has the shape a device
+/// exchange replaces: a hash repartition that keeps no order and the final stage's partition
+/// count, or a coalesce without a fetch into one partition, over a GPU aggregate in Partial mode.
+/// Why not, otherwise. (The rule's `gpu.cost.resident_inputs` asks the same of a final stage
+/// before placing it; the exchange itself checks the columns too.)
+pub fn gpu_partial_below_exchange(
+    a: &AggregateExec,
+) -> crate::error::Result<(&GpuAggregateExec, Option<(Vec<Arc<dyn PhysicalExpr>>, usize)>)> {
+    if !matches!(a.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned) {
+        return not_impl_err!("a {:?} aggregate has no partial stage", a.mode());
+    }
+    let exchange = a.input();
+    let out_partitions = a.properties().output_partitioning().partition_count();
+    let (below, hash) = if let Some(r) = exchange.downcast_ref::<RepartitionExec>() {
+        let Partitioning::Hash(exprs, n) = r.partitioning() else {
+            return not_impl_err!("the exchange below is a {} repartition", r.partitioning());
+        };
+        if r.preserve_order() || *n != out_partitions {
+            return not_impl_err!("the repartition below keeps an order or changes the partition count");
+        }
+        (r.input(), Some((exprs.clone(), *n)))
+    } else if let Some(c) = exchange.downcast_ref::<CoalescePartitionsExec>() {
+        if c.fetch().is_some() || out_partitions != 1 {
+            return not_impl_err!("the coalesce below has a fetch");
+        }
+        (c.input(), None)
+    } else {
+        return not_impl_err!("its input is a {}, not an exchange", exchange.name());
+    };
+    let partial = below
+        .downcast_ref::<GpuAggregateExec>()
+        .ok_or_else(|| not_impl_datafusion_err!("the exchange's input is a {}, not a GPU aggregate", below.name()))?;
+    let p = aggregate(&partial.agg)?;
+    if p.mode() != &AggregateMode::Partial || partial.layout.final_output {
+        return not_impl_err!("the aggregate below the exchange is {:?}", p.mode());
+    }
+    Ok((partial, hash))
+}
+
 impl GpuAggregateExec {
     /// The exchange [`Self::with_exchange`] removes, or why there is none.
     pub(super) fn exchange_below(&self, host_input: bool) -> std::result::Result<Exchange, ExchangeKept> {
@@ -132,38 +172,12 @@ impl GpuAggregateExec {
 
     /// The exchange [`Self::with_exchange`] may remove, or why the plan allows none.
     pub(super) fn device_exchange(&self) -> crate::error::Result<Exchange> {
-        let a = aggregate(&self.agg)?;
-        if !matches!(a.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned) {
-            return not_impl_err!("a {:?} aggregate has no partial stage", a.mode());
-        }
         if self.fused.is_some() {
             return not_impl_err!("its input is fused");
         }
+        let a = aggregate(&self.agg)?;
+        let (partial, hash) = gpu_partial_below_exchange(a)?;
         let exchange = a.input();
-        let out_partitions = self.agg.output_partitioning().partition_count();
-        let (below, hash) = if let Some(r) = exchange.downcast_ref::<RepartitionExec>() {
-            let Partitioning::Hash(exprs, n) = r.partitioning() else {
-                return not_impl_err!("the exchange below is a {} repartition", r.partitioning());
-            };
-            if r.preserve_order() || *n != out_partitions {
-                return not_impl_err!("the repartition below keeps an order or changes the partition count");
-            }
-            (r.input(), Some((exprs.clone(), *n)))
-        } else if let Some(c) = exchange.downcast_ref::<CoalescePartitionsExec>() {
-            if c.fetch().is_some() || out_partitions != 1 {
-                return not_impl_err!("the coalesce below has a fetch");
-            }
-            (c.input(), None)
-        } else {
-            return not_impl_err!("its input is a {}, not an exchange", exchange.name());
-        };
-        let partial = below.downcast_ref::<GpuAggregateExec>().ok_or_else(|| {
-            not_impl_datafusion_err!("the exchange's input is a {}, not a GPU aggregate", below.name())
-        })?;
-        let p = aggregate(&partial.agg)?;
-        if p.mode() != &AggregateMode::Partial || partial.layout.final_output {
-            return not_impl_err!("the aggregate below the exchange is {:?}", p.mode());
-        }
         // The Final reads plain columns of the partial's state, group columns in place.
         let state = &partial.layout.state_schema;
         let mut columns = Vec::with_capacity(self.layout.upload.len());

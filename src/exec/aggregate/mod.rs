@@ -46,6 +46,7 @@ use datafusion::arrow::compute::concat_batches;
 use run::Reduced;
 
 mod exchange;
+pub use exchange::gpu_partial_below_exchange;
 mod run;
 
 use exchange::{Exchange, ExchangeKept};
