@@ -192,17 +192,33 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
 
 /// [`pack_views`]' offsets and bytes made over ranges of `per` rows on several threads.
 fn pack_view_ranges(data: &ArrayData, per: usize) -> Result<(Vec<i64>, Vec<u8>)> {
+    views_end_to_end(std::slice::from_ref(data), per)
+}
+
+/// The rows of view arrays laid end to end in device storage (i64 offsets from zero, the rows'
+/// bytes), made over ranges of at most `per` rows of one array on several threads: each range
+/// sums its rows' lengths, then copies its bytes to where the lengths before it end.
+fn views_end_to_end(datas: &[ArrayData], per: usize) -> Result<(Vec<i64>, Vec<u8>)> {
     use rayon::prelude::*;
-    let (offset, len) = (data.offset(), data.len());
-    let views: &[u128] = &data.buffer::<u128>(0)[offset..offset + len];
-    let blocks = &data.buffers()[1..];
-    let nulls = data.nulls();
-    let length = |row: usize, v: u128| if nulls.is_some_and(|n| n.is_null(row)) { 0 } else { v as u32 as usize };
-    let ranges: Vec<std::ops::Range<usize>> = (0..len).step_by(per.max(1)).map(|a| a..(a + per).min(len)).collect();
-    let range_total = |r: &std::ops::Range<usize>| r.clone().map(|row| length(row, views[row])).sum::<usize>();
-    // Called for two ranges or more (one range goes through `append_views`).
+    // (array, its rows) of every range, in order.
+    let ranges: Vec<(usize, std::ops::Range<usize>)> = datas
+        .iter()
+        .enumerate()
+        .flat_map(|(i, d)| (0..d.len()).step_by(per.max(1)).map(move |a| (i, a..(a + per).min(d.len()))))
+        .collect();
+    let views = |i: usize| -> &[u128] {
+        let d = &datas[i];
+        &d.buffer::<u128>(0)[d.offset()..d.offset() + d.len()]
+    };
+    let length = |i: usize, row: usize, v: u128| match datas[i].nulls() {
+        Some(n) if n.is_null(row) => 0,
+        _ => v as u32 as usize,
+    };
+    let range_total =
+        |(i, r): &(usize, std::ops::Range<usize>)| r.clone().map(|row| length(*i, row, views(*i)[row])).sum::<usize>();
     let totals: Vec<usize> = ranges.par_iter().map(range_total).collect();
     let total: usize = totals.iter().sum();
+    let len: usize = datas.iter().map(|d| d.len()).sum();
     let mut offsets = vec![0i64; len + 1];
     // Inline values (at most 12 bytes) are copied as 12 bytes, the next row's overwriting the
     // excess: a fixed-size move instead of a copy of each row's length. The slack keeps the last
@@ -213,18 +229,19 @@ fn pack_view_ranges(data: &ArrayData, per: usize) -> Result<(Vec<i64>, Vec<u8>)>
     // the slack: so each range gets its bytes plus, while they exist, the slack's).
     let mut jobs = Vec::with_capacity(ranges.len());
     let (mut offs_rest, mut bytes_rest, mut base) = (&mut offsets[1..], &mut bytes[..], 0usize);
-    for (i, (r, &t)) in ranges.iter().zip(&totals).enumerate() {
+    for (k, ((i, r), &t)) in ranges.iter().zip(&totals).enumerate() {
         let (o, orest) = std::mem::take(&mut offs_rest).split_at_mut(r.len());
-        let take = if i + 1 == ranges.len() { bytes_rest.len() } else { t };
+        let take = if k + 1 == ranges.len() { bytes_rest.len() } else { t };
         let (b, brest) = std::mem::take(&mut bytes_rest).split_at_mut(take);
-        jobs.push((r.clone(), base, o, b));
+        jobs.push((*i, r.clone(), base, o, b));
         (offs_rest, bytes_rest, base) = (orest, brest, base + t);
     }
-    let pack_range = |(rows, base, offs, out): (std::ops::Range<usize>, usize, &mut [i64], &mut [u8])| {
+    let pack_range = |(i, rows, base, offs, out): (usize, std::ops::Range<usize>, usize, &mut [i64], &mut [u8])| {
+        let (views, blocks) = (views(i), &datas[i].buffers()[1..]);
         let mut at = 0usize;
-        for (i, row) in rows.enumerate() {
+        for (k, row) in rows.enumerate() {
             let v = views[row];
-            let n = length(row, v);
+            let n = length(i, row, v);
             if n <= INLINE_VIEW_BYTES {
                 // A middle range's last inline rows may not have 12 bytes left: exact copy there.
                 match out.get_mut(at..at + INLINE_VIEW_BYTES) {
@@ -239,7 +256,7 @@ fn pack_view_ranges(data: &ArrayData, per: usize) -> Result<(Vec<i64>, Vec<u8>)>
                 out[at..at + n].copy_from_slice(src);
             }
             at += n;
-            offs[i] = (base + at) as i64;
+            offs[k] = (base + at) as i64;
         }
         Ok::<_, DataFusionError>(())
     };
@@ -555,11 +572,12 @@ impl AssembledColumn {
         Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers })
     }
 
-    /// `Utf8View` / `BinaryView` arrays (one type) laid end to end in their device layout, in one
-    /// pass over the views: i64 offsets and the rows' bytes written once each. Packing each
-    /// array ([`pack`]) and then rebuilding the whole column's offsets from theirs
-    /// ([`Self::assemble`]) takes three passes and two allocations per array; TPC-H's flag and
-    /// mode columns spent most of their upload time there.
+    /// `Utf8View` / `BinaryView` arrays (one type) laid end to end in their device layout: i64
+    /// offsets and the rows' bytes written once each, by ranges of rows on several threads (one
+    /// pass sums each range's lengths, one copies its rows). Packing each array ([`pack`]) and
+    /// then rebuilding the whole column's offsets from theirs ([`Self::assemble`]) takes three
+    /// passes and two allocations per array; TPC-H's flag and mode columns spent most of their
+    /// upload time there.
     pub fn from_views(arrays: &[&dyn Array]) -> Result<AssembledColumn> {
         let first = arrays.first().ok_or_else(|| DataFusionError::Internal("assembling no view arrays".into()))?;
         let dt = first.data_type().clone();
@@ -572,13 +590,8 @@ impl AssembledColumn {
         let null_count = packed.iter().map(|(n, _)| n).sum();
         let validity = (null_count > 0)
             .then(|| Self::bitmap(len, datas.iter().zip(&packed).map(|(d, (_, v))| (d.len(), v.as_ref()))));
-        let mut offsets: Vec<i64> = Vec::with_capacity(len + 1);
-        offsets.push(0);
-        // Each array reserves its own bytes as it is appended (one pass over its views sums them).
-        let mut bytes: Vec<u8> = Vec::new();
-        for d in &datas {
-            append_views(d, &mut offsets, &mut bytes)?;
-        }
+        // Ranges of rows of the arrays (a batch's few thousand rows make one) on several threads.
+        let (offsets, bytes) = views_end_to_end(&datas, rows_per_task(len))?;
         Ok(AssembledColumn {
             data_type: dt,
             len,

@@ -446,6 +446,8 @@ pub fn upload(
     // soon as this returns: copies straight from them are waited for. Held blocks (pinned
     // tables) are freed only after the context's work has finished, so copies from them are not.
     let mut direct_from_pool = false;
+    let started = std::time::Instant::now();
+    let mut times = StageTimes::default();
     // Direct copies from one pinned allocation that lie end to end on both sides (the batches of
     // a pinned table's column) go in one DMA: (host address, device address, length, the device
     // buffer's base, the host allocation).
@@ -523,7 +525,7 @@ pub fn upload(
         let mut off = 0usize;
         while off < staged_len {
             if slot_bytes - fill < unit {
-                flush(stream, ring, &mut slot, &mut batch, threads, stores)?;
+                flush(stream, ring, &mut slot, &mut batch, threads, stores, &mut times)?;
                 fill = 0;
             }
             let mut n = (staged_len - off).min(slot_bytes - fill);
@@ -538,7 +540,7 @@ pub fn upload(
             fill += n;
             off += n;
             if fill == slot_bytes {
-                flush(stream, ring, &mut slot, &mut batch, threads, stores)?;
+                flush(stream, ring, &mut slot, &mut batch, threads, stores, &mut times)?;
                 fill = 0;
             }
         }
@@ -547,9 +549,22 @@ pub fn upload(
         copy_direct(s, d, n)?;
     }
     if !batch.is_empty() {
-        flush(stream, ring, &mut slot, &mut batch, threads, stores)?;
+        flush(stream, ring, &mut slot, &mut batch, threads, stores, &mut times)?;
     }
     ring.next = slot;
+    if times.slots > 0 {
+        crate::timeline::mark("upload", || {
+            format!(
+                "{} pieces, {} staged in {} slots in {:.2} ms: {:.2} ms filling the slots, {:.2} ms waiting for their DMA",
+                pieces.len(),
+                crate::config::human_bytes(times.staged as u64),
+                times.slots,
+                started.elapsed().as_secs_f64() * 1e3,
+                times.fill.as_secs_f64() * 1e3,
+                times.wait.as_secs_f64() * 1e3,
+            )
+        });
+    }
     if direct_from_pool {
         stream.synchronize().gpu("waiting for copies from pinned host memory")?;
     }
@@ -562,6 +577,18 @@ pub fn upload(
     Ok(landed)
 }
 
+/// Where an upload's staging time went (for the timeline).
+#[derive(Debug, Default)]
+struct StageTimes {
+    /// Slots filled, and the bytes put in them.
+    slots: usize,
+    staged: usize,
+    /// Time the host threads spent filling slots.
+    fill: std::time::Duration,
+    /// Time spent waiting for a slot's previous DMA to finish.
+    wait: std::time::Duration,
+}
+
 /// Stages the copies of `batch` into `slot` (once its previous DMA has finished) and starts
 /// their DMA; then empties `batch` and moves `slot` to the other slot.
 fn flush(
@@ -571,8 +598,12 @@ fn flush(
     batch: &mut Vec<Staged<'_>>,
     threads: &rayon::ThreadPool,
     stores: Stores,
+    times: &mut StageTimes,
 ) -> Result<()> {
+    let t = std::time::Instant::now();
     ring.wait(*slot)?;
+    times.wait += t.elapsed();
+    let t = std::time::Instant::now();
     let base = ring.slots[*slot].as_mut_ptr();
     let copies: Vec<StageCopy<'_>> = batch
         .iter()
@@ -581,6 +612,9 @@ fn flush(
     // SAFETY: offsets were assigned without overlap inside the slot's capacity, each copy taking
     // its staged length.
     unsafe { parallel_stage(threads, &copies, stores) };
+    times.fill += t.elapsed();
+    times.slots += 1;
+    times.staged += batch.iter().map(Staged::staged_len).sum::<usize>();
     // Pieces that lie end to end both in the slot and in one device buffer (the parts of an
     // assembled buffer) go in one DMA: a copy call costs microseconds, as long as copying a small
     // piece. A copy must not span two allocations, even adjacent ones.

@@ -156,7 +156,8 @@ pub(crate) fn device_batch_groups(batches: &[RecordBatch], batch_rows: usize) ->
         let mut offset = 0;
         while offset < b.num_rows() {
             let take = (batch_rows - rows).min(b.num_rows() - offset);
-            group.push(b.slice(offset, take));
+            // A whole batch is shared as it is: a slice makes new arrays, thousands a table.
+            group.push(if offset == 0 && take == b.num_rows() { b.clone() } else { b.slice(offset, take) });
             offset += take;
             rows += take;
             if rows == batch_rows {
