@@ -50,3 +50,28 @@ extern "C" __global__ void widen_i32_to_i64(const int* __restrict__ src, long lo
         dst[i] = src[i];
     }
 }
+
+// Frame of reference: dst[i] = base + src[i], integers that crossed the link as their distance above
+// `base` in one or two bytes (`Narrowing::Offset`), widened to 4, 8 or 16 bytes (Int32 and Date32,
+// Int64, Decimal128 sign-extended).
+#define WIDEN_OFFSET(NAME, FROM, TO)                                                                     \
+    extern "C" __global__ void NAME(const FROM* __restrict__ src, TO* __restrict__ dst, u64 n, long long base) { \
+        for (u64 i = global_thread_id(); i < n; i += grid_stride()) {                                   \
+            dst[i] = (TO)(base + (long long)src[i]);                                                    \
+        }                                                                                               \
+    }
+WIDEN_OFFSET(widen_u8_to_i32, unsigned char, int)
+WIDEN_OFFSET(widen_u16_to_i32, unsigned short, int)
+WIDEN_OFFSET(widen_u8_to_i64, unsigned char, long long)
+WIDEN_OFFSET(widen_u16_to_i64, unsigned short, long long)
+
+#define WIDEN_OFFSET_128(NAME, FROM)                                                                     \
+    extern "C" __global__ void NAME(const FROM* __restrict__ src, long long* __restrict__ dst, u64 n, long long base) { \
+        for (u64 i = global_thread_id(); i < n; i += grid_stride()) {                                   \
+            long long v = base + (long long)src[i];                                                     \
+            dst[2 * i] = v;                                                                             \
+            dst[2 * i + 1] = v >> 63;                                                                   \
+        }                                                                                               \
+    }
+WIDEN_OFFSET_128(widen_u8_to_i128, unsigned char)
+WIDEN_OFFSET_128(widen_u16_to_i128, unsigned short)

@@ -115,7 +115,11 @@ fn upload_columns_with(
     register: bool,
 ) -> Result<Vec<DeviceColumn>> {
     let devs = hosts.iter().map(|h| DeviceColumn::alloc_like(gpu, stream, h)).collect::<Result<Vec<_>>>()?;
-    let narrowed: Vec<Option<(DeviceBuffer, Narrowing)>> = devs.iter().map(|d| narrow_buffer(gpu, stream, d)).collect();
+    let narrowed: Vec<Option<(DeviceBuffer, Narrowing)>> = hosts
+        .iter()
+        .zip(&devs)
+        .map(|(h, d)| narrow_buffer(gpu, stream, d, &sample_of(&h.buffers.iter().take(1).collect::<Vec<_>>())))
+        .collect();
     let mut pieces = Vec::new();
     for ((h, d), n) in hosts.iter().zip(&devs).zip(&narrowed) {
         let first = pieces.len();
@@ -132,34 +136,121 @@ const NARROW_MIN_BYTES: usize = 64 << 10;
 
 /// For a column whose values may cross the link narrowed, a device buffer for the narrowed
 /// values and the first narrowing to try (see [`UploadPiece::narrow`]):
-/// - Decimal128 of at most 18 digits: 4-byte values with `gpu.transfer.narrow_integers`, else 8-byte ones
-///   with `gpu.transfer.narrow_decimals`; the buffer has room for 8-byte values, the fallback of a piece
-///   whose values do not fit in 4 bytes (see [`fallback`]);
+/// - Int32, Date32, Int64 and Decimal128 of at most 18 digits whose `sample` of host values
+///   spans a narrow range: their distance above a base in 1 or 2 bytes, with
+///   `gpu.transfer.narrow_offsets` (see [`offset_for`]);
+/// - otherwise, Decimal128 of at most 18 digits: 4-byte values with `gpu.transfer.narrow_integers`,
+///   else 8-byte ones with `gpu.transfer.narrow_decimals`;
 /// - Int64: 4-byte values with `gpu.transfer.narrow_integers`.
 ///
-/// Narrowing halves or quarters the staged copy's writes and the link's bytes. `None` for other
-/// columns, small ones, or when the allocation fails (the column then uploads as it is).
-fn narrow_buffer(gpu: &Gpu, stream: &Arc<CudaStream>, dev: &DeviceColumn) -> Option<(DeviceBuffer, Narrowing)> {
+/// The buffer has room for 2-byte values of a 4-byte column and 8-byte values of a 16-byte
+/// one (half the values' bytes): the widest a piece falls back to when its values do not fit
+/// (see [`fallback`]). Narrowing divides the staged copy's writes and the link's bytes by 2 to
+/// 16. `None` for other columns, small ones, or when the allocation fails (the column then
+/// uploads as it is).
+fn narrow_buffer(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    dev: &DeviceColumn,
+    sample: &[&[u8]],
+) -> Option<(DeviceBuffer, Narrowing)> {
     let values = dev.buffers.first()?;
-    let settings = gpu.transfer_settings();
-    let how = match dev.data_type {
-        DataType::Decimal128(digits, _) if digits <= 18 && settings.narrow_integers => Narrowing::I128ToI32,
-        DataType::Decimal128(digits, _) if digits <= 18 && settings.narrow_decimals => Narrowing::I128ToI64,
-        DataType::Int64 if settings.narrow_integers => Narrowing::I64ToI32,
-        _ => return None,
-    };
     if !NARROWING || values.len() < NARROW_MIN_BYTES {
         return None;
     }
-    // Room for the widest narrowing the fallbacks may take: half the values' bytes.
+    let settings = gpu.transfer_settings();
+    let width = match dev.data_type {
+        DataType::Int32 | DataType::Date32 => 4,
+        DataType::Int64 => 8,
+        DataType::Decimal128(digits, _) if digits <= 18 => 16,
+        _ => return None,
+    };
+    let offset = settings.narrow_offsets.then(|| offset_for(sample, width)).flatten();
+    let how = match (offset, &dev.data_type) {
+        (Some(how), _) => how,
+        (None, DataType::Decimal128(..)) if settings.narrow_integers => Narrowing::I128ToI32,
+        (None, DataType::Decimal128(..)) if settings.narrow_decimals => Narrowing::I128ToI64,
+        (None, DataType::Int64) if settings.narrow_integers => Narrowing::I64ToI32,
+        _ => return None,
+    };
     let buffer = gpu.alloc(stream, values.len() / 2, "values narrowed for the upload").ok()?;
     Some((buffer, how))
 }
 
+/// Values read from each slice of a column's sample (see [`sample_of`]).
+const SAMPLE_VALUES: usize = 512;
+/// Slices of a column's values its sample reads, spread over the column.
+const SAMPLE_SLICES: usize = 16;
+
+/// The frame-of-reference narrowing ([`Narrowing::Offset`]) for little-endian integers of
+/// `width` bytes (4, 8 or 16) whose `sample` spans a narrow range: 1 byte when it spans less than
+/// 3/4 of 256, 2 bytes when less than 15/16 of 65,536 (SSB's yyyymmdd dates span 61,129), with
+/// the sample's range in the middle of the frame. A piece holding a value outside the frame is
+/// staged again at the next width ([`fallback`]): the sample only picks the first try.
+fn offset_for(sample: &[&[u8]], width: usize) -> Option<Narrowing> {
+    let (mut lo, mut hi, mut seen) = (i64::MAX, i64::MIN, false);
+    for slice in sample {
+        for v in slice.chunks_exact(width).take(SAMPLE_VALUES) {
+            let mut low = [0u8; 8];
+            let value = match width {
+                4 => i32::from_le_bytes(v.try_into().ok()?) as i64,
+                _ => {
+                    low.copy_from_slice(&v[..8]);
+                    let value = i64::from_le_bytes(low);
+                    // A 16-byte value past 64 bits has no 64-bit frame.
+                    if width == 16 && v[8..16].iter().any(|&b| b != if value < 0 { 0xFF } else { 0 }) {
+                        return None;
+                    }
+                    value
+                }
+            };
+            (lo, hi, seen) = (lo.min(value), hi.max(value), true);
+        }
+    }
+    if !seen {
+        return None;
+    }
+    let span = (hi as i128 - lo as i128) as u128;
+    let (to, room) = match span {
+        s if s < 192 => (1, 256u128),
+        s if s < 61_440 => (2, 65_536),
+        _ => return None,
+    };
+    let base = i64::try_from(lo as i128 - ((room - 1 - span) / 2) as i128).ok()?;
+    Narrowing::offset(width, to, base)
+}
+
+/// Up to [`SAMPLE_SLICES`] slices of `parts` (a column's values, in pieces), spread over them:
+/// what [`offset_for`] reads to choose a frame.
+fn sample_of<'a>(parts: &[&'a Buffer]) -> Vec<&'a [u8]> {
+    if parts.len() >= SAMPLE_SLICES {
+        // The first and the last parts, and others evenly between.
+        return (0..SAMPLE_SLICES).map(|k| parts[k * (parts.len() - 1) / (SAMPLE_SLICES - 1)].as_slice()).collect();
+    }
+    // Few large parts: slices from several places in each, cut on 16 bytes (a whole value of
+    // any width).
+    let per = SAMPLE_SLICES / parts.len().max(1);
+    parts
+        .iter()
+        .flat_map(|b| {
+            let bytes = b.as_slice();
+            (0..per).map(move |k| &bytes[(bytes.len() * k / per) & !15..])
+        })
+        .collect()
+}
+
 /// The narrowing a piece whose values did not fit `how` is staged again with, or `None`: as it
-/// is. Decimals that do not fit in 4 bytes may still fit in 8.
+/// is. Decimals that do not fit in 4 bytes may still fit in 8; values outside a frame of
+/// reference take the column type's narrowing without one.
 fn fallback(gpu: &Gpu, how: Narrowing) -> Option<Narrowing> {
-    (how == Narrowing::I128ToI32 && gpu.transfer_settings().narrow_decimals).then_some(Narrowing::I128ToI64)
+    let settings = gpu.transfer_settings();
+    match how {
+        Narrowing::I128ToI32 => settings.narrow_decimals.then_some(Narrowing::I128ToI64),
+        Narrowing::Offset { from: 16, .. } if settings.narrow_integers => Some(Narrowing::I128ToI32),
+        Narrowing::Offset { from: 16, .. } => settings.narrow_decimals.then_some(Narrowing::I128ToI64),
+        Narrowing::Offset { from: 8, .. } => settings.narrow_integers.then_some(Narrowing::I64ToI32),
+        _ => None,
+    }
 }
 
 /// Marks the pieces of `dev`'s values buffer (among `pieces`) to be narrowed into `narrowed`.
@@ -196,7 +287,15 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
             let n = (bytes / how.from_bytes()) as u64;
             let src = into.raw_ptr(stream) + (at / how.shrink()) as u64;
             let out = dst.raw_ptr(stream) + at as u64;
-            gpu.launch_n(stream, how.widen_kernel(), n, &[KArg::U64(src), KArg::U64(out), KArg::U64(n)])
+            match how.base() {
+                Some(base) => gpu.launch_n(
+                    stream,
+                    how.widen_kernel(),
+                    n,
+                    &[KArg::U64(src), KArg::U64(out), KArg::U64(n), KArg::U64(base as u64)],
+                ),
+                None => gpu.launch_n(stream, how.widen_kernel(), n, &[KArg::U64(src), KArg::U64(out), KArg::U64(n)]),
+            }
         };
         let mut run: Option<Run<'_>> = None;
         let mut again = Vec::new();
@@ -374,8 +473,15 @@ impl DeviceBatch {
                         DeviceColumn::alloc(gpu, stream, &a.data_type, a.len, a.null_count, validity, buffers)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let narrowed: Vec<Option<(DeviceBuffer, Narrowing)>> =
-                    cols.iter().map(|d| narrow_buffer(gpu, stream, d)).collect();
+                let narrowed: Vec<Option<(DeviceBuffer, Narrowing)>> = columns
+                    .iter()
+                    .zip(&cols)
+                    .map(|(a, d)| {
+                        let parts: Vec<&Buffer> =
+                            a.buffers.first().map(|b| b.parts.iter().map(|(p, _)| p).collect()).unwrap_or_default();
+                        narrow_buffer(gpu, stream, d, &sample_of(&parts))
+                    })
+                    .collect();
                 let mut pieces = Vec::new();
                 for ((a, d), n) in columns.iter().zip(&cols).zip(&narrowed) {
                     let first = pieces.len();
@@ -495,6 +601,73 @@ impl DeviceBatch {
     /// Device bytes held by the columns.
     pub fn byte_size(&self) -> usize {
         self.columns.iter().map(|c| c.byte_size()).sum()
+    }
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use datafusion::arrow::buffer::Buffer;
+
+    use super::{Narrowing, offset_for, sample_of};
+
+    fn le_bytes(values: &[i64], width: usize) -> Buffer {
+        Buffer::from_vec(
+            values
+                .iter()
+                .flat_map(|&v| match width {
+                    4 => (v as i32).to_le_bytes().to_vec(),
+                    8 => v.to_le_bytes().to_vec(),
+                    _ => (v as i128).to_le_bytes().to_vec(),
+                })
+                .collect::<Vec<u8>>(),
+        )
+    }
+
+    /// The frame a sample picks: 1 byte for ranges under 192, 2 bytes under 61,440 (SSB's dates
+    /// fit), none past that or for a decimal past 64 bits; the sample's values all lie inside it,
+    /// centred; the sample reads slices spread over a column of many parts or few large ones.
+    #[test]
+    fn samples_pick_frames_that_hold_them() {
+        for width in [4usize, 8, 16] {
+            for (values, to) in [
+                ((1..=50).collect::<Vec<i64>>(), Some(1)),
+                (vec![-5, 0, 11], Some(1)),
+                ((0..=191).collect(), Some(1)),
+                ((0..=192).collect(), Some(2)),
+                (vec![19_920_101, 19_981_230, 19_950_615], Some(2)),
+                (vec![0, 61_439], Some(2)),
+                (vec![0, 61_440], None),
+                (vec![i32::MIN as i64, i32::MAX as i64], None),
+            ] {
+                let buffer = le_bytes(&values, width);
+                let got = offset_for(&sample_of(&[&buffer]), width);
+                let (lo, hi) = (*values.iter().min().unwrap(), *values.iter().max().unwrap());
+                match (got, to) {
+                    (None, None) => {}
+                    (Some(Narrowing::Offset { from, to: t, base }), Some(want)) => {
+                        assert_eq!((from as usize, t), (width, want), "{values:?}");
+                        let room = 1i64 << (8 * want);
+                        assert!(base <= lo && hi < base + room, "{values:?} in {base}.. (+{room})");
+                        assert!((lo - base) - (base + room - 1 - hi) <= 1, "centred: {values:?} base {base}");
+                    }
+                    other => panic!("{values:?} at width {width}: {other:?}, want {to:?}"),
+                }
+            }
+        }
+        let past_64 = Buffer::from_vec([1i128 << 70, 3].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+        assert_eq!(offset_for(&sample_of(&[&past_64]), 16), None);
+        let empty = Buffer::from_vec(Vec::<u8>::new());
+        assert_eq!(offset_for(&sample_of(&[&empty]), 4), None);
+        // A sample reaches past the first part's values: parts of 10 values, the last far off.
+        let mut parts: Vec<Buffer> = (0..40).map(|_| le_bytes(&[7; 10], 4)).collect();
+        parts.push(le_bytes(&[100_000; 10], 4));
+        let refs: Vec<&Buffer> = parts.iter().collect();
+        assert_eq!(offset_for(&sample_of(&refs), 4), None, "the sample saw the far part");
+        let one = le_bytes(&(0..100_000).map(|i| if i < 90_000 { 5 } else { 500 }).collect::<Vec<_>>(), 8);
+        assert!(
+            matches!(offset_for(&sample_of(&[&one]), 8), Some(Narrowing::Offset { to: 2, .. })),
+            "slices of one buffer reach its end"
+        );
     }
 }
 
@@ -682,6 +855,96 @@ mod tests {
             let want = concat_batches(&schema, &parts).unwrap();
             assert_same_array(want.column(1).as_ref(), back.column(1).as_ref(), &format!("{name}, assembled"));
             assert_same_array(want.column(0).as_ref(), back.column(0).as_ref(), &format!("{name}, assembled strings"));
+        }
+    }
+
+    /// Int32, Date32, Int64 and Decimal128 values in narrow ranges cross the link as their
+    /// distance above a base in 1 or 2 bytes and are widened on the device: a piece lands
+    /// narrowed with the frame's bytes, and whole columns come back equal through both upload
+    /// paths (one packed batch, and thousands of small batches assembled), including columns whose
+    /// sample misses a far value (its piece goes again at the next width) and large values under
+    /// NULLs.
+    #[test]
+    fn gpu_narrow_ranges_cross_the_link_as_offsets() {
+        use datafusion::arrow::array::{ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array};
+        use datafusion::arrow::buffer::NullBuffer;
+
+        use crate::device::transfer::{Landed, Narrow, Narrowing, UploadPiece};
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_narrow_ranges_cross_the_link_as_offsets") else { return };
+        let gpu = gpu.with_config(&crate::config::GpuConfig { narrow_offsets: true, ..Default::default() }).unwrap();
+        let mut rng = StdRng::seed_from_u64(fresh_seed("gpu_narrow_ranges_cross_the_link_as_offsets"));
+        let stream = gpu.stream();
+        let rows = 3_000_000 + rng.random_range(1..5000);
+        let column = |dt: &DataType, values: &[i64], nulls: Option<NullBuffer>| -> ArrayRef {
+            match dt {
+                DataType::Int32 => {
+                    Arc::new(Int32Array::new(values.iter().map(|&v| v as i32).collect::<Vec<_>>().into(), nulls))
+                }
+                DataType::Date32 => {
+                    Arc::new(Date32Array::new(values.iter().map(|&v| v as i32).collect::<Vec<_>>().into(), nulls))
+                }
+                DataType::Int64 => Arc::new(Int64Array::new(values.to_vec().into(), nulls)),
+                _ => Arc::new(
+                    Decimal128Array::new(values.iter().map(|&v| v as i128).collect::<Vec<_>>().into(), nulls)
+                        .with_precision_and_scale(18, 2)
+                        .unwrap(),
+                ),
+            }
+        };
+
+        // A piece narrowed by hand lands with each value's distance above the base.
+        for (dt, from) in [(DataType::Int32, 4), (DataType::Int64, 8), (DataType::Decimal128(18, 2), 16)] {
+            for to in [1usize, 2] {
+                let base = rng.random_range(-1_000_000i64..1_000_000);
+                let values: Vec<i64> = (0..rows).map(|_| base + rng.random_range(0..1i64 << (8 * to))).collect();
+                let array = column(&dt, &values, None);
+                let host = array.to_data().buffers()[0].clone();
+                let how = Narrowing::offset(from, to, base).unwrap();
+                let dst = gpu.alloc(&stream, host.len(), "test values").unwrap();
+                let into = gpu.alloc(&stream, host.len() / how.shrink(), "test narrowed values").unwrap();
+                let piece =
+                    UploadPiece { narrow: Some(Narrow { into: &into, how }), ..UploadPiece::new(&host, &dst, 0) };
+                assert_eq!(gpu.upload_transient(&stream, &[piece]).unwrap(), vec![Landed::Narrow], "{how:?}");
+                let low = gpu.download(&stream, &[&into]).unwrap();
+                let got: Vec<i64> = match to {
+                    1 => low[0].as_slice().iter().map(|&b| b as i64 + base).collect(),
+                    _ => low[0].typed_data::<u16>().iter().map(|&d| d as i64 + base).collect(),
+                };
+                assert_eq!(got, values, "{how:?}");
+            }
+        }
+
+        // Whole columns.
+        for dt in [DataType::Int32, DataType::Date32, DataType::Int64, DataType::Decimal128(18, 2)] {
+            let small: Vec<i64> = (0..rows).map(|_| rng.random_range(1..=50)).collect();
+            let dates: Vec<i64> = (0..rows).map(|_| 19_920_101 + rng.random_range(0..61_000)).collect();
+            let mut far = small.clone();
+            // Past the sampled slices' reach: the sample reads the start of each sixteenth.
+            far[rows / 16 * 5 + 9000] = -2_000_000_000;
+            let nulls = NullBuffer::from((0..rows).map(|i| i % 97 != 3).collect::<Vec<bool>>());
+            let mut under_nulls = small.clone();
+            for (i, v) in under_nulls.iter_mut().enumerate() {
+                if i % 97 == 3 {
+                    *v = 1_500_000_000 + i as i64;
+                }
+            }
+            for (name, array) in [
+                ("one byte", column(&dt, &small, None)),
+                ("two bytes", column(&dt, &dates, None)),
+                ("a far value the sample misses", column(&dt, &far, None)),
+                ("large values under NULLs", column(&dt, &under_nulls, Some(nulls.clone()))),
+            ] {
+                let ctx = format!("{dt}, {name}");
+                let schema = Arc::new(Schema::new(vec![Field::new("v", dt.clone(), true)]));
+                let batch = RecordBatch::try_new(Arc::clone(&schema), vec![array]).unwrap();
+                let back = DeviceBatch::upload_transient(&gpu, &stream, &batch).unwrap().download().unwrap();
+                assert_same_array(batch.column(0).as_ref(), back.column(0).as_ref(), &format!("{ctx}, packed"));
+                let parts: Vec<RecordBatch> =
+                    (0..rows).step_by(8192).map(|a| batch.slice(a, 8192.min(rows - a))).collect();
+                let back = DeviceBatch::upload_concat(&gpu, &stream, &parts).unwrap().download().unwrap();
+                assert_same_array(batch.column(0).as_ref(), back.column(0).as_ref(), &format!("{ctx}, assembled"));
+            }
         }
     }
 

@@ -121,6 +121,12 @@ catalogue! {
         WIDEN_I64_TO_I128 = widen_i64_to_i128,
         WIDEN_I32_TO_I128 = widen_i32_to_i128,
         WIDEN_I32_TO_I64 = widen_i32_to_i64,
+        WIDEN_U8_TO_I32 = widen_u8_to_i32,
+        WIDEN_U16_TO_I32 = widen_u16_to_i32,
+        WIDEN_U8_TO_I64 = widen_u8_to_i64,
+        WIDEN_U16_TO_I64 = widen_u16_to_i64,
+        WIDEN_U8_TO_I128 = widen_u8_to_i128,
+        WIDEN_U16_TO_I128 = widen_u16_to_i128,
     }
     Scan {
         SCAN_REDUCE_U32 = scan_reduce_u32,

@@ -58,6 +58,8 @@ pub struct TransferSettings {
     pub narrow_decimals: bool,
     /// `gpu.transfer.narrow_integers`.
     pub narrow_integers: bool,
+    /// `gpu.transfer.narrow_offsets`.
+    pub narrow_offsets: bool,
     /// `gpu.experimental.streaming_stores`: how the staging slots are filled.
     pub stores: transfer::Stores,
 }
@@ -70,6 +72,7 @@ impl TransferSettings {
             threads: if cfg.transfer_threads == 0 { cores.min(16) } else { cfg.transfer_threads },
             narrow_decimals: cfg.narrow_decimals,
             narrow_integers: cfg.narrow_integers,
+            narrow_offsets: cfg.narrow_offsets,
             stores: if cfg.streaming_stores { transfer::Stores::Streaming } else { transfer::Stores::Plain },
         }
     }

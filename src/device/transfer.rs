@@ -51,14 +51,30 @@ pub enum Narrowing {
     I128ToI32,
     /// Int64 values as 4-byte integers (keys below 2^31).
     I64ToI32,
+    /// Integers of `from` bytes (4: Int32 and Date32, 8: Int64, 16: Decimal128 of at most 18
+    /// digits) as their distance above `base` in `to` bytes (1 or 2), unsigned: a frame of
+    /// reference for columns whose values lie in a narrow range (quantities, discounts, dates,
+    /// small keys). Made by [`Narrowing::offset`].
+    Offset { from: u8, to: u8, base: i64 },
 }
 
 impl Narrowing {
+    /// The frame-of-reference narrowing of `from`-byte integers (4, 8 or 16) into `to` bytes (1
+    /// or 2) above `base`; `None` for other widths.
+    pub fn offset(from: usize, to: usize, base: i64) -> Option<Narrowing> {
+        (matches!(from, 4 | 8 | 16) && matches!(to, 1 | 2)).then_some(Narrowing::Offset {
+            from: from as u8,
+            to: to as u8,
+            base,
+        })
+    }
+
     /// Bytes of a value on the host and on the device.
     pub fn from_bytes(self) -> usize {
         match self {
             Narrowing::I128ToI64 | Narrowing::I128ToI32 => 16,
             Narrowing::I64ToI32 => 8,
+            Narrowing::Offset { from, .. } => from as usize,
         }
     }
 
@@ -67,6 +83,15 @@ impl Narrowing {
         match self {
             Narrowing::I128ToI64 => 8,
             Narrowing::I128ToI32 | Narrowing::I64ToI32 => 4,
+            Narrowing::Offset { to, .. } => to as usize,
+        }
+    }
+
+    /// The value the widening adds back (frame of reference), if any.
+    pub fn base(self) -> Option<i64> {
+        match self {
+            Narrowing::Offset { base, .. } => Some(base),
+            _ => None,
         }
     }
 
@@ -75,13 +100,21 @@ impl Narrowing {
         self.from_bytes() / self.to_bytes()
     }
 
-    /// The kernel that sign-extends `n` narrowed values into their width:
-    /// `(const void* src, void* dst, u64 n)`.
+    /// The kernel that sign-extends `n` narrowed values into their width,
+    /// `(const void* src, void* dst, u64 n)`, or for [`Narrowing::Offset`] adds its base to each,
+    /// `(const void* src, void* dst, u64 n, i64 base)`.
     pub fn widen_kernel(self) -> super::kernel::Kernel {
+        use super::kernel::*;
         match self {
-            Narrowing::I128ToI64 => super::kernel::WIDEN_I64_TO_I128,
-            Narrowing::I128ToI32 => super::kernel::WIDEN_I32_TO_I128,
-            Narrowing::I64ToI32 => super::kernel::WIDEN_I32_TO_I64,
+            Narrowing::I128ToI64 => WIDEN_I64_TO_I128,
+            Narrowing::I128ToI32 => WIDEN_I32_TO_I128,
+            Narrowing::I64ToI32 => WIDEN_I32_TO_I64,
+            Narrowing::Offset { from: 4, to: 1, .. } => WIDEN_U8_TO_I32,
+            Narrowing::Offset { from: 4, .. } => WIDEN_U16_TO_I32,
+            Narrowing::Offset { from: 8, to: 1, .. } => WIDEN_U8_TO_I64,
+            Narrowing::Offset { from: 8, .. } => WIDEN_U16_TO_I64,
+            Narrowing::Offset { to: 1, .. } => WIDEN_U8_TO_I128,
+            Narrowing::Offset { .. } => WIDEN_U16_TO_I128,
         }
     }
 }
@@ -157,6 +190,16 @@ unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: NarrowFlag<'_>, stores: St
                 _ if !fits.load(Ordering::Relaxed) => false,
                 (Narrowing::I128ToI32, _) => unsafe { narrow_copy_to_i32::<16>(src, dst, fits) },
                 (Narrowing::I64ToI32, _) => unsafe { narrow_copy_to_i32::<8>(src, dst, fits) },
+                (Narrowing::Offset { from, to, base }, _) => unsafe {
+                    match (from, to) {
+                        (4, 1) => offset_copy::<4, 1>(src, dst, base, fits),
+                        (4, _) => offset_copy::<4, 2>(src, dst, base, fits),
+                        (8, 1) => offset_copy::<8, 1>(src, dst, base, fits),
+                        (8, _) => offset_copy::<8, 2>(src, dst, base, fits),
+                        (_, 1) => offset_copy::<16, 1>(src, dst, base, fits),
+                        _ => offset_copy::<16, 2>(src, dst, base, fits),
+                    }
+                },
             };
             if !ok {
                 fits.store(false, Ordering::Relaxed);
@@ -192,6 +235,51 @@ unsafe fn narrow_copy_to_i32<const W: usize>(src: &[u8], dst: *mut u8, fits: &At
             };
             off_range |= past_64_bits(lo, hi) | past_32_bits(lo);
             unsafe { to.add(i).write_unaligned(lo as u32) };
+        }
+        if off_range != 0 || !fits.load(Ordering::Relaxed) {
+            return false;
+        }
+        at = end;
+    }
+    true
+}
+
+/// Writes each `W`-byte (4, 8 or 16) little-endian integer of `src` to `dst` as its distance
+/// above `base` in `T` bytes (1 or 2); whether every value lies in `base..base + 256^T`. Stops
+/// early, as [`narrow_copy_to_i32`] does, once a value has not fitted or `fits` has been cleared.
+///
+/// # Safety
+/// `dst` must be valid for `src.len() / W * T` bytes of writes and not overlap `src`.
+unsafe fn offset_copy<const W: usize, const T: usize>(src: &[u8], dst: *mut u8, base: i64, fits: &AtomicBool) -> bool {
+    let values = src.len() / W;
+    let mut at = 0;
+    while at < values {
+        let end = (at + NARROW_CHECK_VALUES).min(values);
+        let mut off_range = 0u64;
+        for i in at..end {
+            // SAFETY: `i < values` keeps the reads in `src` and the writes in `dst`; neither needs
+            // alignment.
+            let (v, high) = unsafe {
+                let p = src.as_ptr().add(i * W);
+                match W {
+                    4 => ((p as *const i32).read_unaligned() as i64, 0),
+                    8 => ((p as *const i64).read_unaligned(), 0),
+                    _ => {
+                        let lo = (p as *const u64).read_unaligned();
+                        (lo as i64, past_64_bits(lo, (p.add(8) as *const u64).read_unaligned()))
+                    }
+                }
+            };
+            let d = v.wrapping_sub(base) as u64;
+            // Past the frame: a distance of T bytes or more, a negative one (wrapped), or a
+            // difference that overflowed (`v` and `base` of opposite signs far apart).
+            off_range |= high | (d >> (8 * T)) | ((v < base) != ((d as i64) < 0)) as u64;
+            unsafe {
+                match T {
+                    1 => dst.add(i).write(d as u8),
+                    _ => (dst.add(i * 2) as *mut u16).write_unaligned(d as u16),
+                }
+            }
         }
         if off_range != 0 || !fits.load(Ordering::Relaxed) {
             return false;
@@ -786,6 +874,86 @@ mod tests {
                 assert_eq!(low[at], bad as i64, "{what}");
             }
         }
+    }
+
+    /// A frame-of-reference narrowing writes each value's distance above the base in 1 or 2
+    /// bytes, from 4-, 8- and 16-byte integers, over several copy tasks and a tail, into
+    /// destinations of any alignment; it clears the flag if and only if some value lies outside
+    /// the frame (below the base, at or past base + 256^to, a 16-byte value past 64 bits, or a
+    /// difference that overflows), wherever that value is.
+    #[test]
+    fn offset_staging_keeps_distances_and_flags_values_outside_the_frame() {
+        let mut rng = StdRng::seed_from_u64(fresh_seed("offset_staging"));
+        for (from, to) in [(4usize, 1usize), (4, 2), (8, 1), (8, 2), (16, 1), (16, 2)] {
+            let room = 1i64 << (8 * to);
+            let base = match from {
+                4 => rng.random_range(i32::MIN as i64..i32::MAX as i64 - room),
+                _ => rng.random_range(i64::MIN / 2..i64::MAX / 2),
+            };
+            let how = Narrowing::offset(from, to, base).unwrap();
+            let n = COPY_TASK_BYTES / from * 2 + 7;
+            let mut values: Vec<i128> = (0..n).map(|_| (base + rng.random_range(0..room)) as i128).collect();
+            values[..2].copy_from_slice(&[base as i128, (base + room - 1) as i128]);
+            let bytes_of = |values: &[i128]| -> Vec<u8> {
+                values
+                    .iter()
+                    .flat_map(|&v| match from {
+                        4 => (v as i32).to_le_bytes().to_vec(),
+                        8 => (v as i64).to_le_bytes().to_vec(),
+                        _ => v.to_le_bytes().to_vec(),
+                    })
+                    .collect()
+            };
+            for (threads, shift) in [(1, 0), (4, 3)] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let stage = |values: &[i128]| {
+                    let bytes = bytes_of(values);
+                    let mut out = vec![0u8; bytes.len() / how.shrink() + 32];
+                    let start = (out.as_ptr() as usize).wrapping_neg() % 16 + shift;
+                    let fits = AtomicBool::new(true);
+                    let copy = StageCopy { src: &bytes, dst: out[start..].as_mut_ptr(), narrow: Some((&fits, how)) };
+                    unsafe { parallel_stage(&pool, &[copy], Stores::Plain) };
+                    let got: Vec<i64> = out[start..start + bytes.len() / how.shrink()]
+                        .chunks_exact(to)
+                        .map(|c| if to == 1 { c[0] as i64 } else { u16::from_le_bytes([c[0], c[1]]) as i64 })
+                        .collect();
+                    (fits.load(Ordering::Relaxed), got)
+                };
+                let what = format!("{how:?}, {threads} threads, destination {shift} bytes past 16");
+                let (fits, got) = stage(&values);
+                assert!(fits, "every value lies in the frame ({what})");
+                let want: Vec<i64> = values.iter().map(|&v| v as i64 - base).collect();
+                assert_eq!(got, want, "{what}");
+                let mut bads = vec![(base - 1) as i128, (base + room) as i128];
+                if from == 4 {
+                    bads.push(i32::MIN as i128);
+                } else {
+                    bads.extend([i64::MIN as i128, i64::MAX as i128]);
+                }
+                if from == 16 {
+                    bads.extend([(base as i128) + (1i128 << 64), i128::MAX]);
+                }
+                for bad in bads {
+                    // Values below the base's type range cannot be written at that width.
+                    if from == 4 && (bad < i32::MIN as i128 || bad > i32::MAX as i128) {
+                        continue;
+                    }
+                    let at = rng.random_range(0..n);
+                    let mut with_bad = values.clone();
+                    with_bad[at] = bad;
+                    let (fits, _) = stage(&with_bad);
+                    assert!(!fits, "{bad} at {at} of {n} is outside the frame ({what})");
+                }
+            }
+        }
+        // A difference that wraps around to a small distance is still outside the frame.
+        let how = Narrowing::offset(8, 1, i64::MAX).unwrap();
+        let bytes = i64::MIN.to_le_bytes();
+        let (fits, mut out) = (AtomicBool::new(true), [0u8; 1]);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let copy = StageCopy { src: &bytes, dst: out.as_mut_ptr(), narrow: Some((&fits, how)) };
+        unsafe { parallel_stage(&pool, &[copy], Stores::Plain) };
+        assert!(!fits.load(Ordering::Relaxed), "i64::MIN is far below i64::MAX");
     }
 
     /// A 4-byte narrowing writes each value's low 4 bytes, from 16- and 8-byte integers, over
