@@ -191,19 +191,14 @@ fn offset_for(sample: &[&[u8]], width: usize) -> Option<Narrowing> {
     let (mut lo, mut hi, mut seen) = (i64::MAX, i64::MIN, false);
     for slice in sample {
         for v in slice.chunks_exact(width).take(SAMPLE_VALUES) {
-            let mut low = [0u8; 8];
             let value = match width {
                 4 => i32::from_le_bytes(v.try_into().ok()?) as i64,
-                _ => {
-                    low.copy_from_slice(&v[..8]);
-                    let value = i64::from_le_bytes(low);
-                    // A 16-byte value past 64 bits has no 64-bit frame.
-                    if width == 16 && v[8..16].iter().any(|&b| b != if value < 0 { 0xFF } else { 0 }) {
-                        return None;
-                    }
-                    value
-                }
+                _ => i64::from_le_bytes(v[..8].try_into().ok()?),
             };
+            // A 16-byte value past 64 bits has no 64-bit frame.
+            if width == 16 && v[8..16].iter().any(|&b| b != if value < 0 { 0xFF } else { 0 }) {
+                return None;
+            }
             (lo, hi, seen) = (lo.min(value), hi.max(value), true);
         }
     }
@@ -399,14 +394,8 @@ impl HostUpload {
                 let parts = batches.par_iter().map(|b| pack(b.column(i).as_ref())).collect::<Result<Vec<_>>>()?;
                 Ok(AssembledColumn::assemble(&parts))
             };
-        let columns: Vec<Option<AssembledColumn>> = schema
-            .fields()
-            .iter()
-            .enumerate()
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(assembled)
-            .collect::<Result<_>>()?;
+        let columns: Vec<Option<AssembledColumn>> =
+            schema.fields().par_iter().enumerate().map(assembled).collect::<Result<_>>()?;
         match columns.into_iter().collect::<Option<Vec<AssembledColumn>>>() {
             Some(columns) => Ok(HostUpload::Assembled { schema, rows, columns }),
             None => concat_first(),
