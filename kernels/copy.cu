@@ -75,3 +75,43 @@ WIDEN_OFFSET(widen_u16_to_i64, unsigned short, long long)
     }
 WIDEN_OFFSET_128(widen_u8_to_i128, unsigned char)
 WIDEN_OFFSET_128(widen_u16_to_i128, unsigned short)
+
+// String offsets rebuilt from each row's length: out[0] = 0 and out[i + 1] is where row i ends.
+// Rows come in tiles of OFFSETS_TILE (`LENGTH_TILE_ROWS` in src/columns/host.rs) and starts[t] is
+// where tile t's first row starts: the host lays the rows out and knows it, so each block scans
+// one tile and no pass over the tiles is needed. String columns assembled from Arrow views cross
+// the link this way, 1 or 4 bytes a row instead of 8 (`AssembledColumn::from_views`).
+#define OFFSETS_THREADS 256
+#define OFFSETS_ITEMS 8
+#define OFFSETS_TILE (OFFSETS_THREADS * OFFSETS_ITEMS)
+template <typename L>
+__device__ __forceinline__ void offsets_from_lengths(const L* __restrict__ lengths, const u64* __restrict__ starts,
+                                                     u64* __restrict__ out, u64 n) {
+    __shared__ u64 warp_sums[OFFSETS_THREADS / 32];
+    __shared__ u64 total;
+    const u64 first = (u64)blockIdx.x * OFFSETS_TILE + (u64)threadIdx.x * OFFSETS_ITEMS;
+    u64 v[OFFSETS_ITEMS];
+    u64 s = 0;
+#pragma unroll
+    for (int j = 0; j < OFFSETS_ITEMS; j++) {
+        u64 i = first + j;
+        v[j] = i < n ? (u64)lengths[i] : 0;
+        s += v[j];
+    }
+    u64 end = block_exclusive_scan<OFFSETS_THREADS / 32, u64>(s, warp_sums, &total) + starts[blockIdx.x];
+#pragma unroll
+    for (int j = 0; j < OFFSETS_ITEMS; j++) {
+        u64 i = first + j;
+        end += v[j];
+        if (i < n) out[i + 1] = end;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 0;
+}
+extern "C" __global__ void __launch_bounds__(OFFSETS_THREADS)
+    offsets_from_u8_lengths(const unsigned char* lengths, const u64* starts, u64* out, u64 n) {
+    offsets_from_lengths<unsigned char>(lengths, starts, out, n);
+}
+extern "C" __global__ void __launch_bounds__(OFFSETS_THREADS)
+    offsets_from_u32_lengths(const u32* lengths, const u64* starts, u64* out, u64 n) {
+    offsets_from_lengths<u32>(lengths, starts, out, n);
+}

@@ -2,17 +2,18 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaStream, LaunchConfig};
 use datafusion::arrow::array::{Array, RecordBatchOptions};
 use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::host::{AssembledColumn, HostColumn, pack, unpack};
+use super::host::{AssembledColumn, HostColumn, LENGTH_TILE_ROWS, RowLengths, pack, unpack};
+use crate::device::kernel;
 use crate::device::launch::KArg;
 use crate::device::transfer::{Landed, NARROWING, Narrow, Narrowing, UploadPiece};
-use crate::device::{DeviceBuffer, Gpu};
+use crate::device::{DeviceBuffer, Gpu, ptr};
 use crate::error::{Result, gpu_error};
 
 /// One Arrow array in device memory, in the layout described in [`super::host`].
@@ -328,6 +329,44 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
     Ok(())
 }
 
+/// Writes the `rows + 1` i64 offsets of a string column into `offsets` from its rows' lengths
+/// and its tiles' starts, uploaded into `lens` and `starts` (see [`RowLengths`]).
+fn offsets_from_lengths(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    host: &RowLengths,
+    lens: &DeviceBuffer,
+    starts: &DeviceBuffer,
+    offsets: &DeviceBuffer,
+    rows: usize,
+) -> Result<()> {
+    if rows == 0 {
+        return gpu.fill_bytes(stream, offsets, 0);
+    }
+    let tiles = rows.div_ceil(LENGTH_TILE_ROWS);
+    if lens.len() != rows * host.width || starts.len() != tiles * 8 || offsets.len() != (rows + 1) * 8 {
+        return Err(gpu_error(format!(
+            "a string column of {rows} rows came with {} bytes of {}-byte lengths and {} bytes of tile starts \
+             for {} bytes of offsets",
+            lens.len(),
+            host.width,
+            starts.len(),
+            offsets.len()
+        )));
+    }
+    let kernel = if host.width == 1 { kernel::OFFSETS_FROM_U8_LENGTHS } else { kernel::OFFSETS_FROM_U32_LENGTHS };
+    let blocks = u32::try_from(tiles).map_err(|_| gpu_error(format!("a string column of {rows} rows is too long")))?;
+    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // offsets_from_*_lengths(const L* lengths, const u64* starts, u64* out, u64 n): a block per tile
+    // of LENGTH_TILE_ROWS rows, 256 threads.
+    gpu.launch(
+        stream,
+        kernel,
+        cfg,
+        &[ptr(lens, stream), ptr(starts, stream), ptr(offsets, stream), KArg::U64(rows as u64)],
+    )
+}
+
 /// Downloads columns into packed host form (pinned Arrow buffers).
 pub fn download_columns(gpu: &Gpu, stream: &Arc<CudaStream>, cols: &[&DeviceColumn]) -> Result<Vec<HostColumn>> {
     let mut bufs = Vec::new();
@@ -471,8 +510,24 @@ impl DeviceBatch {
                         narrow_buffer(gpu, stream, d, &sample_of(&parts))
                     })
                     .collect();
+                // String columns whose offsets cross the link as row lengths: device buffers for
+                // the lengths and the tiles' starts.
+                let lengths: Vec<Option<(DeviceBuffer, DeviceBuffer)>> = columns
+                    .iter()
+                    .map(|a| {
+                        a.lengths
+                            .as_ref()
+                            .map(|l| -> Result<_> {
+                                Ok((
+                                    gpu.alloc(stream, l.lengths.len(), "string lengths for the upload")?,
+                                    gpu.alloc(stream, l.tile_starts.len(), "string tile starts for the upload")?,
+                                ))
+                            })
+                            .transpose()
+                    })
+                    .collect::<Result<_>>()?;
                 let mut pieces = Vec::new();
-                for ((a, d), n) in columns.iter().zip(&cols).zip(&narrowed) {
+                for (((a, d), n), l) in columns.iter().zip(&cols).zip(&narrowed).zip(&lengths) {
                     let first = pieces.len();
                     let host = a.validity.iter().chain(&a.buffers);
                     for (h, dev) in host.zip(d.validity.iter().chain(&d.buffers)) {
@@ -481,8 +536,17 @@ impl DeviceBatch {
                         }
                     }
                     narrow_values(&mut pieces[first..], d, n.as_ref());
+                    if let (Some(host), Some((lens, starts))) = (&a.lengths, l) {
+                        pieces.push(UploadPiece::new(&host.lengths, lens, 0));
+                        pieces.push(UploadPiece::new(&host.tile_starts, starts, 0));
+                    }
                 }
                 upload_pieces(gpu, stream, &pieces, false)?;
+                for ((a, d), l) in columns.iter().zip(&cols).zip(&lengths) {
+                    if let (Some(host), Some((lens, starts)), Some(offsets)) = (&a.lengths, l, d.buffers.first()) {
+                        offsets_from_lengths(gpu, stream, host, lens, starts, offsets, a.len)?;
+                    }
+                }
                 crate::timeline::mark("upload", || "pieces widened".into());
                 (schema, rows, cols)
             }
@@ -714,6 +778,47 @@ mod tests {
             let back = dev.download().unwrap();
             let want = concat_batches(&schema, &batches).unwrap();
             assert_same_array(want.column(0).as_ref(), back.column(0).as_ref(), &format!("{dt} nulls {nulls}"));
+        }
+    }
+
+    /// String view columns assembled from many batches cross the link as row lengths and come
+    /// back equal to their concatenation: 1-byte lengths, 4-byte ones once a row passes 255
+    /// bytes, inline and out-of-line values, nulls, empty batches, tens of tiles.
+    #[test]
+    fn gpu_strings_cross_the_link_as_lengths() {
+        use datafusion::arrow::array::{ArrayRef, BinaryViewArray, StringViewArray};
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_strings_cross_the_link_as_lengths") else { return };
+        let seed = fresh_seed("gpu_strings_cross_the_link_as_lengths");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let stream = gpu.stream();
+        for (binary, longest) in [(false, 1usize), (false, 40), (true, 200), (false, 700)] {
+            let dt = if binary { DataType::BinaryView } else { DataType::Utf8View };
+            let schema = Arc::new(Schema::new(vec![Field::new("s", dt.clone(), true)]));
+            let batches: Vec<RecordBatch> = [4099usize, 0, 8192, 13, 30_000, 1]
+                .iter()
+                .map(|&len| {
+                    let rows: Vec<Option<String>> = (0..len)
+                        .map(|_| {
+                            rng.random_bool(0.9).then(|| {
+                                let n = rng.random_range(0..=longest);
+                                (0..n).map(|_| rng.random_range(b'a'..=b'z') as char).collect()
+                            })
+                        })
+                        .collect();
+                    let a: ArrayRef = if binary {
+                        Arc::new(BinaryViewArray::from_iter(rows.iter().map(|r| r.as_deref().map(str::as_bytes))))
+                    } else {
+                        Arc::new(StringViewArray::from_iter(rows))
+                    };
+                    RecordBatch::try_new(Arc::clone(&schema), vec![a]).unwrap()
+                })
+                .collect();
+            let dev = DeviceBatch::upload_concat(&gpu, &stream, &batches).unwrap();
+            let back = dev.download().unwrap();
+            let want = concat_batches(&schema, &batches).unwrap();
+            let ctx = format!("{dt}, rows up to {longest} bytes, seed {seed}");
+            assert_same_array(want.column(0).as_ref(), back.column(0).as_ref(), &ctx);
         }
     }
 

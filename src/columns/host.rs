@@ -160,24 +160,31 @@ fn rows_per_task(len: usize) -> usize {
 const INLINE_VIEW_BYTES: usize = 12;
 
 /// A `Utf8View` / `BinaryView` array in its device storage ([`storage_type`]: the rows' bytes
-/// end to end after i64 offsets), made on several threads over row ranges: each range sums its
-/// rows' lengths, then copies its bytes to where the lengths before it end (Arrow's cast to
-/// LargeUtf8 does it on one thread: TPC-H q14's 2 M-row `p_type` build column waited on it).
-/// An array of one range's rows or fewer is packed in one pass ([`append_views`]). Null rows
-/// take no bytes.
+/// end to end after i64 offsets), made over row ranges on several threads ([`lay_out_views`];
+/// Arrow's cast to LargeUtf8 does it on one thread: TPC-H q14's 2 M-row `p_type` build column
+/// waited on it). Null rows take no bytes.
 fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     let data = array.to_data();
     let len = data.len();
-    let per = rows_per_task(len);
-    let (offsets, bytes) = if len <= per {
-        // One range (a batch of a few thousand rows): one pass on this thread.
-        let mut offsets = Vec::with_capacity(len + 1);
-        offsets.push(0i64);
-        let mut bytes = Vec::new();
-        append_views(&data, &mut offsets, &mut bytes)?;
-        (offsets, bytes)
-    } else {
-        pack_view_ranges(&data, per)?
+    let datas = std::slice::from_ref(&data);
+    let laid = lay_out_views::<i64>(datas, &view_ranges(datas, rows_per_task(len)))?;
+    // Each range's offsets are from its own first byte: add where its bytes go.
+    let mut offsets = laid.ends;
+    let (mut rest, mut chunks) = (&mut offsets[1..], Vec::with_capacity(laid.parts.len()));
+    for p in &laid.parts {
+        let (mine, others) = std::mem::take(&mut rest).split_at_mut(p.rows);
+        chunks.push((mine, p.base as i64));
+        rest = others;
+    }
+    use rayon::prelude::*;
+    chunks.into_par_iter().for_each(|(offs, base)| offs.iter_mut().for_each(|o| *o += base));
+    let bytes = match laid.parts.as_slice() {
+        [one] => one.bytes.clone(),
+        parts => {
+            let mut all = Vec::with_capacity(parts.iter().map(|p| p.bytes.len()).sum());
+            parts.iter().for_each(|p| all.extend_from_slice(&p.bytes));
+            Buffer::from_vec(all)
+        }
     };
     let (null_count, validity) = validity(&data);
     Ok(HostColumn {
@@ -185,136 +192,144 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
         len,
         null_count,
         validity,
-        buffers: vec![Buffer::from_vec(offsets), Buffer::from_vec(bytes)],
+        buffers: vec![Buffer::from_vec(offsets), bytes],
         children: vec![],
     })
 }
 
-/// [`pack_views`]' offsets and bytes made over ranges of `per` rows on several threads.
-fn pack_view_ranges(data: &ArrayData, per: usize) -> Result<(Vec<i64>, Vec<u8>)> {
-    views_end_to_end(std::slice::from_ref(data), per)
+/// Rows a tile of string lengths holds (`OFFSETS_TILE` in `kernels/copy.cu`): the device rebuilds
+/// the offsets of an assembled string column a tile at a time, from its rows' lengths and where
+/// the tile starts ([`RowLengths`]).
+pub const LENGTH_TILE_ROWS: usize = 2048;
+
+/// What [`lay_out_views`] writes for each row of view arrays: where it ends in its range's bytes
+/// (an i64 offset, after a leading entry) or its length (u8 or u32).
+trait RowEnd: Copy + Default + Send + Sync {
+    /// Entries before the first row's: the offsets' leading zero.
+    const LEADING: usize;
+    /// The entry of a row of `len` bytes that ends at byte `end` of its range.
+    fn of(end: usize, len: usize) -> Self;
 }
 
-/// The rows of view arrays laid end to end in device storage (i64 offsets from zero, the rows'
-/// bytes), made over ranges of at most `per` rows of one array on several threads: each range
-/// sums its rows' lengths, then copies its bytes to where the lengths before it end.
-fn views_end_to_end(datas: &[ArrayData], per: usize) -> Result<(Vec<i64>, Vec<u8>)> {
-    use rayon::prelude::*;
-    // (array, its rows) of every range, in order.
-    let ranges: Vec<(usize, std::ops::Range<usize>)> = datas
+impl RowEnd for i64 {
+    const LEADING: usize = 1;
+    fn of(end: usize, _: usize) -> i64 {
+        end as i64
+    }
+}
+
+impl RowEnd for u8 {
+    const LEADING: usize = 0;
+    fn of(_: usize, len: usize) -> u8 {
+        len as u8
+    }
+}
+
+impl RowEnd for u32 {
+    const LEADING: usize = 0;
+    fn of(_: usize, len: usize) -> u32 {
+        len as u32
+    }
+}
+
+/// The rows of view arrays cut into ranges of at most `per` rows of one array: (array, its
+/// rows), in order.
+fn view_ranges(datas: &[ArrayData], per: usize) -> Vec<(usize, std::ops::Range<usize>)> {
+    datas
         .iter()
         .enumerate()
         .flat_map(|(i, d)| (0..d.len()).step_by(per.max(1)).map(move |a| (i, a..(a + per).min(d.len()))))
-        .collect();
-    let views = |i: usize| -> &[u128] {
-        let d = &datas[i];
-        &d.buffer::<u128>(0)[d.offset()..d.offset() + d.len()]
-    };
-    let length = |i: usize, row: usize, v: u128| match datas[i].nulls() {
-        Some(n) if n.is_null(row) => 0,
-        _ => v as u32 as usize,
-    };
-    let range_total =
-        |(i, r): &(usize, std::ops::Range<usize>)| r.clone().map(|row| length(*i, row, views(*i)[row])).sum::<usize>();
-    let totals: Vec<usize> = ranges.par_iter().map(range_total).collect();
-    let total: usize = totals.iter().sum();
-    let len: usize = datas.iter().map(|d| d.len()).sum();
-    let mut offsets = vec![0i64; len + 1];
-    // Inline values (at most 12 bytes) are copied as 12 bytes, the next row's overwriting the
-    // excess: a fixed-size move instead of a copy of each row's length. The slack keeps the last
-    // row's excess inside the allocation; it is cut off before the bytes are handed out.
-    let mut bytes = vec![0u8; total + INLINE_VIEW_BYTES];
-    // Each range's share of the offsets (after the leading zero) and of the bytes (a range's
-    // excess may spill into the next range's first bytes only when it is the last range, into
-    // the slack: so each range gets its bytes plus, while they exist, the slack's).
+        .collect()
+}
+
+/// One range's rows laid end to end: their bytes, where they go in the column's bytes, and how
+/// many rows they are.
+struct ViewPart {
+    bytes: Buffer,
+    base: usize,
+    rows: usize,
+}
+
+/// The rows of view arrays laid end to end: an entry per row ([`RowEnd`]; a range's offsets are
+/// from its own first byte), each range's bytes, the longest row, and where each tile of
+/// [`LENGTH_TILE_ROWS`] rows starts in the column's bytes.
+struct ViewLayout<E> {
+    ends: Vec<E>,
+    parts: Vec<ViewPart>,
+    longest: usize,
+    tile_starts: Vec<i64>,
+}
+
+/// The rows of `ranges` of view arrays laid end to end in one pass over their views, a range per
+/// task on several threads: each range copies its rows' bytes into a buffer of its own (placed
+/// after the ranges before it once all are done) and writes each row's entry. The views, 16
+/// bytes a row, are read once: a cold fill of a 60 M-row column reads a gigabyte of them. A row
+/// longer than `E` tells is written short: callers check `longest`.
+fn lay_out_views<E: RowEnd>(datas: &[ArrayData], ranges: &[(usize, std::ops::Range<usize>)]) -> Result<ViewLayout<E>> {
+    use rayon::prelude::*;
+    let rows: usize = ranges.iter().map(|(_, r)| r.len()).sum();
+    let mut ends = vec![E::default(); rows + E::LEADING];
     let mut jobs = Vec::with_capacity(ranges.len());
-    let (mut offs_rest, mut bytes_rest, mut base) = (&mut offsets[1..], &mut bytes[..], 0usize);
-    for (k, ((i, r), &t)) in ranges.iter().zip(&totals).enumerate() {
-        let (o, orest) = std::mem::take(&mut offs_rest).split_at_mut(r.len());
-        let take = if k + 1 == ranges.len() { bytes_rest.len() } else { t };
-        let (b, brest) = std::mem::take(&mut bytes_rest).split_at_mut(take);
-        jobs.push((*i, r.clone(), base, o, b));
-        (offs_rest, bytes_rest, base) = (orest, brest, base + t);
+    let (mut rest, mut first_row) = (&mut ends[E::LEADING..], 0usize);
+    for (i, r) in ranges {
+        let (mine, others) = std::mem::take(&mut rest).split_at_mut(r.len());
+        jobs.push((&datas[*i], r.clone(), first_row, mine));
+        (rest, first_row) = (others, first_row + r.len());
     }
-    let pack_range = |(i, rows, base, offs, out): (usize, std::ops::Range<usize>, usize, &mut [i64], &mut [u8])| {
-        let (views, blocks) = (views(i), &datas[i].buffers()[1..]);
-        let mut at = 0usize;
-        for (k, row) in rows.enumerate() {
-            let v = views[row];
-            let n = length(i, row, v);
-            if n <= INLINE_VIEW_BYTES {
-                // A middle range's last inline rows may not have 12 bytes left: exact copy there.
-                match out.get_mut(at..at + INLINE_VIEW_BYTES) {
-                    Some(dst) => dst.copy_from_slice(&v.to_le_bytes()[4..16]),
-                    None => out[at..at + n].copy_from_slice(&v.to_le_bytes()[4..4 + n]),
-                }
-            } else {
-                let (block, start) = ((v >> 64) as u32 as usize, (v >> 96) as u32 as usize);
-                let src = blocks.get(block).and_then(|b| b.as_slice().get(start..start + n)).ok_or_else(|| {
-                    DataFusionError::Internal(format!("view {row} points past its data buffer {block}"))
-                })?;
-                out[at..at + n].copy_from_slice(src);
-            }
-            at += n;
-            offs[k] = (base + at) as i64;
-        }
-        Ok::<_, DataFusionError>(())
-    };
-    jobs.into_par_iter().try_for_each(pack_range)?;
-    bytes.truncate(total);
-    Ok((offsets, bytes))
+    let laid: Vec<(Vec<u8>, usize, Vec<i64>)> =
+        jobs.into_par_iter().map(|job| lay_out_range(job)).collect::<Result<_>>()?;
+    let (mut parts, mut tile_starts, mut longest, mut base) = (Vec::with_capacity(laid.len()), Vec::new(), 0, 0);
+    for ((bytes, most, starts), (_, r)) in laid.into_iter().zip(ranges) {
+        tile_starts.extend(starts.into_iter().map(|s| s + base as i64));
+        longest = longest.max(most);
+        let len = bytes.len();
+        parts.push(ViewPart { bytes: Buffer::from_vec(bytes), base, rows: r.len() });
+        base += len;
+    }
+    Ok(ViewLayout { ends, parts, longest, tile_starts })
 }
 
-/// Bytes the rows of a view array hold (null rows none, as packed).
-fn view_bytes(data: &ArrayData) -> usize {
+/// One range of [`lay_out_views`]: `rows` of `data`, the first of them row `first_row` of the
+/// column, entries into `ends`. Its bytes, its longest row, and where the tiles whose first row
+/// it holds start in its bytes.
+fn lay_out_range<E: RowEnd>(
+    (data, rows, first_row, ends): (&ArrayData, std::ops::Range<usize>, usize, &mut [E]),
+) -> Result<(Vec<u8>, usize, Vec<i64>)> {
     let views: &[u128] = &data.buffer::<u128>(0)[data.offset()..data.offset() + data.len()];
-    match data.nulls().filter(|n| n.null_count() > 0) {
-        Some(n) => views.iter().enumerate().filter(|(i, _)| n.is_valid(*i)).map(|(_, v)| *v as u32 as usize).sum(),
-        None => views.iter().map(|v| *v as u32 as usize).sum(),
-    }
-}
-
-/// Appends the rows of a view array to a device-layout column being built: each row's bytes
-/// after `bytes`' current end and its end offset to `offsets`. Inline values (at most 12 bytes)
-/// are moved as 12 bytes, the next row overwriting the excess (see [`pack_views`]).
-fn append_views(data: &ArrayData, offsets: &mut Vec<i64>, bytes: &mut Vec<u8>) -> Result<()> {
-    let (offset, len) = (data.offset(), data.len());
-    let views: &[u128] = &data.buffer::<u128>(0)[offset..offset + len];
     let blocks = &data.buffers()[1..];
     let nulls = data.nulls().filter(|n| n.null_count() > 0);
-    let need = view_bytes(data);
-    // The slack past the rows' bytes takes the last inline row's excess.
-    bytes.reserve(need + INLINE_VIEW_BYTES);
-    offsets.reserve(len);
-    let (start, first_row) = (bytes.len(), offsets.len());
-    let out = bytes.spare_capacity_mut().as_mut_ptr() as *mut u8;
-    let ends = offsets.spare_capacity_mut().as_mut_ptr() as *mut i64;
-    let mut at = 0usize;
-    for (row, &v) in views.iter().enumerate() {
+    // A guess that holds inline rows (at most 12 bytes) without growing; longer rows grow it.
+    let mut out: Vec<u8> = Vec::with_capacity(rows.len() * 8 + 64);
+    let (mut starts, mut longest) = (Vec::new(), 0usize);
+    for (k, row) in rows.enumerate() {
+        if (first_row + k) % LENGTH_TILE_ROWS == 0 {
+            starts.push(out.len() as i64);
+        }
+        let v = views[row];
         let n = if nulls.is_some_and(|m| m.is_null(row)) { 0 } else { v as u32 as usize };
+        // Inline values are moved as 12 bytes, the next row overwriting the excess: a fixed-size
+        // move instead of a copy of the row's length.
+        out.reserve(n.max(INLINE_VIEW_BYTES));
+        let at = out.len();
+        let dst = out.spare_capacity_mut().as_mut_ptr() as *mut u8;
         if n <= INLINE_VIEW_BYTES {
-            // SAFETY: the rows' lengths sum to `need`, so at + n <= need and at + 12 <= need +
-            // 12, within the spare capacity reserved.
-            unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes()[4..].as_ptr(), out.add(at), INLINE_VIEW_BYTES) };
+            // SAFETY: 12 bytes of spare capacity were reserved above.
+            unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes()[4..].as_ptr(), dst, INLINE_VIEW_BYTES) };
         } else {
             let (block, from) = ((v >> 64) as u32 as usize, (v >> 96) as u32 as usize);
             let src = blocks
                 .get(block)
                 .and_then(|b| b.as_slice().get(from..from + n))
                 .ok_or_else(|| DataFusionError::Internal(format!("view {row} points past its data buffer {block}")))?;
-            // SAFETY: at + n <= need, as above.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), out.add(at), n) };
+            // SAFETY: n bytes of spare capacity were reserved above.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
         }
-        at += n;
-        // SAFETY: row < len, within the spare capacity reserved.
-        unsafe { ends.add(row).write((start + at) as i64) };
+        // SAFETY: the row's n bytes were written just above.
+        unsafe { out.set_len(at + n) };
+        longest = longest.max(n);
+        ends[k] = E::of(at + n, n);
     }
-    // SAFETY: every row's bytes and end offset were written above, `need` bytes in all.
-    unsafe {
-        bytes.set_len(start + at);
-        offsets.set_len(first_row + len);
-    }
-    Ok(())
+    Ok((out, longest, starts))
 }
 
 /// Offsets rebased to start at zero, and the referenced bytes only.
@@ -533,6 +548,22 @@ pub struct AssembledColumn {
     pub null_count: usize,
     pub validity: Option<AssembledBuffer>,
     pub buffers: Vec<AssembledBuffer>,
+    /// For a string column assembled from views: its offsets (the first buffer, which then has
+    /// no host parts) as the rows' lengths, from which the upload rebuilds them on the device.
+    pub lengths: Option<RowLengths>,
+}
+
+/// A string column's offsets sent as its rows' lengths: 1 or 4 bytes a row cross the link
+/// instead of 8, and the device rebuilds the i64 offsets a tile of [`LENGTH_TILE_ROWS`] rows at a
+/// time, from the tile's lengths and where it starts.
+#[derive(Debug, Clone)]
+pub struct RowLengths {
+    /// Each row's length in `width` bytes, little-endian (a null row 0).
+    pub lengths: Buffer,
+    /// 1 (every row at most 255 bytes) or 4.
+    pub width: usize,
+    /// Where each tile's first row starts in the column's bytes (i64).
+    pub tile_starts: Buffer,
 }
 
 impl AssembledColumn {
@@ -569,15 +600,18 @@ impl AssembledColumn {
                 vec![AssembledBuffer { len: at, parts }]
             }
         };
-        Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers })
+        Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers, lengths: None })
     }
 
-    /// `Utf8View` / `BinaryView` arrays (one type) laid end to end in their device layout: i64
-    /// offsets and the rows' bytes written once each, by ranges of rows on several threads (one
-    /// pass sums each range's lengths, one copies its rows). Packing each array ([`pack`]) and
-    /// then rebuilding the whole column's offsets from theirs ([`Self::assemble`]) takes three
-    /// passes and two allocations per array; TPC-H's flag and mode columns spent most of their
-    /// upload time there.
+    /// `Utf8View` / `BinaryView` arrays (one type) laid end to end in their device layout, by
+    /// ranges of rows on several threads (one pass sums each range's lengths, one copies its
+    /// rows): the rows' bytes written once each, and in place of the i64 offsets each row's length
+    /// in 1 byte (when no row is longer than 255 bytes) or 4, with where each tile of rows starts
+    /// ([`RowLengths`]); the upload rebuilds the offsets on the device. Packing each array
+    /// ([`pack`]) and then rebuilding the whole column's offsets from theirs ([`Self::assemble`])
+    /// takes three passes and two allocations per array, and i64 offsets are 8 bytes a row to
+    /// write, stage and send: TPC-H's one-byte flag columns are nine bytes a row that way, two
+    /// with lengths.
     pub fn from_views(arrays: &[&dyn Array]) -> Result<AssembledColumn> {
         let first = arrays.first().ok_or_else(|| DataFusionError::Internal("assembling no view arrays".into()))?;
         let dt = first.data_type().clone();
@@ -590,14 +624,28 @@ impl AssembledColumn {
         let null_count = packed.iter().map(|(n, _)| n).sum();
         let validity = (null_count > 0)
             .then(|| Self::bitmap(len, datas.iter().zip(&packed).map(|(d, (_, v))| (d.len(), v.as_ref()))));
-        // Ranges of rows of the arrays (a batch's few thousand rows make one) on several threads.
-        let (offsets, bytes) = views_end_to_end(&datas, rows_per_task(len))?;
+        // Ranges of rows of the arrays (a batch's few thousand rows make one) on several threads,
+        // with 1-byte lengths unless a row is longer.
+        let ranges = view_ranges(&datas, rows_per_task(len));
+        let narrow = lay_out_views::<u8>(&datas, &ranges)?;
+        let (lengths, width, parts, tile_starts) = if narrow.longest <= u8::MAX as usize {
+            (Buffer::from_vec(narrow.ends), 1, narrow.parts, narrow.tile_starts)
+        } else {
+            drop(narrow);
+            let wide = lay_out_views::<u32>(&datas, &ranges)?;
+            (Buffer::from_vec(wide.ends), 4, wide.parts, wide.tile_starts)
+        };
+        let bytes = AssembledBuffer {
+            len: parts.iter().map(|p| p.bytes.len()).sum(),
+            parts: parts.into_iter().map(|p| (p.bytes, p.base)).collect(),
+        };
         Ok(AssembledColumn {
             data_type: dt,
             len,
             null_count,
             validity,
-            buffers: vec![Self::whole(Buffer::from_vec(offsets)), Self::whole(Buffer::from_vec(bytes))],
+            buffers: vec![AssembledBuffer { len: (len + 1) * 8, parts: vec![] }, bytes],
+            lengths: Some(RowLengths { lengths, width, tile_starts: Buffer::from_vec(tile_starts) }),
         })
     }
 
@@ -804,14 +852,34 @@ mod tests {
         Buffer::from(out)
     }
 
-    /// The host column an assembled column describes.
+    /// The host column an assembled column describes; offsets sent as row lengths are rebuilt
+    /// as the device does, a tile at a time from where the tile starts.
     fn materialized(a: &AssembledColumn) -> HostColumn {
+        let mut buffers: Vec<Buffer> = a.buffers.iter().map(materialize).collect();
+        if let Some(l) = &a.lengths {
+            let lengths: Vec<u64> = match l.width {
+                1 => l.lengths.as_slice().iter().map(|&n| n as u64).collect(),
+                _ => l.lengths.typed_data::<u32>().iter().map(|&n| n as u64).collect(),
+            };
+            assert_eq!(lengths.len(), a.len, "a length per row");
+            let starts = l.tile_starts.typed_data::<i64>();
+            assert_eq!(starts.len(), a.len.div_ceil(LENGTH_TILE_ROWS), "a start per tile");
+            let mut offsets = vec![0i64];
+            for (t, tile) in lengths.chunks(LENGTH_TILE_ROWS).enumerate() {
+                let mut end = starts[t];
+                for &n in tile {
+                    end += n as i64;
+                    offsets.push(end);
+                }
+            }
+            buffers[0] = Buffer::from_vec(offsets);
+        }
         HostColumn {
             data_type: a.data_type.clone(),
             len: a.len,
             null_count: a.null_count,
             validity: a.validity.as_ref().map(materialize),
-            buffers: a.buffers.iter().map(materialize).collect(),
+            buffers,
             children: vec![],
         }
     }
@@ -846,14 +914,17 @@ mod tests {
     }
 
     /// View arrays assembled in one pass give the packed concatenation: inline and out-of-line
-    /// values, slices, nulls, empty and all-null parts.
+    /// values, slices, nulls, empty and all-null parts, arrays split over several ranges and
+    /// tiles; offsets go as 1-byte lengths, or 4-byte ones once a row is longer than 255 bytes.
     #[test]
     fn views_assemble_like_the_concatenation() {
+        use datafusion::arrow::array::StringViewArray;
+        use rand::Rng;
         let seed = crate::testing::fresh_seed("views_assemble");
         let mut rng = StdRng::seed_from_u64(seed);
         for dt in [DataType::Utf8View, DataType::BinaryView] {
-            for nulls in [0.0, 0.3, 1.0] {
-                let arrays: Vec<ArrayRef> = [13usize, 0, 8192, 1, 64, 999]
+            for (nulls, long_row) in [(0.0, false), (0.3, false), (1.0, false), (0.3, true)] {
+                let mut arrays: Vec<ArrayRef> = [13usize, 0, 8192, 1, 40_000, 64, 999]
                     .iter()
                     .map(|&len| {
                         let offset = (len * 5 + 2) % 7;
@@ -861,10 +932,17 @@ mod tests {
                         cast(a.as_ref(), &dt).unwrap()
                     })
                     .collect();
+                if long_row {
+                    let long = "x".repeat(256 + rng.random_range(0..100));
+                    let a: ArrayRef = Arc::new(StringViewArray::from_iter_values(["a", long.as_str(), "bc"]));
+                    arrays.insert(3, cast(a.as_ref(), &dt).unwrap());
+                }
                 let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
                 let a = AssembledColumn::from_views(&refs).unwrap();
+                let width = a.lengths.as_ref().map(|l| l.width);
+                assert_eq!(width, Some(if long_row { 4 } else { 1 }), "{dt}: lengths' width");
                 let col = materialized(&a);
-                let ctx = format!("{dt} nulls {nulls} seed {seed}");
+                let ctx = format!("{dt} nulls {nulls} long row {long_row} seed {seed}");
                 let want = datafusion::arrow::compute::concat(&refs).unwrap();
                 let packed = pack(want.as_ref()).unwrap();
                 assert_eq!(col.buffers, packed.buffers, "{ctx}: device layout");
