@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Session 17 call 2: the GPU suite on the build whose string layout reads each view once (one pass a
+# range, huge pages); SF10 data generated beside it; SSB and TPC-H SF10 over GpuCachedTable with
+# the cache emptied before each timed GPU run (--cold), 3 timed runs a query; timelines of cold
+# TPC-H q1 and q19; SF1 answers of both suites over GpuCachedTable with the defaults.
+set -uo pipefail
+t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
+out=/tmp/o72; rm -rf $out; mkdir -p $out/records /tmp/b
+xz -dc .device6/b.tar.xz | tar xf - -C /tmp/b; chmod +x /tmp/b/*
+source scripts/device-env.sh >/dev/null 2>&1
+export DFG_REQUIRE_GPU=1 XDG_CACHE_HOME=/tmp/dfg-cache
+cli=/tmp/b/datafusion-gpu
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $out/nvidia-smi.txt
+lscpu | grep -E "Model name|^CPU\(s\)|L3" > $out/lscpu.txt
+cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag | tee $out/thp.txt
+( timeout 100 $cli bench ssb --sf 10 --iterations 0 --queries 1.1 --data /tmp/dfg-data --no-save > $out/gen-ssb.log 2>&1
+  timeout 100 $cli bench tpch --sf 10 --iterations 0 --queries 6 --data /tmp/dfg-data --no-save > $out/gen-tpch.log 2>&1
+  timeout 60 $cli bench tpch --sf 1 --iterations 0 --queries 6 --data /tmp/dfg-data --no-save > $out/gen-sf1-tpch.log 2>&1
+  timeout 60 $cli bench ssb --sf 1 --iterations 0 --queries 1.1 --data /tmp/dfg-data --no-save > $out/gen-sf1-ssb.log 2>&1 ) &
+timeout 330 /tmp/b/datafusion_gpu-3e361ff91f61c412 --test-threads 4 > $out/tests.log 2>&1; echo "GPU suite rc=$? at $(el) s"
+grep -E "^test result|FAILED|panicked" $out/tests.log | head -10
+wait; echo "data at $(el) s"
+run() { # suite label settings...
+  local suite=$1 label=$2; shift 2
+  timeout 100 $cli bench $suite --sf 10 --iterations 3 --cpu-iterations 0 --data /tmp/dfg-data --residency cached --cold --out $out/records --label $label "$@" > $out/$suite-$label.log 2>&1
+  echo "$suite $label rc=$? at $(el) s: $(grep -h 'total:' $out/$suite-$label.log) $(grep -h 'results:' $out/$suite-$label.log)"
+  grep -E "^q[0-9.]+ +[-0-9]" $out/$suite-$label.log | awk '{printf "%s %s  ", $1, $3} END {print ""}'
+}
+run tpch cold
+run ssb cold
+RUST_LOG=datafusion_gpu::timeline=debug timeout 60 $cli bench tpch --sf 10 --iterations 2 --cpu-iterations 0 --queries 1,19 --data /tmp/dfg-data --residency cached --cold --no-save > $out/tpch-cold-timeline.log 2>&1
+echo "timeline tpch at $(el) s"
+grep -E "upload: [0-9]+ columns|pieces, [0-9.]+GiB|timed run|rule: starts" $out/tpch-cold-timeline.log | tail -12 | cut -c45-230
+for suite in tpch ssb; do
+  timeout 120 $cli bench $suite --sf 1 --iterations 1 --cpu-iterations 0 --data /tmp/dfg-data --residency cached --no-save > $out/$suite-sf1-cached.log 2>&1
+  echo "$suite SF1 cached rc=$? at $(el) s: $(grep -h 'results:' $out/$suite-sf1-cached.log)"
+done
+gzip $out/*.log
+cd $out && tar czf $OUT/t72.tar.gz .
