@@ -119,7 +119,7 @@ fn upload_columns_with(
     let narrowed: Vec<Option<(DeviceBuffer, Narrowing)>> = hosts
         .iter()
         .zip(&devs)
-        .map(|(h, d)| narrow_buffer(gpu, stream, d, &sample_of(&h.buffers.iter().take(1).collect::<Vec<_>>())))
+        .map(|(h, d)| narrow_buffer(gpu, stream, d, || sample_of(&h.buffers.iter().take(1).collect::<Vec<_>>())))
         .collect();
     let mut pieces = Vec::new();
     for ((h, d), n) in hosts.iter().zip(&devs).zip(&narrowed) {
@@ -139,7 +139,7 @@ const NARROW_MIN_BYTES: usize = 64 << 10;
 /// values and the first narrowing to try (see [`UploadPiece::narrow`]):
 /// - Int32, Date32, Int64 and Decimal128 of at most 18 digits whose `sample` of host values
 ///   spans a narrow range: their distance above a base in 1 or 2 bytes, with
-///   `gpu.transfer.narrow_offsets` (see [`offset_for`]);
+///   `gpu.transfer.narrow_offsets` (see [`offset_for`]; the sample is taken only then);
 /// - otherwise, Decimal128 of at most 18 digits: 4-byte values with `gpu.transfer.narrow_integers`,
 ///   else 8-byte ones with `gpu.transfer.narrow_decimals`;
 /// - Int64: 4-byte values with `gpu.transfer.narrow_integers`.
@@ -149,11 +149,11 @@ const NARROW_MIN_BYTES: usize = 64 << 10;
 /// (see [`fallback`]). Narrowing divides the staged copy's writes and the link's bytes by 2 to
 /// 16. `None` for other columns, small ones, or when the allocation fails (the column then
 /// uploads as it is).
-fn narrow_buffer(
+fn narrow_buffer<'a>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     dev: &DeviceColumn,
-    sample: &[&[u8]],
+    sample: impl FnOnce() -> Vec<&'a [u8]>,
 ) -> Option<(DeviceBuffer, Narrowing)> {
     let values = dev.buffers.first()?;
     if !NARROWING || values.len() < NARROW_MIN_BYTES {
@@ -166,7 +166,7 @@ fn narrow_buffer(
         DataType::Decimal128(digits, _) if digits <= 18 => 16,
         _ => return None,
     };
-    let offset = settings.narrow_offsets.then(|| offset_for(sample, width)).flatten();
+    let offset = settings.narrow_offsets.then(|| offset_for(&sample(), width)).flatten();
     let how = match (offset, &dev.data_type) {
         (Some(how), _) => how,
         (None, DataType::Decimal128(..)) if settings.narrow_integers => Narrowing::I128ToI32,
@@ -283,15 +283,10 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
             let n = (bytes / how.from_bytes()) as u64;
             let src = into.raw_ptr(stream) + (at / how.shrink()) as u64;
             let out = dst.raw_ptr(stream) + at as u64;
-            match how.base() {
-                Some(base) => gpu.launch_n(
-                    stream,
-                    how.widen_kernel(),
-                    n,
-                    &[KArg::U64(src), KArg::U64(out), KArg::U64(n), KArg::U64(base as u64)],
-                ),
-                None => gpu.launch_n(stream, how.widen_kernel(), n, &[KArg::U64(src), KArg::U64(out), KArg::U64(n)]),
-            }
+            // A frame of reference adds its base: widen_*(src, dst, n, i64 base).
+            let base = how.base().map(|b| KArg::U64(b as u64));
+            let args: Vec<KArg> = [KArg::U64(src), KArg::U64(out), KArg::U64(n)].into_iter().chain(base).collect();
+            gpu.launch_n(stream, how.widen_kernel(), n, &args)
         };
         let mut run: Option<Run<'_>> = None;
         let mut again = Vec::new();
@@ -505,9 +500,12 @@ impl DeviceBatch {
                     .iter()
                     .zip(&cols)
                     .map(|(a, d)| {
-                        let parts: Vec<&Buffer> =
-                            a.buffers.first().map(|b| b.parts.iter().map(|(p, _)| p).collect()).unwrap_or_default();
-                        narrow_buffer(gpu, stream, d, &sample_of(&parts))
+                        let sample = || {
+                            let parts: Vec<&Buffer> =
+                                a.buffers.first().map(|b| b.parts.iter().map(|(p, _)| p).collect()).unwrap_or_default();
+                            sample_of(&parts)
+                        };
+                        narrow_buffer(gpu, stream, d, sample)
                     })
                     .collect();
                 // String columns whose offsets cross the link as row lengths: device buffers for
