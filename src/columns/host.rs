@@ -168,16 +168,19 @@ fn pack_views(array: &dyn Array) -> Result<HostColumn> {
     let len = data.len();
     let datas = std::slice::from_ref(&data);
     let laid = lay_out_views::<i64>(datas, &view_ranges(datas, rows_per_task(len)))?;
-    // Each range's offsets are from its own first byte: add where its bytes go.
+    // Each range's offsets are from its own first byte: add where its bytes go (the first
+    // range's go at 0, so an array of one range needs nothing).
     let mut offsets = laid.ends;
-    let (mut rest, mut chunks) = (&mut offsets[1..], Vec::with_capacity(laid.parts.len()));
-    for p in &laid.parts {
-        let (mine, others) = std::mem::take(&mut rest).split_at_mut(p.rows);
-        chunks.push((mine, p.base as i64));
-        rest = others;
+    if laid.parts.len() > 1 {
+        let (mut rest, mut chunks) = (&mut offsets[1..], Vec::with_capacity(laid.parts.len()));
+        for p in &laid.parts {
+            let (mine, others) = std::mem::take(&mut rest).split_at_mut(p.rows);
+            chunks.push((mine, p.base as i64));
+            rest = others;
+        }
+        use rayon::prelude::*;
+        chunks.into_par_iter().for_each(|(offs, base)| offs.iter_mut().for_each(|o| *o += base));
     }
-    use rayon::prelude::*;
-    chunks.into_par_iter().for_each(|(offs, base)| offs.iter_mut().for_each(|o| *o += base));
     let bytes = match laid.parts.as_slice() {
         [one] => one.bytes.clone(),
         parts => {
@@ -276,8 +279,13 @@ fn lay_out_views<E: RowEnd>(datas: &[ArrayData], ranges: &[(usize, std::ops::Ran
         jobs.push((&datas[*i], r.clone(), first_row, mine));
         (rest, first_row) = (others, first_row + r.len());
     }
-    let laid: Vec<(Vec<u8>, usize, Vec<i64>)> =
-        jobs.into_par_iter().map(|job| lay_out_range(job)).collect::<Result<_>>()?;
+    // One range (an array of a batch's few thousand rows) is laid out on this thread: a pack
+    // of each batch of an upload would otherwise wait on the thread pool.
+    let laid: Vec<(Vec<u8>, usize, Vec<i64>)> = if jobs.len() <= 1 {
+        jobs.into_iter().map(lay_out_range).collect::<Result<_>>()?
+    } else {
+        jobs.into_par_iter().map(lay_out_range).collect::<Result<_>>()?
+    };
     let (mut parts, mut tile_starts, mut longest, mut base) = (Vec::with_capacity(laid.len()), Vec::new(), 0, 0);
     for ((bytes, most, starts), (_, r)) in laid.into_iter().zip(ranges) {
         tile_starts.extend(starts.into_iter().map(|s| s + base as i64));
@@ -604,8 +612,8 @@ impl AssembledColumn {
     }
 
     /// `Utf8View` / `BinaryView` arrays (one type) laid end to end in their device layout, by
-    /// ranges of rows on several threads (one pass sums each range's lengths, one copies its
-    /// rows): the rows' bytes written once each, and in place of the i64 offsets each row's length
+    /// ranges of rows on several threads, one pass over the views ([`lay_out_views`]): the rows'
+    /// bytes written once each, and in place of the i64 offsets each row's length
     /// in 1 byte (when no row is longer than 255 bytes) or 4, with where each tile of rows starts
     /// ([`RowLengths`]); the upload rebuilds the offsets on the device. Packing each array
     /// ([`pack`]) and then rebuilding the whole column's offsets from theirs ([`Self::assemble`])
