@@ -29,12 +29,13 @@ use super::DeviceColumn;
 /// 80,000 words a column), so the key hashes as a digest of it made once, with the key: hashing
 /// the whole layout at every lookup, under the cache's lock, cost a query about 1 ms a scan and
 /// held up every other scan's lookup meanwhile. Keys are still equal only when their layouts are.
+/// The layout is shared: a clone of the key (the cache's copy) does not copy it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnKey {
     digest: u64,
     data_type: DataType,
     batch_rows: usize,
-    layout: Vec<usize>,
+    layout: Arc<[usize]>,
 }
 
 impl std::hash::Hash for ColumnKey {
@@ -54,7 +55,7 @@ impl ColumnKey {
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&data_type, batch_rows, &layout).hash(&mut h);
-        ColumnKey { digest: h.finish(), data_type, batch_rows, layout }
+        ColumnKey { digest: h.finish(), data_type, batch_rows, layout: layout.into() }
     }
 }
 
@@ -73,11 +74,12 @@ fn push_layout(data: &ArrayData, out: &mut Vec<usize>) {
 }
 
 /// One cached column: its device batches' columns, in order, with the host arrays they were
-/// uploaded from (held so that their addresses stay theirs).
+/// uploaded from (held so that their addresses stay theirs; shared with the scan that keyed
+/// them, so that caching a column of thousands of host batches is not thousands of clones).
 #[derive(Debug)]
 struct Column {
     chunks: Vec<Arc<DeviceColumn>>,
-    _host: Vec<ArrayRef>,
+    _host: Arc<[ArrayRef]>,
 }
 
 /// Counts a cache keeps, for `gpu_table_cache()` and the tests.
@@ -193,7 +195,7 @@ impl TableCache {
     /// Keeps `chunks` (uploaded from `host`, their work complete) under `key`, evicting the least
     /// recently used entries while the cache would hold more than `limit` bytes. A column larger
     /// than `limit` alone is not kept; returns whether it was.
-    pub fn insert(&self, key: ColumnKey, chunks: Vec<Arc<DeviceColumn>>, host: Vec<ArrayRef>, limit: u64) -> bool {
+    pub fn insert(&self, key: ColumnKey, chunks: Vec<Arc<DeviceColumn>>, host: Arc<[ArrayRef]>, limit: u64) -> bool {
         let bytes: u64 = chunks.iter().map(|c| c.byte_size() as u64).sum();
         self.lock().insert(key, Column { chunks, _host: host }, bytes, limit)
     }

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::BooleanBufferBuilder;
-use datafusion::arrow::array::{Array, ArrayData, ArrayRef, make_array};
+use datafusion::arrow::array::{Array, ArrayData, ArrayRef, downcast_primitive_array, make_array};
 use datafusion::arrow::buffer::{Buffer, MutableBuffer};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
@@ -611,6 +611,48 @@ impl AssembledColumn {
         Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers, lengths: None })
     }
 
+    /// Arrays of one fixed-width type (not booleans) without nulls laid end to end: each array's
+    /// values buffer is a part as it is, with no packing (a table column of thousands of batches
+    /// is that many handles to clone, on several threads); `None` for any other arrays, which
+    /// [`pack`] and [`Self::assemble`] take.
+    pub fn from_primitives(arrays: &[ArrayRef]) -> Option<AssembledColumn> {
+        use rayon::prelude::*;
+        let dt = arrays.first()?.data_type();
+        if matches!(dt, DataType::Boolean) || !dt.is_primitive() {
+            return None;
+        }
+        let width = dt.primitive_width()?;
+        let values: Vec<Buffer> = arrays
+            .par_iter()
+            .map(|a| {
+                if a.data_type() != dt || a.null_count() > 0 {
+                    return None;
+                }
+                let array: &dyn Array = a.as_ref();
+                let values = downcast_primitive_array!(array => { array.values().inner().clone() } _ => return None);
+                (values.len() == a.len() * width).then_some(values)
+            })
+            .collect::<Option<_>>()?;
+        let mut at = 0usize;
+        let parts = values
+            .into_iter()
+            .map(|v| {
+                let part = (v, at);
+                at += part.0.len();
+                part
+            })
+            .collect();
+        let buffers = vec![AssembledBuffer { len: at, parts }];
+        Some(AssembledColumn {
+            data_type: dt.clone(),
+            len: at / width,
+            null_count: 0,
+            validity: None,
+            buffers,
+            lengths: None,
+        })
+    }
+
     /// `Utf8View` / `BinaryView` arrays (one type) laid end to end in their device layout, by
     /// ranges of rows on several threads, one pass over the views ([`lay_out_views`]): the rows'
     /// bytes written once each, and in place of the i64 offsets each row's length
@@ -893,7 +935,8 @@ mod tests {
     }
 
     /// Assembling packed parts gives the packed concatenation, for every type without children,
-    /// odd lengths, slices, nulls and empty parts.
+    /// odd lengths, slices, nulls and empty parts; so do a fixed-width type's arrays without
+    /// nulls assembled as they are ([`AssembledColumn::from_primitives`]), which takes no other.
     #[test]
     fn assembled_columns_equal_the_concatenation() {
         let seed = crate::testing::fresh_seed("assembled_columns");
@@ -916,9 +959,25 @@ mod tests {
                 let col = materialized(&a);
                 let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
                 let want = datafusion::arrow::compute::concat(&refs).unwrap();
-                assert_same_array(want.as_ref(), unpack(col).unwrap().as_ref(), &ctx);
+                assert_same_array(want.as_ref(), unpack(col.clone()).unwrap().as_ref(), &ctx);
+                let fixed_width = dt.is_primitive() && !matches!(dt, DataType::Boolean);
+                match AssembledColumn::from_primitives(&arrays) {
+                    Some(p) => {
+                        assert!(fixed_width && (nulls == 0.0), "{ctx}: taken as values alone");
+                        let p = materialized(&p);
+                        assert_eq!((p.len, p.null_count, p.validity.is_none()), (col.len, 0, true), "{ctx}");
+                        assert_eq!(p.buffers, col.buffers, "{ctx}: values");
+                    }
+                    None => assert!(!fixed_width || nulls > 0.0, "{ctx}: values alone not taken"),
+                }
             }
         }
+        // Mixed types are not one column.
+        let mixed: Vec<ArrayRef> = vec![
+            Arc::new(datafusion::arrow::array::Int32Array::from(vec![1, 2])),
+            Arc::new(datafusion::arrow::array::Date32Array::from(vec![3])),
+        ];
+        assert!(AssembledColumn::from_primitives(&mixed).is_none());
     }
 
     /// View arrays assembled in one pass give the packed concatenation: inline and out-of-line

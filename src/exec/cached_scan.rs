@@ -20,8 +20,9 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Statistics, internal_err};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -306,9 +307,18 @@ struct PartitionLayout {
     batches: Vec<RecordBatch>,
     /// The rows of each device batch: every column of the partition is cut the same way.
     chunk_rows: Vec<usize>,
-    /// Each table column's cache key, once a scan read it.
-    keys: Vec<OnceLock<ColumnKey>>,
+    /// Each table column, once a scan read it.
+    columns: Vec<OnceLock<ScanColumn>>,
     batch_rows: usize,
+}
+
+/// One table column of a device partition: its host arrays, one per host batch (shared with the
+/// cache entries made from them and read by the uploads without a batch per host batch), and
+/// its cache key.
+#[derive(Debug)]
+struct ScanColumn {
+    arrays: Arc<[ArrayRef]>,
+    key: ColumnKey,
 }
 
 impl PartitionLayout {
@@ -318,19 +328,21 @@ impl PartitionLayout {
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         PartitionLayout {
             chunk_rows: chunk_rows(rows, batch_rows),
-            keys: (0..columns).map(|_| OnceLock::new()).collect(),
+            columns: (0..columns).map(|_| OnceLock::new()).collect(),
             batches,
             batch_rows,
         }
     }
 
-    /// The cache key of table column `c`.
-    fn key(&self, c: usize) -> Result<&ColumnKey> {
-        let Some(cell) = self.keys.get(c) else {
-            return internal_err!("{CACHED_SCAN_NAME}: no column {c} in batches of {} columns", self.keys.len());
+    /// Table column `c`.
+    fn column(&self, c: usize) -> Result<&ScanColumn> {
+        let Some(cell) = self.columns.get(c) else {
+            return internal_err!("{CACHED_SCAN_NAME}: no column {c} in batches of {} columns", self.columns.len());
         };
         Ok(cell.get_or_init(|| {
-            ColumnKey::of(&self.batches.iter().map(|b| b.column(c)).collect::<Vec<_>>(), self.batch_rows)
+            let arrays: Arc<[ArrayRef]> = self.batches.iter().map(|b| Arc::clone(b.column(c))).collect();
+            let key = ColumnKey::of(&arrays.iter().collect::<Vec<_>>(), self.batch_rows);
+            ScanColumn { arrays, key }
         }))
     }
 }
@@ -360,11 +372,12 @@ fn load_partition(
     if batches.is_empty() {
         return Ok(Loaded { batches: Vec::new(), hits: 0, misses: 0, uploaded_bytes: 0 });
     }
-    let keys: Vec<&ColumnKey> = columns.iter().map(|&c| layout.key(c)).collect::<Result<_>>()?;
+    let scanned: Vec<&ScanColumn> = columns.iter().map(|&c| layout.column(c)).collect::<Result<_>>()?;
     let fits = |chunks: &Vec<Arc<DeviceColumn>>| {
         chunks.len() == chunk_rows.len() && chunks.iter().zip(chunk_rows).all(|(c, &r)| c.len == r)
     };
-    let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> = keys.iter().map(|k| cache.get(k).filter(fits)).collect();
+    let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> =
+        scanned.iter().map(|s| cache.get(&s.key).filter(fits)).collect();
     // Each missing table column once, even when the scan lists it twice.
     let mut missing: Vec<usize> = Vec::new();
     for (i, f) in found.iter().enumerate() {
@@ -376,31 +389,36 @@ fn load_partition(
     let mut uploaded_bytes = 0;
     if !missing.is_empty() {
         let _timer = upload_time.timer();
-        // The missing columns of every host batch, under one schema: `RecordBatch::project`
-        // would make a schema per batch (7,300 for SF10's lineorder), and allocating and freeing
-        // them, one thread, took milliseconds of a cold scan.
-        use rayon::prelude::*;
+        // The missing columns' arrays as they are: a batch per host batch (7,300 for SF10's
+        // `lineorder`), made and dropped on one thread, took milliseconds of a cold scan.
         let first = batches.first().ok_or_else(|| gpu_error("a cached scan has no host batch to upload"))?;
-        let projected_schema = Arc::new(first.schema().project(&missing)?);
-        let projected = batches
-            .par_iter()
-            .map(|b| {
-                let cols = missing.iter().map(|&c| Arc::clone(b.column(c))).collect();
-                let rows = RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
-                RecordBatch::try_new_with_options(Arc::clone(&projected_schema), cols, &rows)
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let missing_schema = Arc::new(first.schema().project(&missing)?);
+        let missing_columns: Vec<&ScanColumn> = missing.iter().map(|&c| layout.column(c)).collect::<Result<_>>()?;
         let stream = gpu.stream();
-        let uploaded = device_batch_groups(&projected, batch_rows)
-            .iter()
-            .map(|group| DeviceBatch::upload_concat(gpu, &stream, group))
-            .collect::<Result<Vec<_>>>()?;
+        let uploaded = match chunk_rows.len() {
+            0 | 1 => {
+                let arrays: Vec<&[ArrayRef]> = missing_columns.iter().map(|s| &s.arrays[..]).collect();
+                vec![DeviceBatch::upload_concat_columns(gpu, &stream, Arc::clone(&missing_schema), &arrays)?]
+            }
+            chunks => {
+                // Each column cut into the device batches' rows, every column the same way.
+                let cut: Vec<Vec<Vec<ArrayRef>>> =
+                    missing_columns.iter().map(|s| device_batch_groups(&s.arrays, batch_rows)).collect();
+                (0..chunks)
+                    .map(|g| {
+                        let arrays: Vec<&[ArrayRef]> =
+                            cut.iter().map(|c| c.get(g).map_or(&[][..], Vec::as_slice)).collect();
+                        DeviceBatch::upload_concat_columns(gpu, &stream, Arc::clone(&missing_schema), &arrays)
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            }
+        };
         crate::timeline::mark("cached scan", || format!("{} columns staged", missing.len()));
         // Complete before the cache hands the columns to other queries' streams.
         stream.synchronize().map_err(|e| gpu_error(format!("waiting for a cached table's upload: {e}")))?;
         crate::timeline::mark("cached scan", || "upload complete on the device".into());
         uploaded_bytes = uploaded.iter().map(DeviceBatch::byte_size).sum();
-        for (j, &c) in missing.iter().enumerate() {
+        for (j, (&c, column)) in missing.iter().zip(&missing_columns).enumerate() {
             let chunks: Vec<Arc<DeviceColumn>> = uploaded.iter().map(|d| Arc::clone(&d.columns()[j])).collect();
             if !fits(&chunks) {
                 return internal_err!("a cached scan cut column {c} into other batches than its partition's");
@@ -408,8 +426,7 @@ fn load_partition(
             for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
                 found[i] = Some(chunks.clone());
             }
-            let host = batches.iter().map(|b| Arc::clone(b.column(c))).collect();
-            cache.insert(layout.key(c)?.clone(), chunks, host, limit);
+            cache.insert(column.key.clone(), chunks, Arc::clone(&column.arrays), limit);
         }
         crate::timeline::mark("cached scan", || "columns cached".into());
     }

@@ -17,6 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
@@ -148,16 +149,16 @@ impl ResidentTable {
 
 /// `batches` (in order, empty ones left out) grouped into device batches of `batch_rows` rows, the
 /// last one with the rest: a batch that crosses a group's end is cut into slices.
-pub(crate) fn device_batch_groups(batches: &[RecordBatch], batch_rows: usize) -> Vec<Vec<RecordBatch>> {
+pub(crate) fn device_batch_groups<T: Rows>(batches: &[T], batch_rows: usize) -> Vec<Vec<T>> {
     let batch_rows = batch_rows.max(1);
     let mut groups = Vec::new();
     let (mut group, mut rows) = (Vec::new(), 0);
-    for b in batches.iter().filter(|b| b.num_rows() > 0) {
+    for b in batches.iter().filter(|b| b.rows() > 0) {
         let mut offset = 0;
-        while offset < b.num_rows() {
-            let take = (batch_rows - rows).min(b.num_rows() - offset);
+        while offset < b.rows() {
+            let take = (batch_rows - rows).min(b.rows() - offset);
             // A whole batch is shared as it is: a slice makes new arrays, thousands a table.
-            group.push(if offset == 0 && take == b.num_rows() { b.clone() } else { b.slice(offset, take) });
+            group.push(if offset == 0 && take == b.rows() { b.clone() } else { b.slice_rows(offset, take) });
             offset += take;
             rows += take;
             if rows == batch_rows {
@@ -170,6 +171,30 @@ pub(crate) fn device_batch_groups(batches: &[RecordBatch], batch_rows: usize) ->
         groups.push(group);
     }
     groups
+}
+
+/// Host batches or one column's arrays, as [`device_batch_groups`] cuts them.
+pub(crate) trait Rows: Clone {
+    fn rows(&self) -> usize;
+    fn slice_rows(&self, offset: usize, len: usize) -> Self;
+}
+
+impl Rows for RecordBatch {
+    fn rows(&self) -> usize {
+        self.num_rows()
+    }
+    fn slice_rows(&self, offset: usize, len: usize) -> Self {
+        self.slice(offset, len)
+    }
+}
+
+impl Rows for ArrayRef {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+    fn slice_rows(&self, offset: usize, len: usize) -> Self {
+        self.slice(offset, len)
+    }
 }
 
 #[async_trait]
