@@ -854,7 +854,7 @@ impl std::fmt::Display for SuiteReport {
         let floor_head = if floors { format!(" {:>9} {:>8}", "floor ms", "x floor") } else { String::new() };
         let peer = self.peer.is_some();
         let peer_head =
-            if peer { format!(" {:>10} {:>9} {:<5}", "DuckDB ms", "vs DuckDB", "check") } else { String::new() };
+            if peer { format!(" {:>10} {:>9} {:<11}", "DuckDB ms", "vs DuckDB", "DuckDB rows") } else { String::new() };
         if let Some(p) = &self.peer {
             writeln!(
                 f,
@@ -876,9 +876,9 @@ impl std::fmt::Display for SuiteReport {
             };
             let peer_cols = match (peer, &q.peer) {
                 (false, _) => String::new(),
-                (true, None) => format!(" {:>10} {:>9} {:<5}", "-", "-", "-"),
+                (true, None) => format!(" {:>10} {:>9} {:<11}", "-", "-", "-"),
                 (true, Some(p)) => format!(
-                    " {:>10} {:>9} {:<5}",
+                    " {:>10} {:>9} {:<11}",
                     ms(p.ms),
                     vs_peer(q).map_or("-".into(), |v| format!("{v:.2}x")),
                     if p.ok { "ok" } else { "FAIL" }
