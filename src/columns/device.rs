@@ -278,16 +278,7 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
         // Narrowed pieces that lie end to end in one buffer are widened by one launch:
         // (narrowed buffer, how, values buffer, byte offset in the values, bytes).
         type Run<'b> = (&'b DeviceBuffer, Narrowing, &'b DeviceBuffer, usize, usize);
-        let widen = |(into, how, dst, at, bytes): Run<'_>| -> Result<()> {
-            // widen_*(const void* src, void* dst, u64 n): dst holds n values of the full width.
-            let n = (bytes / how.from_bytes()) as u64;
-            let src = into.raw_ptr(stream) + (at / how.shrink()) as u64;
-            let out = dst.raw_ptr(stream) + at as u64;
-            // A frame of reference adds its base: widen_*(src, dst, n, i64 base).
-            let base = how.base().map(|b| KArg::U64(b as u64));
-            let args: Vec<KArg> = [KArg::U64(src), KArg::U64(out), KArg::U64(n)].into_iter().chain(base).collect();
-            gpu.launch_n(stream, how.widen_kernel(), n, &args)
-        };
+        let widen_run = |(into, how, dst, at, bytes): Run<'_>| widen(gpu, stream, into, how, dst, at, bytes);
         let mut run: Option<Run<'_>> = None;
         let mut again = Vec::new();
         for (p, l) in todo.iter().zip(&landed) {
@@ -303,7 +294,7 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
                             Some((i, h, d, at, n + p.src.len()))
                         }
                         Some(prev) => {
-                            widen(prev)?;
+                            widen_run(prev)?;
                             Some((into, how, p.dst, p.dst_offset, p.src.len()))
                         }
                         None => Some((into, how, p.dst, p.dst_offset, p.src.len())),
@@ -317,11 +308,32 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
             }
         }
         if let Some(last) = run {
-            widen(last)?;
+            widen_run(last)?;
         }
         todo = again;
     }
     Ok(())
+}
+
+/// Widens on `stream` the values `how` narrowed into `into` that belong at byte `at` of `dst`, for
+/// `bytes` bytes of `dst` (the narrowed values of a buffer lie at `at / shrink` of `into`).
+fn widen(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    into: &DeviceBuffer,
+    how: Narrowing,
+    dst: &DeviceBuffer,
+    at: usize,
+    bytes: usize,
+) -> Result<()> {
+    // widen_*(const void* src, void* dst, u64 n): dst holds n values of the full width.
+    let n = (bytes / how.from_bytes()) as u64;
+    let src = into.raw_ptr(stream) + (at / how.shrink()) as u64;
+    let out = dst.raw_ptr(stream) + at as u64;
+    // A frame of reference adds its base: widen_*(src, dst, n, i64 base).
+    let base = how.base().map(|b| KArg::U64(b as u64));
+    let args: Vec<KArg> = [KArg::U64(src), KArg::U64(out), KArg::U64(n)].into_iter().chain(base).collect();
+    gpu.launch_n(stream, how.widen_kernel(), n, &args)
 }
 
 /// Writes the `rows + 1` i64 offsets of a string column into `offsets` from its rows' lengths
@@ -416,13 +428,19 @@ impl HostUpload {
         let columns: Vec<Vec<ArrayRef>> =
             (0..first.num_columns()).map(|i| batches.iter().map(|b| Arc::clone(b.column(i))).collect()).collect();
         let columns: Vec<&[ArrayRef]> = columns.iter().map(Vec::as_slice).collect();
-        Self::assemble_columns(first.schema(), &columns)
+        Self::assemble_columns(first.schema(), &columns, &[])
     }
 
     /// As [`HostUpload::assemble`], for a table's columns given each as its arrays in order (the
     /// `i`-th array of every column is one batch's): a cache fill of a few of a table's columns
-    /// reads them without making a batch per host batch (SF10's `lineorder`: 7,300).
-    pub fn assemble_columns(schema: SchemaRef, columns: &[&[ArrayRef]]) -> Result<Self> {
+    /// reads them without making a batch per host batch (SF10's `lineorder`: 7,300). `images`
+    /// (empty, or one per column) gives the columns laid out ahead ([`crate::columns::image`]),
+    /// which go as they are; the others are assembled from their arrays.
+    pub fn assemble_columns(
+        schema: SchemaRef,
+        columns: &[&[ArrayRef]],
+        images: &[Option<&AssembledColumn>],
+    ) -> Result<Self> {
         let rows: usize =
             columns.first().ok_or_else(|| gpu_error("uploading no columns"))?.iter().map(|a| a.len()).sum();
         if schema.fields().len() != columns.len()
@@ -445,12 +463,32 @@ impl HostUpload {
         if schema.fields().iter().any(|f| matches!(f.data_type(), DataType::Dictionary(..) | DataType::List(_))) {
             return concat_first();
         }
+        if !images.is_empty() && images.len() != columns.len() {
+            return Err(gpu_error(format!("{} column images for {} columns", images.len(), columns.len())));
+        }
+        let image = |i: usize| images.get(i).copied().flatten();
+        for (i, field) in schema.fields().iter().enumerate() {
+            if let Some(image) = image(i)
+                && (image.len != rows || &image.data_type != field.data_type())
+            {
+                return Err(gpu_error(format!(
+                    "the host image of column '{}' holds {} x {} rows, not {} x {rows}",
+                    field.name(),
+                    image.data_type,
+                    image.len,
+                    field.data_type()
+                )));
+            }
+        }
         // A table's batches are often a few thousand rows each, and packing an array takes a
         // fraction of a microsecond: the columns and their batches are packed on several threads
         // (on one, a cold cache fill of SSB's four 60 M-row lineorder columns waited about 17 ms
         // before its staging began, which then took 23 ms).
         use rayon::prelude::*;
-        let assembled = |(field, arrays): (&datafusion::arrow::datatypes::FieldRef, &&[ArrayRef])| {
+        let assembled = |(i, (field, arrays)): (usize, (&datafusion::arrow::datatypes::FieldRef, &&[ArrayRef]))| {
+            if let Some(image) = image(i) {
+                return Ok(Some(image.clone()));
+            }
             if matches!(field.data_type(), DataType::Utf8View | DataType::BinaryView) {
                 let arrays: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
                 return AssembledColumn::from_views(&arrays).map(Some);
@@ -462,7 +500,7 @@ impl HostUpload {
             Ok(AssembledColumn::assemble(&parts))
         };
         let assembled: Vec<Option<AssembledColumn>> =
-            schema.fields().par_iter().zip(columns.par_iter()).map(assembled).collect::<Result<_>>()?;
+            schema.fields().par_iter().zip(columns.par_iter()).enumerate().map(assembled).collect::<Result<_>>()?;
         match assembled.into_iter().collect::<Option<Vec<AssembledColumn>>>() {
             Some(columns) => Ok(HostUpload::Assembled { schema, rows, columns }),
             None => concat_first(),
@@ -533,6 +571,10 @@ impl DeviceBatch {
                     .iter()
                     .zip(&cols)
                     .map(|(a, d)| {
+                        // Values narrowed ahead go as they are.
+                        if a.narrowed.is_some() {
+                            return None;
+                        }
                         let sample = || {
                             let parts: Vec<&Buffer> =
                                 a.buffers.first().map(|b| b.parts.iter().map(|(p, _)| p).collect()).unwrap_or_default();
@@ -557,9 +599,19 @@ impl DeviceBatch {
                             .transpose()
                     })
                     .collect::<Result<_>>()?;
+                // Values narrowed ahead: a device buffer for them, widened once they are in.
+                let ahead: Vec<Option<DeviceBuffer>> = columns
+                    .iter()
+                    .map(|a| {
+                        a.narrowed
+                            .as_ref()
+                            .map(|n| gpu.alloc(stream, n.values.len(), "narrowed values for the upload"))
+                            .transpose()
+                    })
+                    .collect::<Result<_>>()?;
                 crate::timeline::mark("upload", || "device buffers allocated".into());
                 let mut pieces = Vec::new();
-                for (((a, d), n), l) in columns.iter().zip(&cols).zip(&narrowed).zip(&lengths) {
+                for ((((a, d), n), l), ahead) in columns.iter().zip(&cols).zip(&narrowed).zip(&lengths).zip(&ahead) {
                     let first = pieces.len();
                     let host = a.validity.iter().chain(&a.buffers);
                     for (h, dev) in host.zip(d.validity.iter().chain(&d.buffers)) {
@@ -572,8 +624,26 @@ impl DeviceBatch {
                         pieces.push(UploadPiece::new(&host.lengths, lens, 0));
                         pieces.push(UploadPiece::new(&host.tile_starts, starts, 0));
                     }
+                    if let (Some(host), Some(into)) = (&a.narrowed, ahead) {
+                        pieces.push(UploadPiece::new(&host.values, into, 0));
+                    }
                 }
                 upload_pieces(gpu, stream, &pieces, false)?;
+                for ((a, d), ahead) in columns.iter().zip(&cols).zip(&ahead) {
+                    if let (Some(host), Some(into), Some(values)) = (&a.narrowed, ahead, d.buffers.first()) {
+                        if host.values.len() != a.len * host.how.to_bytes()
+                            || values.len() < a.len * host.how.from_bytes()
+                        {
+                            return Err(gpu_error(format!(
+                                "narrowed values of {} bytes for {} rows of {}",
+                                host.values.len(),
+                                a.len,
+                                a.data_type
+                            )));
+                        }
+                        widen(gpu, stream, into, host.how, values, 0, a.len * host.how.from_bytes())?;
+                    }
+                }
                 for ((a, d), l) in columns.iter().zip(&cols).zip(&lengths) {
                     if let (Some(host), Some((lens, starts)), Some(offsets)) = (&a.lengths, l, d.buffers.first()) {
                         offsets_from_lengths(gpu, stream, host, lens, starts, offsets, a.len)?;
@@ -612,8 +682,9 @@ impl DeviceBatch {
         stream: &Arc<CudaStream>,
         schema: SchemaRef,
         columns: &[&[ArrayRef]],
+        images: &[Option<&AssembledColumn>],
     ) -> Result<Self> {
-        Self::upload_prepared(gpu, stream, HostUpload::assemble_columns(schema, columns)?)
+        Self::upload_prepared(gpu, stream, HostUpload::assemble_columns(schema, columns, images)?)
     }
 
     /// Downloads into a host batch with the same schema.
@@ -800,9 +871,9 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![field("a"), field("b")]));
         let (three, one): (ArrayRef, ArrayRef) =
             (Arc::new(Int32Array::from(vec![1, 2, 3])), Arc::new(Int32Array::from(vec![4])));
-        assert!(HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)], &[one]]).is_err());
-        assert!(HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)]]).is_err());
-        assert!(HostUpload::assemble_columns(schema, &[&[Arc::clone(&three)], &[three]]).is_ok());
+        assert!(HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)], &[one]], &[]).is_err());
+        assert!(HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)]], &[]).is_err());
+        assert!(HostUpload::assemble_columns(schema, &[&[Arc::clone(&three)], &[three]], &[]).is_ok());
     }
 
     /// Every type, with and without nulls, sliced and not, empty too: host -> GPU -> host.

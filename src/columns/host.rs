@@ -25,6 +25,8 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::error::{DataFusionError, Result};
 
+use crate::device::transfer::Narrowing;
+
 /// An array in device layout, still on the host.
 #[derive(Debug, Clone)]
 pub struct HostColumn {
@@ -559,6 +561,19 @@ pub struct AssembledColumn {
     /// For a string column assembled from views: its offsets (the first buffer, which then has
     /// no host parts) as the rows' lengths, from which the upload rebuilds them on the device.
     pub lengths: Option<RowLengths>,
+    /// For an integer or decimal column narrowed ahead of the upload (a table's host image,
+    /// [`crate::columns::image`]): its values (the first buffer, which then has no host parts)
+    /// in fewer bytes each, which the upload widens on the device.
+    pub narrowed: Option<NarrowedValues>,
+}
+
+/// A column's values narrowed on the host: every value as `how` stages it (the low bytes, or the
+/// distance above a base), all of them fitting.
+#[derive(Debug, Clone)]
+pub struct NarrowedValues {
+    pub how: Narrowing,
+    /// The column's values, [`Narrowing::to_bytes`] each.
+    pub values: Buffer,
 }
 
 /// A string column's offsets sent as its rows' lengths: 1 or 4 bytes a row cross the link
@@ -577,6 +592,14 @@ pub struct RowLengths {
 impl AssembledColumn {
     fn whole(buf: Buffer) -> AssembledBuffer {
         AssembledBuffer { len: buf.len(), parts: vec![(buf, 0)] }
+    }
+
+    /// Bytes of host memory its parts, lengths and narrowed values hold (a part shared with an
+    /// array counts in full).
+    pub fn host_bytes(&self) -> usize {
+        let parts: usize = self.validity.iter().chain(&self.buffers).flat_map(|b| &b.parts).map(|(p, _)| p.len()).sum();
+        let lengths = self.lengths.as_ref().map_or(0, |l| l.lengths.len() + l.tile_starts.len());
+        parts + lengths + self.narrowed.as_ref().map_or(0, |n| n.values.len())
     }
 
     /// The parts of `cols` (packed columns of one type) as one column; `None` for layouts with
@@ -608,7 +631,7 @@ impl AssembledColumn {
                 vec![AssembledBuffer { len: at, parts }]
             }
         };
-        Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers, lengths: None })
+        Some(AssembledColumn { data_type: dt, len, null_count, validity, buffers, lengths: None, narrowed: None })
     }
 
     /// Arrays of one fixed-width type (not booleans) without nulls laid end to end: each array's
@@ -650,6 +673,7 @@ impl AssembledColumn {
             validity: None,
             buffers,
             lengths: None,
+            narrowed: None,
         })
     }
 
@@ -696,6 +720,7 @@ impl AssembledColumn {
             validity,
             buffers: vec![AssembledBuffer { len: (len + 1) * 8, parts: vec![] }, bytes],
             lengths: Some(RowLengths { lengths, width, tile_starts: Buffer::from_vec(tile_starts) }),
+            narrowed: None,
         })
     }
 

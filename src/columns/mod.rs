@@ -1,13 +1,15 @@
 //! Arrow arrays and record batches on the device: host-side packing into the device layout
 //! ([`host`]), device columns and batches with their transfers ([`device`]), and their
 //! concatenation on the device ([`concat`]); tables copied into pinned host memory ([`pinned`]);
-//! the device's cache of host columns uploaded for earlier queries ([`cache`]).
+//! the device's cache of host columns uploaded for earlier queries ([`cache`]); tables' columns
+//! laid out on the host ahead of their uploads, narrowed ([`image`]).
 //! Pure data movement; no query semantics.
 
 pub mod cache;
 pub mod concat;
 pub mod device;
 pub mod host;
+pub mod image;
 pub mod pinned;
 
 pub use device::{DeviceBatch, DeviceColumn, HostUpload, download_columns, upload_columns};

@@ -133,6 +133,20 @@ pub unsafe fn parallel_narrow(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u
     fits.load(Ordering::Relaxed)
 }
 
+/// Narrows the little-endian integers of `src` into `dst` on the caller's thread, as a staged
+/// copy does ([`Narrowing`]); whether every value fitted (`dst` then holds them all). `None` when
+/// the lengths do not make whole values of `how` or `dst` is not `src`'s narrowed length, or on a
+/// big-endian host ([`NARROWING`]). For narrowed host images of columns, made ahead of uploads.
+pub fn narrow_into(how: Narrowing, src: &[u8], dst: &mut [u8]) -> Option<bool> {
+    if !NARROWING || src.len() % how.from_bytes() != 0 || dst.len() != src.len() / how.shrink() {
+        return None;
+    }
+    let fits = AtomicBool::new(true);
+    // SAFETY: `dst` is an exclusive borrow of exactly the narrowed length, apart from `src`.
+    unsafe { stage_one(src, dst.as_mut_ptr(), Some((&fits, how)), Stores::Plain) };
+    Some(fits.load(Ordering::Relaxed))
+}
+
 /// A narrowed copy's flag, cleared when one of its values does not fit, and its narrowing.
 type NarrowFlag<'a> = Option<(&'a AtomicBool, Narrowing)>;
 

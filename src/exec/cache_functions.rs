@@ -2,9 +2,10 @@
 //!
 //! - `SELECT * FROM gpu_cache('t')` reads registered table `t` with DataFusion (any provider:
 //!   in memory, Parquet, CSV), holds its rows on the host and registers a [`GpuCachedTable`] of
-//!   them under the same name. Later queries read `t`'s columns through the device's table cache
-//!   (uploaded when a GPU operator first reads them). The function answers one row: the table,
-//!   its rows, partitions and host bytes. `t` is then a snapshot: changes to its files are not
+//!   them under the same name, with a host image of its columns under
+//!   `gpu.table_cache.host_image` ([`GpuCachedTable::with_host_image`]). Later queries read `t`'s
+//!   columns through the device's table cache (uploaded when a GPU operator first reads them). The
+//!   function answers one row: the table, its rows, partitions, host bytes and image bytes. `t` is then a snapshot: changes to its files are not
 //!   seen until `gpu_uncache('t')`, as with Spark's `CACHE TABLE`.
 //! - `SELECT * FROM gpu_uncache('t')` registers the provider `gpu_cache` replaced again. The
 //!   device copies of its columns age out of the cache.
@@ -39,6 +40,7 @@ use datafusion::physical_plan::{
 
 use super::cached_table::GpuCachedTable;
 use crate::columns::cache::TableCache;
+use crate::config::GpuConfig;
 
 /// The SQL names of the functions.
 pub const CACHE_FUNCTION: &str = "gpu_cache";
@@ -126,7 +128,7 @@ struct CacheCall {
 fn answer_schema(uncache: bool) -> SchemaRef {
     let mut fields = vec![Field::new("table", DataType::Utf8, false)];
     if !uncache {
-        for n in ["rows", "partitions", "host_bytes"] {
+        for n in ["rows", "partitions", "host_bytes", "image_bytes"] {
             fields.push(Field::new(n, DataType::UInt64, false));
         }
     }
@@ -217,13 +219,15 @@ pub struct GpuCacheTableExec {
     properties: Arc<PlanProperties>,
 }
 
-/// The row of a cached table: name, rows, partitions, host bytes, status.
+/// The row of a cached table: name, rows, partitions, host bytes of its batches and of its host
+/// image, status.
 fn cached_row(table: &str, cached: &GpuCachedTable, status: &str) -> Vec<ArrayRef> {
     vec![
         Arc::new(StringArray::from(vec![table.to_string()])),
         Arc::new(UInt64Array::from(vec![cached.num_rows() as u64])),
         Arc::new(UInt64Array::from(vec![cached.num_partitions() as u64])),
         Arc::new(UInt64Array::from(vec![cached.host_bytes() as u64])),
+        Arc::new(UInt64Array::from(vec![cached.image_bytes() as u64])),
         Arc::new(StringArray::from(vec![status.to_string()])),
     ]
 }
@@ -262,8 +266,15 @@ impl GpuCacheTableExec {
         Ok(match action {
             Action::Cache { provider, input } => {
                 let target = ctx.session_config().target_partitions();
+                let cfg = GpuConfig::from_options(ctx.session_config().options());
                 let partitions = spread(collect_partitioned(input, ctx).await?, target);
-                let cached = GpuCachedTable::try_new(provider.schema(), partitions)?.replacing(provider);
+                let mut cached = GpuCachedTable::try_new(provider.schema(), partitions)?.replacing(provider);
+                if cfg.table_cache_host_image {
+                    // Made off the async runtime's threads: it reads every column.
+                    let table = cached.clone();
+                    let batch_rows = cfg.table_cache_batch_rows;
+                    cached = super::blocking(move || table.with_host_image(batch_rows)).await?;
+                }
                 replace(&schema, &table, Arc::new(cached.clone()))?;
                 cached_row(&table, &cached, "cached")
             }

@@ -42,6 +42,8 @@ use futures::StreamExt;
 use super::resident::device_batch_groups;
 use super::{DeviceBatchStream, GpuExec, blocking, host_partition_stream};
 use crate::columns::cache::{ColumnKey, TableCache};
+use crate::columns::host::AssembledColumn;
+use crate::columns::image::column_image;
 use crate::columns::{DeviceBatch, DeviceColumn, is_supported};
 use crate::config::{GpuConfig, human_bytes};
 use crate::device::Gpu;
@@ -263,6 +265,34 @@ impl ScanLayouts {
         })
     }
 
+    /// Makes the host images of `columns` (table columns) for every device partition of a table
+    /// whose host partitions are `host`, on several threads.
+    pub(crate) fn make_images(&self, host: &[Vec<RecordBatch>], columns: &[usize]) -> Result<()> {
+        use rayon::prelude::*;
+        let layouts: Vec<&PartitionLayout> = (0..self.groups(host).len())
+            .map(|p| self.device_partition(p, host))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        let work: Vec<(&PartitionLayout, usize)> =
+            layouts.iter().flat_map(|&l| columns.iter().map(move |&c| (l, c))).collect();
+        work.par_iter().try_for_each(|(l, c)| l.make_image(*c))
+    }
+
+    /// Host bytes the images made so far hold.
+    pub(crate) fn image_bytes(&self) -> usize {
+        self.devices
+            .iter()
+            .filter_map(OnceLock::get)
+            .flat_map(|l| &l.columns)
+            .filter_map(OnceLock::get)
+            .filter_map(|c| c.images.get()?.as_ref())
+            .flatten()
+            .map(AssembledColumn::host_bytes)
+            .sum()
+    }
+
     /// The layout of device partition `partition` of a table whose host partitions are `host`
     /// (`None`: it reads no rows).
     fn device_partition(&self, partition: usize, host: &[Vec<RecordBatch>]) -> Result<Option<&PartitionLayout>> {
@@ -313,12 +343,22 @@ struct PartitionLayout {
 }
 
 /// One table column of a device partition: its host arrays, one per host batch (shared with the
-/// cache entries made from them and read by the uploads without a batch per host batch), and
-/// its cache key.
+/// cache entries made from them and read by the uploads without a batch per host batch), its
+/// cache key, and once made ([`ScanLayouts::make_images`]) its host image per device batch.
 #[derive(Debug)]
 struct ScanColumn {
     arrays: Arc<[ArrayRef]>,
     key: ColumnKey,
+    /// The column's host image for each device batch of the partition ([`column_image`]), or
+    /// `None`: it has none (its uploads read the arrays).
+    images: OnceLock<Option<Vec<AssembledColumn>>>,
+}
+
+impl ScanColumn {
+    /// Its host image for device batch `chunk`, if made.
+    fn image(&self, chunk: usize) -> Option<&AssembledColumn> {
+        self.images.get()?.as_ref()?.get(chunk)
+    }
 }
 
 impl PartitionLayout {
@@ -342,8 +382,28 @@ impl PartitionLayout {
         Ok(cell.get_or_init(|| {
             let arrays: Arc<[ArrayRef]> = self.batches.iter().map(|b| Arc::clone(b.column(c))).collect();
             let key = ColumnKey::of(&arrays.iter().collect::<Vec<_>>(), self.batch_rows);
-            ScanColumn { arrays, key }
+            ScanColumn { arrays, key, images: OnceLock::new() }
         }))
+    }
+
+    /// Makes table column `c`'s host image for each of the partition's device batches (once).
+    fn make_image(&self, c: usize) -> Result<()> {
+        let column = self.column(c)?;
+        if column.images.get().is_none() {
+            let Some(data_type) = column.arrays.first().map(|a| a.data_type().clone()) else { return Ok(()) };
+            let images = match self.chunk_rows.len() {
+                0 | 1 => column_image(&data_type, &column.arrays)?.map(|i| vec![i]),
+                _ => device_batch_groups(&column.arrays, self.batch_rows)
+                    .iter()
+                    .map(|arrays| column_image(&data_type, arrays))
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>(),
+            };
+            // (Another thread may have made them meanwhile: the same images.)
+            let _ = column.images.set(images);
+        }
+        Ok(())
     }
 }
 
@@ -395,10 +455,19 @@ fn load_partition(
         let missing_schema = Arc::new(first.schema().project(&missing)?);
         let missing_columns: Vec<&ScanColumn> = missing.iter().map(|&c| layout.column(c)).collect::<Result<_>>()?;
         let stream = gpu.stream();
+        // Columns with a host image send it; the others their arrays.
+        let images =
+            |g: usize| -> Vec<Option<&AssembledColumn>> { missing_columns.iter().map(|s| s.image(g)).collect() };
         let uploaded = match chunk_rows.len() {
             0 | 1 => {
                 let arrays: Vec<&[ArrayRef]> = missing_columns.iter().map(|s| &s.arrays[..]).collect();
-                vec![DeviceBatch::upload_concat_columns(gpu, &stream, Arc::clone(&missing_schema), &arrays)?]
+                vec![DeviceBatch::upload_concat_columns(
+                    gpu,
+                    &stream,
+                    Arc::clone(&missing_schema),
+                    &arrays,
+                    &images(0),
+                )?]
             }
             chunks => {
                 // Each column cut into the device batches' rows, every column the same way.
@@ -408,7 +477,13 @@ fn load_partition(
                     .map(|g| {
                         let arrays: Vec<&[ArrayRef]> =
                             cut.iter().map(|c| c.get(g).map_or(&[][..], Vec::as_slice)).collect();
-                        DeviceBatch::upload_concat_columns(gpu, &stream, Arc::clone(&missing_schema), &arrays)
+                        DeviceBatch::upload_concat_columns(
+                            gpu,
+                            &stream,
+                            Arc::clone(&missing_schema),
+                            &arrays,
+                            &images(g),
+                        )
                     })
                     .collect::<Result<Vec<_>>>()?
             }

@@ -216,3 +216,110 @@ fn one_partition_joins_build_on_the_smaller_side_at_run_time() {
         }
     }
 }
+
+/// `GpuCachedTable`s with host images ([`GpuCachedTable::with_host_image`]) give DataFusion's
+/// answers on a cold cache and a warm one, in one device batch and cut into several: integer,
+/// date and decimal columns narrowed to 1, 2, 4 and 8 bytes, columns left without an image
+/// (nulls, a range too wide), and strings as lengths and bytes, nulls among them.
+#[test]
+fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
+    use datafusion::arrow::array::{ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array, StringViewArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use rand::Rng;
+    const NAME: &str = "gpu_cached_tables_with_host_images_give_datafusions_answers";
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let seed = fresh_seed(NAME);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let schema = Arc::new(Schema::new(vec![
+        // 1 byte above 1; 2 bytes of dates; 4 bytes of 8; none (a 4-byte range past 16 bits).
+        Field::new("q", DataType::Int32, false),
+        Field::new("dt", DataType::Date32, false),
+        Field::new("k", DataType::Int64, false),
+        Field::new("w", DataType::Int32, false),
+        // Nulls: no image.
+        Field::new("n", DataType::Int64, true),
+        // 4 bytes of 16; 1 byte of 16 above a negative base; 1 byte of 8 above 2^40.
+        Field::new("p", DataType::Decimal128(15, 2), false),
+        Field::new("c", DataType::Decimal128(12, 2), false),
+        Field::new("big", DataType::Int64, false),
+        Field::new("s", DataType::Utf8View, true),
+    ]));
+    let words = ["AIR", "MAIL", "a string of more than twelve bytes", "", "R", "TRUCK"];
+    let batch = |rows: usize, rng: &mut StdRng| {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int32Array::from_iter_values((0..rows).map(|_| rng.random_range(1..=50)))),
+            Arc::new(Date32Array::from_iter_values((0..rows).map(|_| rng.random_range(8_035..10_591)))),
+            Arc::new(Int64Array::from_iter_values((0..rows).map(|_| rng.random_range(0..200_000)))),
+            Arc::new(Int32Array::from_iter_values((0..rows).map(|_| rng.random_range(-1_000_000..1_000_000)))),
+            Arc::new(Int64Array::from_iter((0..rows).map(|_| rng.random_bool(0.8).then(|| rng.random_range(0..1000))))),
+            Arc::new(
+                Decimal128Array::from_iter_values((0..rows).map(|_| rng.random_range(90_000..10_000_000)))
+                    .with_precision_and_scale(15, 2)
+                    .unwrap(),
+            ),
+            Arc::new(
+                Decimal128Array::from_iter_values((0..rows).map(|_| rng.random_range(-100..100)))
+                    .with_precision_and_scale(12, 2)
+                    .unwrap(),
+            ),
+            Arc::new(Int64Array::from_iter_values((0..rows).map(|_| (1 << 40) + rng.random_range(0..200)))),
+            Arc::new(StringViewArray::from_iter(
+                (0..rows).map(|_| rng.random_bool(0.9).then(|| words[rng.random_range(0..words.len())])),
+            )),
+        ];
+        RecordBatch::try_new(Arc::clone(&schema), columns).unwrap()
+    };
+    // Four partitions of batches of 700 to 1,300 rows (one partition empty).
+    let parts: Vec<Vec<RecordBatch>> = (0..4)
+        .map(|p| match p {
+            2 => Vec::new(),
+            _ => (0..rng.random_range(3..8)).map(|_| batch(rng.random_range(700..1300), &mut rng)).collect(),
+        })
+        .collect();
+    let queries = [
+        "SELECT q, count(*), sum(p), min(dt), max(k), sum(w), sum(n), sum(c), min(big), max(big) FROM t GROUP BY q",
+        "SELECT s, count(*), sum(q), max(p) FROM t WHERE dt >= DATE '1995-01-01' AND c > 0 GROUP BY s",
+        "SELECT a.q, count(*), sum(b.p), max(b.s) FROM t a JOIN t b ON a.k = b.k WHERE a.q < 10 GROUP BY a.q",
+        "SELECT k, dt, s, p FROM t WHERE big < 1099511627876 AND q = 7",
+    ];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = SessionConfig::new().with_target_partitions(4);
+    let cpu = SessionContext::new_with_config(config.clone());
+    cpu.register_table("t", Arc::new(MemTable::try_new(Arc::clone(&schema), parts.clone()).unwrap())).unwrap();
+    let cache = TableCache::of_device(gpu.info().ordinal);
+    // Device batches of 1,500 rows (partitions cut in several), then the default (one batch).
+    for batch_rows in [1500, GpuConfig::default().table_cache_batch_rows] {
+        cache.clear();
+        let cfg = GpuConfig {
+            min_rows: 0,
+            placement: PlacementSetting::Always,
+            table_cache_batch_rows: batch_rows,
+            ..GpuConfig::default()
+        };
+        let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+        let table =
+            GpuCachedTable::try_new(Arc::clone(&schema), parts.clone()).unwrap().with_host_image(batch_rows).unwrap();
+        let (image, host) = (table.image_bytes(), table.host_bytes());
+        eprintln!("device batches of {batch_rows} rows: images {image} bytes, batches {host}");
+        assert!(image > 0 && image < host, "images {image} bytes beside batches of {host}");
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        rt.block_on(async {
+            for run in ["cold", "warm"] {
+                for sql in queries {
+                    let (want, _) = rows(&cpu, sql).await;
+                    let (got, plan) = rows(&ctx, sql).await;
+                    let shown = displayable(plan.as_ref()).indent(true).to_string();
+                    assert_eq!(got, want, "{batch_rows} rows a device batch, {run}, seed {seed}: {sql}\n{shown}");
+                    assert!(!want.is_empty(), "{sql}: no rows, seed {seed}");
+                    let uploads = metric_total(&plan, Some(CACHED_SCAN_NAME), "uploaded_columns");
+                    if run == "warm" {
+                        assert_eq!(uploads, 0, "{sql}: a warm cache uploaded\n{shown}");
+                    }
+                }
+            }
+        });
+    }
+    cache.clear();
+}

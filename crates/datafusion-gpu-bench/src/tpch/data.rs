@@ -260,12 +260,21 @@ pub fn register(ctx: &SessionContext, tables: &[Table]) -> Result<()> {
 }
 
 /// Registers `tables` in `ctx` as `GpuCachedTable`s over the same host batches: their columns go
-/// to the device's table cache when GPU operators first read them.
-pub fn register_cached(ctx: &SessionContext, tables: &[Table]) -> Result<()> {
+/// to the device's table cache when GPU operators first read them. Under the session's
+/// `gpu.table_cache.host_image` each is made with its host image, as `gpu_cache()` makes it; the
+/// host bytes the images hold.
+pub fn register_cached(ctx: &SessionContext, tables: &[Table]) -> Result<usize> {
+    let cfg = GpuConfig::from_options(ctx.state().config().options());
+    let mut image_bytes = 0;
     for t in tables {
-        ctx.register_table(t.name, Arc::new(GpuCachedTable::try_new(Arc::clone(&t.schema), t.partitions.clone())?))?;
+        let mut table = GpuCachedTable::try_new(Arc::clone(&t.schema), t.partitions.clone())?;
+        if cfg.table_cache_host_image {
+            table = table.with_host_image(cfg.table_cache_batch_rows)?;
+            image_bytes += table.image_bytes();
+        }
+        ctx.register_table(t.name, Arc::new(table))?;
     }
-    Ok(())
+    Ok(image_bytes)
 }
 
 /// Registers `tables` in `ctx` as tables resident in device memory (`ResidentTable`) on the
