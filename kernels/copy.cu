@@ -76,6 +76,28 @@ WIDEN_OFFSET(widen_u16_to_i64, unsigned short, long long)
 WIDEN_OFFSET_128(widen_u8_to_i128, unsigned char)
 WIDEN_OFFSET_128(widen_u16_to_i128, unsigned short)
 
+// The same from 3-byte little-endian distances (a host image's, `columns::image`): value i is
+// bytes 3i..3i+3 of src. A warp reads 96 contiguous bytes.
+#define WIDEN_OFFSET_U24(NAME, TO)                                                                       \
+    extern "C" __global__ void NAME(const u8* __restrict__ src, TO* __restrict__ dst, u64 n, long long base) { \
+        for (u64 i = global_thread_id(); i < n; i += grid_stride()) {                                   \
+            const u8* p = src + 3 * i;                                                                  \
+            long long d = (long long)p[0] | ((long long)p[1] << 8) | ((long long)p[2] << 16);           \
+            dst[i] = (TO)(base + d);                                                                    \
+        }                                                                                               \
+    }
+WIDEN_OFFSET_U24(widen_u24_to_i32, int)
+WIDEN_OFFSET_U24(widen_u24_to_i64, long long)
+
+extern "C" __global__ void widen_u24_to_i128(const u8* __restrict__ src, long long* __restrict__ dst, u64 n, long long base) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        const u8* p = src + 3 * i;
+        long long v = base + ((long long)p[0] | ((long long)p[1] << 8) | ((long long)p[2] << 16));
+        dst[2 * i] = v;
+        dst[2 * i + 1] = v >> 63;
+    }
+}
+
 // String offsets rebuilt from each row's length: out[0] = 0 and out[i + 1] is where row i ends.
 // Rows come in tiles of OFFSETS_TILE (`LENGTH_TILE_ROWS` in src/columns/host.rs) and starts[t] is
 // where tile t's first row starts: the host lays the rows out and knows it, so each block scans

@@ -316,7 +316,8 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
 }
 
 /// Widens on `stream` the values `how` narrowed into `into` that belong at byte `at` of `dst`, for
-/// `bytes` bytes of `dst` (the narrowed values of a buffer lie at `at / shrink` of `into`).
+/// `bytes` bytes of `dst` (the narrowed values of a buffer lie at [`Narrowing::narrowed_len`] of
+/// `at` in `into`).
 fn widen(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -328,7 +329,7 @@ fn widen(
 ) -> Result<()> {
     // widen_*(const void* src, void* dst, u64 n): dst holds n values of the full width.
     let n = (bytes / how.from_bytes()) as u64;
-    let src = into.raw_ptr(stream) + (at / how.shrink()) as u64;
+    let src = into.raw_ptr(stream) + how.narrowed_len(at) as u64;
     let out = dst.raw_ptr(stream) + at as u64;
     // A frame of reference adds its base: widen_*(src, dst, n, i64 base).
     let base = how.base().map(|b| KArg::U64(b as u64));

@@ -4,10 +4,11 @@
 //!
 //! - Int32, Date32, Int64 and Decimal128 columns without nulls: their values narrowed to the
 //!   fewest bytes the column's own range needs, found exactly over every value (not sampled, as a
-//!   staged upload's first try is): the distance above the column's minimum in 1 or 2 bytes, or
-//!   4 or 8 bytes of sign-extended integer ([`Narrowing`]). The upload widens them on the device.
-//!   SSB's `lo_discount` and `lo_quantity` take 1 byte a row, its dates and supplier keys 2, its
-//!   revenues 4 of 8.
+//!   staged upload's first try is): the distance above the column's minimum in 1, 2 or 3 bytes, or
+//!   4 or 8 bytes of sign-extended integer ([`Narrowing`]), or 3 bytes above the minimum, which
+//!   staged uploads do not make. The upload widens them on the device. SSB's `lo_discount` and
+//!   `lo_quantity` take 1 byte a row, its dates and supplier keys 2, its customer and part keys,
+//!   prices and revenues 3.
 //! - `Utf8View` and `BinaryView` columns: each row's bytes once, and its length in 1 or 4 bytes
 //!   ([`AssembledColumn::from_views`]): the 16-byte views are not read again at upload time.
 //!
@@ -86,17 +87,16 @@ where
 }
 
 /// The narrowing that sends `width`-byte integers lying in `lo..=hi` in the fewest bytes without
-/// loss: their distance above `lo` in 1 or 2 bytes when the range spans fewer than 256 or 65,536
-/// values, else 4-byte integers (8- and 16-byte values within 32 bits) or 8-byte ones (16-byte
-/// values within 64 bits); `None` when none is narrower than `width`.
+/// loss: their distance above `lo` in 1, 2 or 3 bytes when the range spans fewer than 2^8, 2^16
+/// or 2^24 values, else 4-byte integers (8- and 16-byte values within 32 bits) or 8-byte ones
+/// (16-byte values within 64 bits); `None` when none is narrower than `width`.
 fn narrowing_for(width: usize, lo: i128, hi: i128) -> Option<Narrowing> {
     let span = hi.checked_sub(lo)?;
     if let Ok(base) = i64::try_from(lo) {
-        if span < 1 << 8 {
-            return Narrowing::offset(width, 1, base);
-        }
-        if span < 1 << 16 {
-            return Narrowing::offset(width, 2, base);
+        for to in 1..=3 {
+            if span < 1 << (8 * to) {
+                return Narrowing::offset(width, to, base);
+            }
         }
     }
     let within = |bits: u32| lo >= -(1i128 << (bits - 1)) && hi < (1i128 << (bits - 1));
@@ -150,13 +150,17 @@ mod tests {
         println!("seed {seed}");
         let mut rng = StdRng::seed_from_u64(seed);
         // (lowest value, span, width, bytes a value the image should take)
-        let cases: [(i128, i128, usize, usize); 7] = [
+        let cases: [(i128, i128, usize, usize); 11] = [
             (1, 49, 4, 1),
             (19_920_101, 61_129, 4, 2),
             (-5, 255, 4, 1),
+            (1, 799_999, 4, 3),
+            (-8_000_000, (1 << 24) - 1, 4, 3),
             (1 << 40, 200, 8, 1),
-            (-3_000_000, 6_000_000, 8, 4),
-            (90_100, 10_000_000, 16, 4),
+            (-3_000_000, 6_000_000, 8, 3),
+            (-30_000_000, 60_000_000, 8, 4),
+            (90_100, 10_000_000, 16, 3),
+            (-(1 << 30), 1 << 31, 16, 4),
             (-(1 << 50), 1 << 51, 16, 8),
         ];
         for (lo, span, width, bytes) in cases {
@@ -192,9 +196,9 @@ mod tests {
 
     #[test]
     fn columns_that_would_not_shrink_have_no_image() {
-        // Nulls, a 4-byte range past 16 bits, a 64-bit range, a float.
+        // Nulls, a 4-byte range past 24 bits, a 64-bit range, a float.
         let nulls: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None, Some(3)]));
-        let wide: ArrayRef = Arc::new(Int32Array::from(vec![0, 1 << 20]));
+        let wide: ArrayRef = Arc::new(Int32Array::from(vec![0, 1 << 24]));
         let huge: ArrayRef = Arc::new(Int64Array::from(vec![i64::MIN, i64::MAX]));
         let float: ArrayRef = Arc::new(datafusion::arrow::array::Float64Array::from(vec![1.0]));
         for a in [nulls, wide, huge, float] {

@@ -127,6 +127,9 @@ catalogue! {
         WIDEN_U16_TO_I64 = widen_u16_to_i64,
         WIDEN_U8_TO_I128 = widen_u8_to_i128,
         WIDEN_U16_TO_I128 = widen_u16_to_i128,
+        WIDEN_U24_TO_I32 = widen_u24_to_i32,
+        WIDEN_U24_TO_I64 = widen_u24_to_i64,
+        WIDEN_U24_TO_I128 = widen_u24_to_i128,
         OFFSETS_FROM_U8_LENGTHS = offsets_from_u8_lengths,
         OFFSETS_FROM_U32_LENGTHS = offsets_from_u32_lengths,
     }

@@ -52,17 +52,20 @@ pub enum Narrowing {
     /// Int64 values as 4-byte integers (keys below 2^31).
     I64ToI32,
     /// Integers of `from` bytes (4: Int32 and Date32, 8: Int64, 16: Decimal128 of at most 18
-    /// digits) as their distance above `base` in `to` bytes (1 or 2), unsigned: a frame of
-    /// reference for columns whose values lie in a narrow range (quantities, discounts, dates,
-    /// small keys). Made by [`Narrowing::offset`].
+    /// digits) as their distance above `base` in `to` bytes (1 or 2; 3 in host images, which are
+    /// laid out ahead and never narrowed while staged), unsigned: a frame of reference for
+    /// columns whose values lie in a narrow range (quantities, discounts, dates, keys, prices).
+    /// Made by [`Narrowing::offset`].
     Offset { from: u8, to: u8, base: i64 },
 }
 
 impl Narrowing {
-    /// The frame-of-reference narrowing of `from`-byte integers (4, 8 or 16) into `to` bytes (1
-    /// or 2) above `base`; `None` for other widths.
+    /// The frame-of-reference narrowing of `from`-byte integers (4, 8 or 16) into `to` bytes (1,
+    /// 2 or 3) above `base`; `None` for other widths. A staged upload narrows into 1 or 2 bytes
+    /// only (its pieces are cut on whole values of both widths, see [`Narrowing::shrink`]); 3
+    /// bytes are for host images ([`narrow_into`]).
     pub fn offset(from: usize, to: usize, base: i64) -> Option<Narrowing> {
-        (matches!(from, 4 | 8 | 16) && matches!(to, 1 | 2)).then_some(Narrowing::Offset {
+        (matches!(from, 4 | 8 | 16) && matches!(to, 1..=3)).then_some(Narrowing::Offset {
             from: from as u8,
             to: to as u8,
             base,
@@ -95,9 +98,16 @@ impl Narrowing {
         }
     }
 
-    /// How many times fewer bytes cross the link.
+    /// How many times fewer bytes cross the link, for the narrowings a staged upload makes
+    /// (the widths divide: 16, 8 or 4 bytes into 8, 4, 2 or 1). A 3-byte frame of reference is
+    /// never staged: [`Narrowing::narrowed_len`] gives its lengths.
     pub fn shrink(self) -> usize {
         self.from_bytes() / self.to_bytes()
+    }
+
+    /// Bytes that `bytes` bytes of whole values take narrowed.
+    pub fn narrowed_len(self, bytes: usize) -> usize {
+        bytes / self.from_bytes() * self.to_bytes()
     }
 
     /// The kernel that sign-extends `n` narrowed values into their width,
@@ -110,11 +120,14 @@ impl Narrowing {
             Narrowing::I128ToI32 => WIDEN_I32_TO_I128,
             Narrowing::I64ToI32 => WIDEN_I32_TO_I64,
             Narrowing::Offset { from: 4, to: 1, .. } => WIDEN_U8_TO_I32,
-            Narrowing::Offset { from: 4, .. } => WIDEN_U16_TO_I32,
+            Narrowing::Offset { from: 4, to: 2, .. } => WIDEN_U16_TO_I32,
+            Narrowing::Offset { from: 4, .. } => WIDEN_U24_TO_I32,
             Narrowing::Offset { from: 8, to: 1, .. } => WIDEN_U8_TO_I64,
-            Narrowing::Offset { from: 8, .. } => WIDEN_U16_TO_I64,
+            Narrowing::Offset { from: 8, to: 2, .. } => WIDEN_U16_TO_I64,
+            Narrowing::Offset { from: 8, .. } => WIDEN_U24_TO_I64,
             Narrowing::Offset { to: 1, .. } => WIDEN_U8_TO_I128,
-            Narrowing::Offset { .. } => WIDEN_U16_TO_I128,
+            Narrowing::Offset { to: 2, .. } => WIDEN_U16_TO_I128,
+            Narrowing::Offset { .. } => WIDEN_U24_TO_I128,
         }
     }
 }
@@ -138,7 +151,7 @@ pub unsafe fn parallel_narrow(pool: &rayon::ThreadPool, pieces: &[(&[u8], *mut u
 /// the lengths do not make whole values of `how` or `dst` is not `src`'s narrowed length, or on a
 /// big-endian host ([`NARROWING`]). For narrowed host images of columns, made ahead of uploads.
 pub fn narrow_into(how: Narrowing, src: &[u8], dst: &mut [u8]) -> Option<bool> {
-    if !NARROWING || src.len() % how.from_bytes() != 0 || dst.len() != src.len() / how.shrink() {
+    if !NARROWING || src.len() % how.from_bytes() != 0 || dst.len() != how.narrowed_len(src.len()) {
         return None;
     }
     let fits = AtomicBool::new(true);
@@ -176,11 +189,11 @@ unsafe fn parallel_stage(pool: &rayon::ThreadPool, copies: &[StageCopy<'_>], sto
     let tasks: Vec<(&[u8], usize, NarrowFlag<'_>)> = copies
         .iter()
         .flat_map(|c| {
-            let shrink = c.narrow.map_or(1, |(_, how)| how.shrink());
+            let narrowed = move |bytes: usize| c.narrow.map_or(bytes, |(_, how)| how.narrowed_len(bytes));
             c.src
                 .chunks(COPY_TASK_BYTES)
                 .enumerate()
-                .map(move |(i, part)| (part, c.dst as usize + i * COPY_TASK_BYTES / shrink, c.narrow))
+                .map(move |(i, part)| (part, c.dst as usize + narrowed(i * COPY_TASK_BYTES), c.narrow))
         })
         .collect();
     use rayon::prelude::*;
@@ -207,11 +220,14 @@ unsafe fn stage_one(src: &[u8], dst: *mut u8, narrow: NarrowFlag<'_>, stores: St
                 (Narrowing::Offset { from, to, base }, _) => unsafe {
                     match (from, to) {
                         (4, 1) => wide::offset_copy::<4, 1>(src, dst, base, fits),
-                        (4, _) => wide::offset_copy::<4, 2>(src, dst, base, fits),
+                        (4, 2) => wide::offset_copy::<4, 2>(src, dst, base, fits),
+                        (4, _) => wide::offset_copy::<4, 3>(src, dst, base, fits),
                         (8, 1) => wide::offset_copy::<8, 1>(src, dst, base, fits),
-                        (8, _) => wide::offset_copy::<8, 2>(src, dst, base, fits),
+                        (8, 2) => wide::offset_copy::<8, 2>(src, dst, base, fits),
+                        (8, _) => wide::offset_copy::<8, 3>(src, dst, base, fits),
                         (_, 1) => wide::offset_copy::<16, 1>(src, dst, base, fits),
-                        _ => wide::offset_copy::<16, 2>(src, dst, base, fits),
+                        (_, 2) => wide::offset_copy::<16, 2>(src, dst, base, fits),
+                        _ => wide::offset_copy::<16, 3>(src, dst, base, fits),
                     }
                 },
             };
@@ -293,7 +309,8 @@ unsafe fn offset_copy<const W: usize, const T: usize>(src: &[u8], dst: *mut u8, 
             unsafe {
                 match T {
                     1 => dst.add(i).write(d as u8),
-                    _ => (dst.add(i * 2) as *mut u16).write_unaligned(d as u16),
+                    2 => (dst.add(i * 2) as *mut u16).write_unaligned(d as u16),
+                    _ => std::ptr::copy_nonoverlapping((d as u32).to_le_bytes().as_ptr(), dst.add(i * 3), 3),
                 }
             }
         }
@@ -660,6 +677,7 @@ pub fn upload(
         }
         if let Some(Narrow { into, how }) = piece.narrow
             && (piece.src.len() % how.from_bytes() != 0
+                || how.from_bytes() % how.to_bytes() != 0
                 || piece.dst_offset % how.from_bytes() != 0
                 || (piece.dst_offset + piece.src.len()) / how.shrink() > into.len())
         {
@@ -990,7 +1008,7 @@ mod tests {
     #[test]
     fn offset_staging_keeps_distances_and_flags_values_outside_the_frame() {
         let mut rng = StdRng::seed_from_u64(fresh_seed("offset_staging"));
-        for (from, to) in [(4usize, 1usize), (4, 2), (8, 1), (8, 2), (16, 1), (16, 2)] {
+        for (from, to) in [(4usize, 1usize), (4, 2), (4, 3), (8, 1), (8, 2), (8, 3), (16, 1), (16, 2), (16, 3)] {
             let room = 1i64 << (8 * to);
             let base = match from {
                 4 => rng.random_range(i32::MIN as i64..i32::MAX as i64 - room),
@@ -1014,14 +1032,14 @@ mod tests {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
                 let stage = |values: &[i128]| {
                     let bytes = bytes_of(values);
-                    let mut out = vec![0u8; bytes.len() / how.shrink() + 32];
+                    let mut out = vec![0u8; how.narrowed_len(bytes.len()) + 32];
                     let start = (out.as_ptr() as usize).wrapping_neg() % 16 + shift;
                     let fits = AtomicBool::new(true);
                     let copy = StageCopy { src: &bytes, dst: out[start..].as_mut_ptr(), narrow: Some((&fits, how)) };
                     unsafe { parallel_stage(&pool, &[copy], Stores::Plain) };
-                    let got: Vec<i64> = out[start..start + bytes.len() / how.shrink()]
+                    let got: Vec<i64> = out[start..start + how.narrowed_len(bytes.len())]
                         .chunks_exact(to)
-                        .map(|c| if to == 1 { c[0] as i64 } else { u16::from_le_bytes([c[0], c[1]]) as i64 })
+                        .map(|c| c.iter().rev().fold(0i64, |v, &b| v << 8 | b as i64))
                         .collect();
                     (fits.load(Ordering::Relaxed), got)
                 };
@@ -1159,8 +1177,14 @@ mod tests {
                             (1, 8, true) => wide::offset_copy::<8, 1>(&bytes, out.as_mut_ptr(), base, &fits),
                             (2, 8, false) => offset_copy::<8, 2>(&bytes, out.as_mut_ptr(), base, &fits),
                             (2, 8, true) => wide::offset_copy::<8, 2>(&bytes, out.as_mut_ptr(), base, &fits),
+                            (3, 4, false) => offset_copy::<4, 3>(&bytes, out.as_mut_ptr(), base, &fits),
+                            (3, 4, true) => wide::offset_copy::<4, 3>(&bytes, out.as_mut_ptr(), base, &fits),
+                            (3, 8, false) => offset_copy::<8, 3>(&bytes, out.as_mut_ptr(), base, &fits),
+                            (3, 8, true) => wide::offset_copy::<8, 3>(&bytes, out.as_mut_ptr(), base, &fits),
                             (1, _, false) => offset_copy::<16, 1>(&bytes, out.as_mut_ptr(), base, &fits),
                             (1, _, true) => wide::offset_copy::<16, 1>(&bytes, out.as_mut_ptr(), base, &fits),
+                            (3, _, false) => offset_copy::<16, 3>(&bytes, out.as_mut_ptr(), base, &fits),
+                            (3, _, true) => wide::offset_copy::<16, 3>(&bytes, out.as_mut_ptr(), base, &fits),
                             (_, _, false) => offset_copy::<16, 2>(&bytes, out.as_mut_ptr(), base, &fits),
                             (_, _, true) => wide::offset_copy::<16, 2>(&bytes, out.as_mut_ptr(), base, &fits),
                         }
@@ -1175,7 +1199,7 @@ mod tests {
                     assert_eq!(plain.1, vector.1, "{what}: bytes");
                 }
             };
-            for (from, to) in [(4usize, 1usize), (4, 2), (8, 1), (8, 2), (16, 1), (16, 2)] {
+            for (from, to) in [(4usize, 1usize), (4, 2), (4, 3), (8, 1), (8, 2), (8, 3), (16, 1), (16, 2), (16, 3)] {
                 let room = 1i64 << (8 * to);
                 let far = if from == 4 { (base + room) as i128 } else { i64::MIN as i128 };
                 check(from, to, (0..n).map(|i| value(&mut rng, i, room, far)).collect());

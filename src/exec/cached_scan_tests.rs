@@ -219,7 +219,7 @@ fn one_partition_joins_build_on_the_smaller_side_at_run_time() {
 
 /// `GpuCachedTable`s with host images ([`GpuCachedTable::with_host_image`]) give DataFusion's
 /// answers on a cold cache and a warm one, in one device batch and cut into several: integer,
-/// date and decimal columns narrowed to 1, 2, 4 and 8 bytes, columns left without an image
+/// date and decimal columns narrowed to 1, 2, 3 and 4 bytes, columns left without an image
 /// (nulls, a range too wide), and strings as lengths and bytes, nulls among them.
 #[test]
 fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
@@ -233,14 +233,17 @@ fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
     let seed = fresh_seed(NAME);
     let mut rng = StdRng::seed_from_u64(seed);
     let schema = Arc::new(Schema::new(vec![
-        // 1 byte above 1; 2 bytes of dates; 4 bytes of 8; none (a 4-byte range past 16 bits).
+        // 1 byte above 1; 2 bytes of dates; 3 bytes of 8; 3 of 4; none (a range past 24 bits);
+        // 4 bytes of 8.
         Field::new("q", DataType::Int32, false),
         Field::new("dt", DataType::Date32, false),
         Field::new("k", DataType::Int64, false),
         Field::new("w", DataType::Int32, false),
+        Field::new("h", DataType::Int32, false),
+        Field::new("o", DataType::Int64, false),
         // Nulls: no image.
         Field::new("n", DataType::Int64, true),
-        // 4 bytes of 16; 1 byte of 16 above a negative base; 1 byte of 8 above 2^40.
+        // 3 bytes of 16; 1 byte of 16 above a negative base; 1 byte of 8 above 2^40.
         Field::new("p", DataType::Decimal128(15, 2), false),
         Field::new("c", DataType::Decimal128(12, 2), false),
         Field::new("big", DataType::Int64, false),
@@ -253,6 +256,8 @@ fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
             Arc::new(Date32Array::from_iter_values((0..rows).map(|_| rng.random_range(8_035..10_591)))),
             Arc::new(Int64Array::from_iter_values((0..rows).map(|_| rng.random_range(0..200_000)))),
             Arc::new(Int32Array::from_iter_values((0..rows).map(|_| rng.random_range(-1_000_000..1_000_000)))),
+            Arc::new(Int32Array::from_iter_values((0..rows).map(|_| rng.random_range(-(1 << 30)..1 << 30)))),
+            Arc::new(Int64Array::from_iter_values((0..rows).map(|_| rng.random_range(-(1 << 30)..1 << 30)))),
             Arc::new(Int64Array::from_iter((0..rows).map(|_| rng.random_bool(0.8).then(|| rng.random_range(0..1000))))),
             Arc::new(
                 Decimal128Array::from_iter_values((0..rows).map(|_| rng.random_range(90_000..10_000_000)))
@@ -279,7 +284,7 @@ fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
         })
         .collect();
     let queries = [
-        "SELECT q, count(*), sum(p), min(dt), max(k), sum(w), sum(n), sum(c), min(big), max(big) FROM t GROUP BY q",
+        "SELECT q, count(*), sum(p), min(dt), max(k), sum(w), sum(h), sum(o), sum(n), sum(c), min(big), max(big) FROM t GROUP BY q",
         "SELECT s, count(*), sum(q), max(p) FROM t WHERE dt >= DATE '1995-01-01' AND c > 0 GROUP BY s",
         "SELECT a.q, count(*), sum(b.p), max(b.s) FROM t a JOIN t b ON a.k = b.k WHERE a.q < 10 GROUP BY a.q",
         "SELECT k, dt, s, p FROM t WHERE big < 1099511627876 AND q = 7",
