@@ -5,8 +5,9 @@
 //!   them under the same name, with a host image of its columns under
 //!   `gpu.table_cache.host_image` ([`GpuCachedTable::with_host_image`]). Later queries read `t`'s
 //!   columns through the device's table cache (uploaded when a GPU operator first reads them). The
-//!   function answers one row: the table, its rows, partitions, host bytes and image bytes. `t` is then a snapshot: changes to its files are not
-//!   seen until `gpu_uncache('t')`, as with Spark's `CACHE TABLE`.
+//!   function answers one row: the table, its rows, partitions, host bytes and image bytes. `t` is
+//!   then a snapshot: changes to its files are not seen until `gpu_uncache('t')`, as with Spark's
+//!   `CACHE TABLE`.
 //! - `SELECT * FROM gpu_uncache('t')` registers the provider `gpu_cache` replaced again. The
 //!   device copies of its columns age out of the cache.
 //! - `SELECT * FROM gpu_table_cache()` shows each device's cache: columns, bytes, hits, misses,

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Session 19 call 5: host images with 3-byte frames of reference (keys, prices and revenues of up
+# to 2^24 values). The GPU suite on the build; cold SSB SF10 with images and without, and cold
+# TPC-H SF10 with images (10 runs a query, every answer checked); timeline of cold q1.1 and q4.1.
+set -uo pipefail
+t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
+out=/tmp/o85; rm -rf $out; mkdir -p $out/records /tmp/b
+xz -dc .device6/b.tar.xz | tar xf - -C /tmp/b; chmod +x /tmp/b/*
+source scripts/device-env.sh >/dev/null 2>&1
+export DFG_REQUIRE_GPU=1 XDG_CACHE_HOME=/tmp/dfg-cache
+cli=/tmp/b/datafusion-gpu
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $out/nvidia-smi.txt
+lscpu | grep -E "Model name|^CPU\(s\)|L3" > $out/lscpu.txt
+( timeout 100 $cli bench ssb --sf 10 --iterations 0 --queries 1.1 --data /tmp/dfg-data --no-save > $out/gen-ssb.log 2>&1
+  timeout 100 $cli bench tpch --sf 10 --iterations 0 --queries 6 --data /tmp/dfg-data --no-save > $out/gen-tpch.log 2>&1 ) &
+timeout 330 /tmp/b/dfg-tests --test-threads 4 > $out/tests.log 2>&1; echo "GPU suite rc=$? at $(el) s"
+wait; echo "data at $(el) s"
+grep -E "^test result|FAILED|panicked" $out/tests.log | head -10
+run() { # suite label settings...
+  local suite=$1 label=$2; shift 2
+  local sets=(); for kv in "$@"; do sets+=(--gpu-set "$kv"); done
+  timeout 90 $cli bench $suite --sf 10 --iterations 10 --cpu-iterations 0 --data /tmp/dfg-data --residency cached --cold "${sets[@]}" --out $out/records --label cold-$label > $out/$suite-cold-$label.log 2>&1
+  echo "$suite $label rc=$? at $(el) s: $(grep -h 'results:' $out/$suite-cold-$label.log) $(grep -ho 'host images[^)]*), placed in [0-9.]* s' $out/$suite-cold-$label.log)"
+  grep -E "^q[0-9.]+ " $out/$suite-cold-$label.log | awk '{printf "%s %s  ", $1, $3} END {print ""}'
+}
+run ssb image gpu.table_cache.host_image=true
+run ssb no-image gpu.table_cache.host_image=false
+[ $(el) -lt 480 ] && run tpch image gpu.table_cache.host_image=true
+[ $(el) -lt 540 ] && RUST_LOG=datafusion_gpu::timeline=debug timeout 40 $cli bench ssb --sf 10 --iterations 2 --cpu-iterations 0 --queries 1.1,4.1 --data /tmp/dfg-data --residency cached --cold --no-save > $out/ssb-cold-timeline.log 2>&1
+grep 'timed run ends' $out/ssb-cold-timeline.log | cut -c60-
+gzip $out/*.log
+cd $out && tar czf $OUT/t85.tar.gz .
