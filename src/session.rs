@@ -77,7 +77,7 @@ mod tests {
     async fn gpu_cache_replaces_a_table_and_gpu_uncache_restores_it() {
         use std::sync::Arc;
 
-        use datafusion::arrow::array::{Int64Array, StringArray};
+        use datafusion::arrow::array::{Int32Array, Int64Array, StringArray};
         use datafusion::arrow::datatypes::{DataType, Field, Schema};
         use datafusion::arrow::record_batch::RecordBatch;
         use datafusion::datasource::MemTable;
@@ -87,12 +87,17 @@ mod tests {
 
         let _g = crate::testing::gpu_lock();
         let ctx = super::gpu_session_context(datafusion::prelude::SessionConfig::new());
-        let schema =
-            Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("s", DataType::Utf8, true)]));
+        // (`q` has a host image, 1 byte a row; `k` has nulls and `s` is Utf8: none.)
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("q", DataType::Int32, false),
+        ]));
         let batch = |from: i64| {
             let k = Int64Array::from_iter((from..from + 50).map(|v| (v % 7 != 0).then_some(v % 13)));
             let s = StringArray::from_iter((from..from + 50).map(|v| (v % 5 != 0).then(|| format!("s{}", v % 3))));
-            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(s)]).unwrap()
+            let q = Int32Array::from_iter_values((from..from + 50).map(|v| (v % 50) as i32));
+            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(s), Arc::new(q)]).unwrap()
         };
         let parts = vec![vec![batch(0), batch(50)], vec![batch(100)], vec![]];
         ctx.register_table("t", Arc::new(MemTable::try_new(Arc::clone(&schema), parts).unwrap())).unwrap();
@@ -112,6 +117,9 @@ mod tests {
         let answer = run("SELECT * FROM gpu_cache('t')").await;
         assert_eq!(answer.len(), 1, "{answer:?}");
         assert!(answer[0].starts_with("t|150|3|") && answer[0].ends_with("|cached"), "{answer:?}");
+        // table|rows|partitions|host_bytes|image_bytes|status: the image holds q's 150 bytes.
+        let image_bytes: u64 = answer[0].split('|').nth(4).and_then(|b| b.parse().ok()).unwrap_or_default();
+        assert_eq!(image_bytes, 150, "{answer:?}");
         assert!(is_cached().await);
         assert_eq!(run(query).await, want);
         // The cached scan is not wrapped in DataFusion's CooperativeExec (it is cooperative

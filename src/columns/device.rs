@@ -872,9 +872,29 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![field("a"), field("b")]));
         let (three, one): (ArrayRef, ArrayRef) =
             (Arc::new(Int32Array::from(vec![1, 2, 3])), Arc::new(Int32Array::from(vec![4])));
-        assert!(HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)], &[one]], &[]).is_err());
+        assert!(
+            HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)], &[Arc::clone(&one)]], &[])
+                .is_err()
+        );
         assert!(HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)]], &[]).is_err());
-        assert!(HostUpload::assemble_columns(schema, &[&[Arc::clone(&three)], &[three]], &[]).is_ok());
+        assert!(
+            HostUpload::assemble_columns(Arc::clone(&schema), &[&[Arc::clone(&three)], &[Arc::clone(&three)]], &[])
+                .is_ok()
+        );
+        // A column's host image goes as it is; one of other rows or type, or a list of images
+        // that is not one per column, is refused.
+        let image =
+            crate::columns::image::column_image(&DataType::Int32, std::slice::from_ref(&three)).unwrap().unwrap();
+        let columns: &[&[ArrayRef]] = &[&[Arc::clone(&three)], &[Arc::clone(&three)]];
+        let Ok(HostUpload::Assembled { columns: assembled, .. }) =
+            HostUpload::assemble_columns(Arc::clone(&schema), columns, &[None, Some(&image)])
+        else {
+            panic!("columns with an image are assembled")
+        };
+        assert!(assembled[0].narrowed.is_none() && assembled[1].narrowed.is_some());
+        let other = crate::columns::image::column_image(&DataType::Int32, &[one]).unwrap().unwrap();
+        assert!(HostUpload::assemble_columns(Arc::clone(&schema), columns, &[None, Some(&other)]).is_err());
+        assert!(HostUpload::assemble_columns(schema, columns, &[Some(&image)]).is_err());
     }
 
     /// Every type, with and without nulls, sliced and not, empty too: host -> GPU -> host.
