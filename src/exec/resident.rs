@@ -149,7 +149,7 @@ impl ResidentTable {
 
 /// `batches` (in order, empty ones left out) grouped into device batches of `batch_rows` rows, the
 /// last one with the rest: a batch that crosses a group's end is cut into slices.
-pub(crate) fn device_batch_groups<T: Rows>(batches: &[T], batch_rows: usize) -> Vec<Vec<T>> {
+pub fn device_batch_groups<T: Rows>(batches: &[T], batch_rows: usize) -> Vec<Vec<T>> {
     let batch_rows = batch_rows.max(1);
     let mut groups = Vec::new();
     let (mut group, mut rows) = (Vec::new(), 0);
@@ -174,7 +174,7 @@ pub(crate) fn device_batch_groups<T: Rows>(batches: &[T], batch_rows: usize) -> 
 }
 
 /// Host batches or one column's arrays, as [`device_batch_groups`] cuts them.
-pub(crate) trait Rows: Clone {
+pub trait Rows: Clone {
     fn rows(&self) -> usize;
     fn slice_rows(&self, offset: usize, len: usize) -> Self;
 }
