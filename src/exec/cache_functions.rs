@@ -269,13 +269,9 @@ impl GpuCacheTableExec {
                 let target = ctx.session_config().target_partitions();
                 let cfg = GpuConfig::from_options(ctx.session_config().options());
                 let partitions = spread(collect_partitioned(input, ctx).await?, target);
-                let mut cached = GpuCachedTable::try_new(provider.schema(), partitions)?.replacing(provider);
-                if cfg.table_cache_host_image {
-                    // Made off the async runtime's threads: it reads every column.
-                    let table = cached.clone();
-                    let batch_rows = cfg.table_cache_batch_rows;
-                    cached = super::blocking(move || table.with_host_image(batch_rows)).await?;
-                }
+                let cached = GpuCachedTable::try_new(provider.schema(), partitions)?.replacing(provider);
+                // Made off the async runtime's threads: an image reads every column.
+                let cached = super::blocking(move || cached.with_configured_image(&cfg)).await?;
                 replace(&schema, &table, Arc::new(cached.clone()))?;
                 cached_row(&table, &cached, "cached")
             }

@@ -122,6 +122,15 @@ impl GpuCachedTable {
         Ok(self)
     }
 
+    /// This table with its host image when `cfg` asks for one (`gpu.table_cache.host_image`),
+    /// for its `gpu.table_cache.batch_rows`: as `gpu_cache()` and the benchmarks make it.
+    pub fn with_configured_image(self, cfg: &GpuConfig) -> Result<Self> {
+        match cfg.table_cache_host_image {
+            true => self.with_host_image(cfg.table_cache_batch_rows),
+            false => Ok(self),
+        }
+    }
+
     /// Host bytes its columns' host images hold (0 without them, see
     /// [`GpuCachedTable::with_host_image`]).
     pub fn image_bytes(&self) -> usize {

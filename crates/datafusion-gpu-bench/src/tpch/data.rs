@@ -244,18 +244,18 @@ fn write_table(file: std::fs::File, table: &Table, group_rows: usize) -> Result<
     let groups = device_batch_groups(&batches, group_rows);
     let encode = |(index, batches): (usize, &Vec<RecordBatch>)| -> Result<Vec<ArrowColumnChunk>> {
         let mut writers = factory.create_column_writers(index)?;
-        // Each field's leaves go to the next writers, in order (one each for flat columns).
-        let mut next = 0;
-        for (c, field) in table.schema.fields().iter().enumerate() {
-            let mut leaves_of_field = 0;
-            for b in batches {
-                let leaves = compute_leaves(field, b.column(c))?;
-                leaves_of_field = leaves.len();
-                for (writer, leaf) in writers[next..].iter_mut().zip(&leaves) {
-                    writer.write(leaf)?;
+        for b in batches {
+            // A batch's leaves, field by field, are the writers' columns in order (one each for
+            // flat columns).
+            let mut next = writers.iter_mut();
+            for (field, column) in table.schema.fields().iter().zip(b.columns()) {
+                for leaf in compute_leaves(field, column)? {
+                    let writer = next.next().ok_or_else(|| {
+                        DataFusionError::Internal(format!("{}: more leaf columns than writers", table.name))
+                    })?;
+                    writer.write(&leaf)?;
                 }
             }
-            next += leaves_of_field;
         }
         writers.into_iter().map(|w| w.close()).collect::<std::result::Result<_, _>>().map_err(Into::into)
     };
@@ -314,11 +314,9 @@ pub fn register_cached(ctx: &SessionContext, tables: &[Table]) -> Result<usize> 
     let cfg = GpuConfig::from_options(ctx.state().config().options());
     let mut image_bytes = 0;
     for t in tables {
-        let mut table = GpuCachedTable::try_new(Arc::clone(&t.schema), t.partitions.clone())?;
-        if cfg.table_cache_host_image {
-            table = table.with_host_image(cfg.table_cache_batch_rows)?;
-            image_bytes += table.image_bytes();
-        }
+        let table =
+            GpuCachedTable::try_new(Arc::clone(&t.schema), t.partitions.clone())?.with_configured_image(&cfg)?;
+        image_bytes += table.image_bytes();
         ctx.register_table(t.name, Arc::new(table))?;
     }
     Ok(image_bytes)

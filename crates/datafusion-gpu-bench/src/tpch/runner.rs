@@ -21,7 +21,7 @@ use super::peer::{self, DuckDb, Peer, PeerQuery};
 use super::queries::{self, Query};
 use datafusion_gpu::columns::cache::TableCache;
 use datafusion_gpu::columns::pin_partitions;
-use datafusion_gpu::config::GpuConfig;
+use datafusion_gpu::config::{GpuConfig, human_bytes};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
 use datafusion_gpu::exec::metric_total;
@@ -421,8 +421,8 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
             let seconds = t.elapsed().as_secs_f64();
             (
                 format!(
-                    "pageable for the CPU, GPU-resident for the GPU session ({:.1} GiB on the device)",
-                    bytes as f64 / (1u64 << 30) as f64
+                    "pageable for the CPU, GPU-resident for the GPU session ({} on the device)",
+                    human_bytes(bytes as u64)
                 ),
                 seconds,
             )
@@ -434,8 +434,8 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
                 0 => (host_memory, pin_seconds),
                 bytes => (
                     format!(
-                        "{host_memory}, with host images of its columns ({:.1} GiB, gpu.table_cache.host_image)",
-                        bytes as f64 / (1u64 << 30) as f64
+                        "{host_memory}, with host images of its columns ({}, gpu.table_cache.host_image)",
+                        human_bytes(bytes as u64)
                     ),
                     t.elapsed().as_secs_f64(),
                 ),
