@@ -561,6 +561,21 @@ impl DeviceBatch {
             }
             HostUpload::Assembled { schema, rows, columns } => {
                 crate::timeline::mark("upload", || format!("{} columns of {rows} rows assembled", columns.len()));
+                // Values narrowed ahead must hold every row, and widen into the column's values,
+                // before anything is sent.
+                for a in &columns {
+                    if let Some(host) = &a.narrowed
+                        && (host.values.len() != a.len * host.how.to_bytes()
+                            || a.buffers.first().is_none_or(|b| b.len < a.len * host.how.from_bytes()))
+                    {
+                        return Err(gpu_error(format!(
+                            "narrowed values of {} bytes for {} rows of {}",
+                            host.values.len(),
+                            a.len,
+                            a.data_type
+                        )));
+                    }
+                }
                 let cols = columns
                     .iter()
                     .map(|a| {
@@ -632,16 +647,6 @@ impl DeviceBatch {
                 upload_pieces(gpu, stream, &pieces, false)?;
                 for ((a, d), ahead) in columns.iter().zip(&cols).zip(&ahead) {
                     if let (Some(host), Some(into), Some(values)) = (&a.narrowed, ahead, d.buffers.first()) {
-                        if host.values.len() != a.len * host.how.to_bytes()
-                            || values.len() < a.len * host.how.from_bytes()
-                        {
-                            return Err(gpu_error(format!(
-                                "narrowed values of {} bytes for {} rows of {}",
-                                host.values.len(),
-                                a.len,
-                                a.data_type
-                            )));
-                        }
                         widen(gpu, stream, into, host.how, values, 0, a.len * host.how.from_bytes())?;
                     }
                 }

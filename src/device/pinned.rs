@@ -116,11 +116,16 @@ pub struct PinnedChunks(Vec<(usize, usize, bool)>);
 impl PinnedChunks {
     /// As [`PinnedPool::allocation_of`].
     pub fn allocation_of(&self, bytes: &[u8]) -> Option<PinnedAllocation> {
-        let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
-        let after = self.0.partition_point(|&(start, _, _)| start <= addr);
+        let after = self.0.partition_point(|&(start, _, _)| start <= bytes.as_ptr() as usize);
         let &(start, size, held) = self.0.get(after.checked_sub(1)?)?;
-        (addr + len <= start + size).then_some(PinnedAllocation { start, held })
+        holding(start, size, held, bytes)
     }
+}
+
+/// Chunk (`start`, `size`, `held`) as the allocation of `bytes`, if it holds all of them.
+fn holding(start: usize, size: usize, held: bool, bytes: &[u8]) -> Option<PinnedAllocation> {
+    (start <= bytes.as_ptr() as usize && bytes.as_ptr() as usize + bytes.len() <= start + size)
+        .then_some(PinnedAllocation { start, held })
 }
 
 /// A free block: an address inside a chunk.
@@ -172,12 +177,9 @@ impl PinnedPool {
     /// The pinned allocation that holds all of `bytes`, if one does. (One DMA may read pieces
     /// end to end in one allocation, never across two.)
     pub fn allocation_of(&self, bytes: &[u8]) -> Option<PinnedAllocation> {
-        let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
         let live = self.shared.live.lock().ok()?;
-        live.range(..=addr)
-            .next_back()
-            .filter(|(start, (size, _))| addr + len <= **start + *size)
-            .map(|(start, (_, held))| PinnedAllocation { start: *start, held: *held })
+        let (&start, &(size, held)) = live.range(..=bytes.as_ptr() as usize).next_back()?;
+        holding(start, size, held, bytes)
     }
 
     /// The chunks this pool has allocated now, to look many buffers up without taking the
