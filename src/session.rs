@@ -117,9 +117,12 @@ mod tests {
         let answer = run("SELECT * FROM gpu_cache('t')").await;
         assert_eq!(answer.len(), 1, "{answer:?}");
         assert!(answer[0].starts_with("t|150|3|") && answer[0].ends_with("|cached"), "{answer:?}");
-        // table|rows|partitions|host_bytes|image_bytes|status: the image holds q's 150 bytes.
-        let image_bytes: u64 = answer[0].split('|').nth(4).and_then(|b| b.parse().ok()).unwrap_or_default();
-        assert_eq!(image_bytes, 150, "{answer:?}");
+        // table|rows|partitions|host_bytes|image_bytes|pinned_image_bytes|status: the image holds
+        // q's 150 bytes, in page-locked memory where a device opens.
+        let field = |i: usize| -> u64 { answer[0].split('|').nth(i).and_then(|b| b.parse().ok()).unwrap_or_default() };
+        assert_eq!(field(4), 150, "{answer:?}");
+        let device = crate::device::probe::device_count().is_ok_and(|n| n > 0);
+        assert_eq!(field(5), if device { 150 } else { 0 }, "{answer:?}");
         assert!(is_cached().await);
         assert_eq!(run(query).await, want);
         // The cached scan is not wrapped in DataFusion's CooperativeExec (it is cooperative

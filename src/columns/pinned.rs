@@ -30,6 +30,7 @@ use datafusion::error::Result;
 use datafusion::physical_plan::ExecutionPlan;
 use rayon::prelude::*;
 
+use super::host::{AssembledColumn, NarrowedValues, RowLengths};
 use crate::device::pinned::PinnedBlock;
 use crate::device::{Gpu, PinnedPool};
 use crate::error::gpu_error;
@@ -71,6 +72,18 @@ unsafe fn copy_data(d: &ArrayData, base: *mut u8, pos: &mut usize, offsets: &mut
     });
 }
 
+/// The `len` bytes of `block` from `off` as a buffer of its own that keeps the block allocated.
+fn block_buffer(block: &Arc<PinnedBlock>, off: usize, len: usize) -> Result<Buffer> {
+    if off + len > block.capacity() {
+        return Err(gpu_error("pinned copy ran past its block"));
+    }
+    let ptr =
+        NonNull::new(block.as_ptr().wrapping_add(off) as *mut u8).ok_or_else(|| gpu_error("null pinned block"))?;
+    let owner: Arc<dyn Allocation> = Arc::clone(block) as _;
+    // SAFETY: `len` bytes from `ptr` lie in the block, which `owner` keeps allocated.
+    Ok(unsafe { Buffer::from_custom_allocation(ptr, len, owner) })
+}
+
 /// `d` over the copies of its buffers in `block`, taken from `offsets` in [`copy_data`]'s order.
 /// Each buffer is an allocation of its own length that shares the block (not a slice of one
 /// block-sized buffer), so that Arrow's memory sizes, which DataFusion's memory accounting sums,
@@ -78,14 +91,7 @@ unsafe fn copy_data(d: &ArrayData, base: *mut u8, pos: &mut usize, offsets: &mut
 fn rebuild(d: &ArrayData, block: &Arc<PinnedBlock>, offsets: &mut std::slice::Iter<'_, usize>) -> Result<ArrayData> {
     let mut next = |len: usize| -> Result<Buffer> {
         let off = *offsets.next().ok_or_else(|| gpu_error("pinned copy lost track of a buffer"))?;
-        if off + len > block.capacity() {
-            return Err(gpu_error("pinned copy ran past its block"));
-        }
-        let ptr =
-            NonNull::new(block.as_ptr().wrapping_add(off) as *mut u8).ok_or_else(|| gpu_error("null pinned block"))?;
-        let owner: Arc<dyn Allocation> = Arc::clone(block) as _;
-        // SAFETY: `len` bytes from `ptr` lie in the block, which `owner` keeps allocated.
-        Ok(unsafe { Buffer::from_custom_allocation(ptr, len, owner) })
+        block_buffer(block, off, len)
     };
     let nulls = match d.nulls() {
         Some(n) => {
@@ -157,6 +163,96 @@ pub fn pin_partitions(gpu: &Gpu, partitions: &[Vec<RecordBatch>]) -> Result<Vec<
         .collect()
 }
 
+/// The host buffers of an assembled column that are sent whole: its narrowed values, row
+/// lengths and tile starts.
+fn whole_buffers<'a>(
+    narrowed: &'a mut Option<NarrowedValues>,
+    lengths: &'a mut Option<RowLengths>,
+) -> Vec<&'a mut Buffer> {
+    let mut all: Vec<&mut Buffer> = Vec::new();
+    if let Some(n) = narrowed {
+        all.push(&mut n.values);
+    }
+    if let Some(l) = lengths {
+        all.push(&mut l.lengths);
+        all.push(&mut l.tile_starts);
+    }
+    all
+}
+
+/// Every host buffer of an assembled column, in a fixed order: [`whole_buffers`], then the parts
+/// of its buffers and of its validity.
+fn image_buffers(column: &mut AssembledColumn) -> Vec<&mut Buffer> {
+    let AssembledColumn { buffers, validity, narrowed, lengths, .. } = column;
+    let mut all = whole_buffers(narrowed, lengths);
+    for b in buffers.iter_mut().chain(validity.as_mut()) {
+        all.extend(b.parts.iter_mut().map(|(p, _)| p));
+    }
+    all
+}
+
+/// `column` (a table's host image, [`crate::columns::image`]) with every host buffer it holds
+/// copied into one held block of `pool`, so that an upload DMAs them as they are instead of
+/// copying them into the staging buffers first (see the module documentation). A buffer's parts
+/// lie end to end in the block; parts that lie end to end on the device too (a string column's
+/// bytes, a part per range of rows) become one part, sent in one copy. Fails when the host cannot
+/// lock that much memory, or it would take the process's pinned memory over `limit`.
+pub fn pin_image(pool: &Arc<PinnedPool>, limit: u64, column: &AssembledColumn) -> Result<AssembledColumn> {
+    let mut pinned = column.clone();
+    // At most: each buffer aligned on its own.
+    let total: usize = image_buffers(&mut pinned).iter().map(|b| aligned(b.len())).sum();
+    if total == 0 {
+        return Ok(pinned);
+    }
+    let mut block = pool.alloc_held(total, limit)?;
+    let base = block.as_mut_ptr();
+    let mut pos = 0usize;
+    // Copies `b` to the block at `pos` onwards; its offset.
+    let copy_in = |b: &Buffer, pos: &mut usize| {
+        // SAFETY: the copies end within `total` bytes: each run of parts takes at most its
+        // parts' aligned lengths.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), base.add(*pos), b.len()) };
+        *pos += b.len();
+        *pos - b.len()
+    };
+    let mut singles: Vec<(usize, usize)> = Vec::new();
+    for b in whole_buffers(&mut pinned.narrowed, &mut pinned.lengths) {
+        singles.push((copy_in(b, &mut pos), b.len()));
+        pos = aligned(pos);
+    }
+    // Each assembled buffer's parts end to end: (offset of each part).
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for b in pinned.buffers.iter().chain(pinned.validity.as_ref()) {
+        runs.push(b.parts.iter().map(|(p, _)| copy_in(p, &mut pos)).collect());
+        pos = aligned(pos);
+    }
+    let block = Arc::new(block);
+    for (b, (off, len)) in whole_buffers(&mut pinned.narrowed, &mut pinned.lengths).into_iter().zip(singles) {
+        *b = block_buffer(&block, off, len)?;
+    }
+    for (b, offsets) in pinned.buffers.iter_mut().chain(pinned.validity.as_mut()).zip(runs) {
+        let joined = b.parts.windows(2).all(|w| w[0].1 + w[0].0.len() == w[1].1);
+        match (joined, b.parts.first(), offsets.first()) {
+            (true, Some(&(_, at)), Some(&off)) if b.parts.len() > 1 => {
+                let len = b.parts.iter().map(|(p, _)| p.len()).sum();
+                b.parts = vec![(block_buffer(&block, off, len)?, at)];
+            }
+            _ => {
+                for ((p, _), off) in b.parts.iter_mut().zip(offsets) {
+                    *p = block_buffer(&block, off, p.len())?;
+                }
+            }
+        }
+    }
+    Ok(pinned)
+}
+
+/// Whether every host buffer of `column` lies in `pool`'s pinned memory.
+pub fn image_is_pinned(pool: &PinnedPool, column: &AssembledColumn) -> bool {
+    let mut column = column.clone();
+    image_buffers(&mut column).iter().all(|b| b.is_empty() || pool.contains(b.as_slice()))
+}
+
 /// Whether every buffer of `batch`'s columns lies in `gpu`'s pinned memory.
 pub fn is_pinned(gpu: &Gpu, batch: &RecordBatch) -> bool {
     let mut all = true;
@@ -177,11 +273,62 @@ pub fn scans_pinned_memory(plan: &Arc<dyn ExecutionPlan>, gpu: &Gpu) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::columns::host::AssembledBuffer;
     use crate::testing::{gpu_lock, gpu_or_skip};
     use datafusion::arrow::array::{Decimal128Array, Int32Array, StringArray, StringViewArray};
     use datafusion::arrow::compute::concat_batches;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use rand::{Rng, SeedableRng};
+
+    /// A pinned host image holds the same bytes as the image it copies (narrowed values; a string
+    /// column's lengths, tile starts, bytes and validity), every one of them in the pool.
+    #[test]
+    fn gpu_pinned_images_keep_every_byte() {
+        let _l = gpu_lock();
+        let Some(gpu) = gpu_or_skip("gpu_pinned_images_keep_every_byte") else { return };
+        let seed = crate::testing::fresh_seed("pinned_images");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let batches = rng.random_range(1..6);
+        let ints: Vec<ArrayRef> = (0..batches)
+            .map(|_| {
+                let n = rng.random_range(1..4000);
+                Arc::new(Int32Array::from_iter_values((0..n).map(|_| rng.random_range(-70_000..70_000)))) as ArrayRef
+            })
+            .collect();
+        let strings: Vec<ArrayRef> = (0..batches)
+            .map(|_| {
+                let n = rng.random_range(1..4000);
+                Arc::new(StringViewArray::from_iter((0..n).map(|i| {
+                    rng.random_bool(0.9).then(|| format!("{}{i}", "a string past twelve bytes ".repeat(i % 2)))
+                }))) as ArrayRef
+            })
+            .collect();
+        for (data_type, arrays) in [(DataType::Int32, ints), (DataType::Utf8View, strings)] {
+            let image = crate::columns::image::column_image(&data_type, &arrays).unwrap().unwrap();
+            let pinned = pin_image(gpu.pinned(), gpu.pinned_limit(), &image).unwrap();
+            assert!(!image_is_pinned(gpu.pinned(), &image), "{data_type}: the source image is pinned already");
+            assert!(
+                image_is_pinned(gpu.pinned(), &pinned),
+                "{data_type}: a pinned image has a buffer outside the pool"
+            );
+            assert_eq!(pinned.host_bytes(), image.host_bytes(), "{data_type}, seed {seed}");
+            let (mut a, mut b) = (image.clone(), pinned.clone());
+            let whole = |c: &mut AssembledColumn| -> Vec<Vec<u8>> {
+                whole_buffers(&mut c.narrowed, &mut c.lengths).iter().map(|b| b.as_slice().to_vec()).collect()
+            };
+            assert_eq!(whole(&mut a), whole(&mut b), "{data_type}: a pinned buffer differs, seed {seed}");
+            // A buffer's parts hold the same bytes for the same places; a string column's bytes,
+            // a part per range of rows on the host, are one part once pinned.
+            for (x, y) in image.buffers.iter().chain(&image.validity).zip(pinned.buffers.iter().chain(&pinned.validity))
+            {
+                let bytes =
+                    |b: &AssembledBuffer| b.parts.iter().flat_map(|(p, _)| p.as_slice().to_vec()).collect::<Vec<u8>>();
+                assert_eq!(bytes(x), bytes(y), "{data_type}: pinned parts differ, seed {seed}");
+                assert_eq!(x.parts.first().map(|p| p.1), y.parts.first().map(|p| p.1));
+                assert!(y.parts.len() <= 1, "{data_type}: {} pinned parts of {}", y.parts.len(), x.parts.len());
+            }
+        }
+    }
 
     /// Pinned copies hold the same values (nulls, views with long strings, slices, decimals) and
     /// lie in the pool; each column's batches share one block, end to end.

@@ -5,7 +5,8 @@
 //!   them under the same name, with a host image of its columns under
 //!   `gpu.table_cache.host_image` ([`GpuCachedTable::with_host_image`]). Later queries read `t`'s
 //!   columns through the device's table cache (uploaded when a GPU operator first reads them). The
-//!   function answers one row: the table, its rows, partitions, host bytes and image bytes. `t` is
+//!   function answers one row: the table, its rows, partitions, host bytes, image bytes and those
+//!   of them in page-locked memory (`gpu.table_cache.host_image_pinned`). `t` is
 //!   then a snapshot: changes to its files are not seen until `gpu_uncache('t')`, as with Spark's
 //!   `CACHE TABLE`.
 //! - `SELECT * FROM gpu_uncache('t')` registers the provider `gpu_cache` replaced again. The
@@ -129,7 +130,7 @@ struct CacheCall {
 fn answer_schema(uncache: bool) -> SchemaRef {
     let mut fields = vec![Field::new("table", DataType::Utf8, false)];
     if !uncache {
-        for n in ["rows", "partitions", "host_bytes", "image_bytes"] {
+        for n in ["rows", "partitions", "host_bytes", "image_bytes", "pinned_image_bytes"] {
             fields.push(Field::new(n, DataType::UInt64, false));
         }
     }
@@ -229,6 +230,7 @@ fn cached_row(table: &str, cached: &GpuCachedTable, status: &str) -> Vec<ArrayRe
         Arc::new(UInt64Array::from(vec![cached.num_partitions() as u64])),
         Arc::new(UInt64Array::from(vec![cached.host_bytes() as u64])),
         Arc::new(UInt64Array::from(vec![cached.image_bytes() as u64])),
+        Arc::new(UInt64Array::from(vec![cached.pinned_image_bytes() as u64])),
         Arc::new(StringArray::from(vec![status.to_string()])),
     ]
 }

@@ -15,6 +15,7 @@
 //! prices the scan as read on the device, like a resident table's: after the first query that
 //! is what it costs. EXPLAIN ANALYZE counts the columns each scan read from the cache and uploaded.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
@@ -44,9 +45,10 @@ use super::{DeviceBatchStream, GpuExec, blocking, host_partition_stream};
 use crate::columns::cache::{ColumnKey, TableCache};
 use crate::columns::host::AssembledColumn;
 use crate::columns::image::column_image;
+use crate::columns::pinned::pin_image;
 use crate::columns::{DeviceBatch, DeviceColumn, is_supported};
 use crate::config::{GpuConfig, human_bytes};
-use crate::device::Gpu;
+use crate::device::{Gpu, PinnedPool};
 use crate::error::gpu_error;
 
 /// The name the exec reports (`ExecutionPlan::name`).
@@ -266,8 +268,14 @@ impl ScanLayouts {
     }
 
     /// Makes the host images of `columns` (table columns) for every device partition of a table
-    /// whose host partitions are `host`, on several threads.
-    pub(crate) fn make_images(&self, host: &[Vec<RecordBatch>], columns: &[usize]) -> Result<()> {
+    /// whose host partitions are `host`, on several threads; with `pin` (a pinned pool and the
+    /// limit on its bytes), in page-locked memory where it has room.
+    pub(crate) fn make_images(
+        &self,
+        host: &[Vec<RecordBatch>],
+        columns: &[usize],
+        pin: Option<(&Arc<PinnedPool>, u64)>,
+    ) -> Result<()> {
         use rayon::prelude::*;
         let layouts: Vec<&PartitionLayout> = (0..self.groups(host).len())
             .map(|p| self.device_partition(p, host))
@@ -277,20 +285,22 @@ impl ScanLayouts {
             .collect();
         let work: Vec<(&PartitionLayout, usize)> =
             layouts.iter().flat_map(|&l| columns.iter().map(move |&c| (l, c))).collect();
-        work.par_iter().try_for_each(|(l, c)| l.make_image(*c))
+        work.par_iter().try_for_each(|(l, c)| l.make_image(*c, pin))
     }
 
-    /// Host bytes the images made so far hold.
-    pub(crate) fn image_bytes(&self) -> usize {
+    /// Host bytes the images made so far hold: all of them, and those in page-locked memory.
+    pub(crate) fn image_bytes(&self) -> (usize, usize) {
         self.devices
             .iter()
             .filter_map(OnceLock::get)
             .flat_map(|l| &l.columns)
             .filter_map(OnceLock::get)
             .filter_map(|c| c.images.get()?.as_ref())
-            .flatten()
-            .map(AssembledColumn::host_bytes)
-            .sum()
+            .map(|i| {
+                let bytes: usize = i.chunks.iter().map(AssembledColumn::host_bytes).sum();
+                (bytes, if i.pinned { bytes } else { 0 })
+            })
+            .fold((0, 0), |(a, p), (b, q)| (a + b, p + q))
     }
 
     /// The layout of device partition `partition` of a table whose host partitions are `host`
@@ -349,15 +359,22 @@ struct PartitionLayout {
 struct ScanColumn {
     arrays: Arc<[ArrayRef]>,
     key: ColumnKey,
-    /// The column's host image for each device batch of the partition ([`column_image`]), or
-    /// `None`: it has none (its uploads read the arrays).
-    images: OnceLock<Option<Vec<AssembledColumn>>>,
+    /// The column's host image, or `None`: it has none (its uploads read the arrays).
+    images: OnceLock<Option<ColumnImage>>,
+}
+
+/// A column's host image: one per device batch of its partition ([`column_image`]).
+#[derive(Debug)]
+struct ColumnImage {
+    chunks: Vec<AssembledColumn>,
+    /// Whether they lie in page-locked memory ([`pin_image`]).
+    pinned: bool,
 }
 
 impl ScanColumn {
     /// Its host image for device batch `chunk`, if made.
     fn image(&self, chunk: usize) -> Option<&AssembledColumn> {
-        self.images.get()?.as_ref()?.get(chunk)
+        self.images.get()?.as_ref()?.chunks.get(chunk)
     }
 }
 
@@ -386,20 +403,39 @@ impl PartitionLayout {
         }))
     }
 
-    /// Makes table column `c`'s host image for each of the partition's device batches (once).
-    fn make_image(&self, c: usize) -> Result<()> {
+    /// A column's `arrays` (one per host batch) cut into the partition's device batches: as they
+    /// are when it has one.
+    fn cut<'a>(&self, arrays: &'a [ArrayRef]) -> Vec<Cow<'a, [ArrayRef]>> {
+        match self.chunk_rows.len() {
+            0 | 1 => vec![Cow::Borrowed(arrays)],
+            _ => device_batch_groups(arrays, self.batch_rows).into_iter().map(Cow::Owned).collect(),
+        }
+    }
+
+    /// Makes table column `c`'s host image for each of the partition's device batches (once),
+    /// pinned as [`ScanLayouts::make_images`] says. An image the pool has no room for stays in
+    /// ordinary memory.
+    fn make_image(&self, c: usize, pin: Option<(&Arc<PinnedPool>, u64)>) -> Result<()> {
         let column = self.column(c)?;
         if column.images.get().is_none() {
             let Some(data_type) = column.arrays.first().map(|a| a.data_type().clone()) else { return Ok(()) };
-            let images = match self.chunk_rows.len() {
-                0 | 1 => column_image(&data_type, &column.arrays)?.map(|i| vec![i]),
-                _ => device_batch_groups(&column.arrays, self.batch_rows)
-                    .iter()
-                    .map(|arrays| column_image(&data_type, arrays))
-                    .collect::<Result<Vec<_>>>()?
-                    .into_iter()
-                    .collect::<Option<Vec<_>>>(),
-            };
+            let images = self
+                .cut(&column.arrays)
+                .iter()
+                .map(|arrays| column_image(&data_type, arrays))
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .collect::<Option<Vec<_>>>();
+            let images = images.map(|chunks| match pin {
+                Some((pool, limit)) => match chunks.iter().map(|i| pin_image(pool, limit, i)).collect() {
+                    Ok(chunks) => ColumnImage { chunks, pinned: true },
+                    Err(e) => {
+                        crate::timeline::mark("cached table", || format!("column {c}'s image stays pageable: {e}"));
+                        ColumnImage { chunks, pinned: false }
+                    }
+                },
+                None => ColumnImage { chunks, pinned: false },
+            });
             // (Another thread may have made them meanwhile: the same images.)
             let _ = column.images.set(images);
         }
@@ -428,7 +464,7 @@ fn load_partition(
     schema: &SchemaRef,
     upload_time: &Time,
 ) -> Result<Loaded> {
-    let (batches, chunk_rows, batch_rows) = (&layout.batches, &layout.chunk_rows, layout.batch_rows);
+    let (batches, chunk_rows) = (&layout.batches, &layout.chunk_rows);
     if batches.is_empty() {
         return Ok(Loaded { batches: Vec::new(), hits: 0, misses: 0, uploaded_bytes: 0 });
     }
@@ -440,9 +476,11 @@ fn load_partition(
         scanned.iter().map(|s| cache.get(&s.key).filter(fits)).collect();
     // Each missing table column once, even when the scan lists it twice.
     let mut missing: Vec<usize> = Vec::new();
+    let mut missing_columns: Vec<&ScanColumn> = Vec::new();
     for (i, f) in found.iter().enumerate() {
         if f.is_none() && !missing.contains(&columns[i]) {
             missing.push(columns[i]);
+            missing_columns.push(scanned[i]);
         }
     }
     let hits = found.iter().filter(|f| f.is_some()).count();
@@ -453,41 +491,17 @@ fn load_partition(
         // `lineorder`), made and dropped on one thread, took milliseconds of a cold scan.
         let first = batches.first().ok_or_else(|| gpu_error("a cached scan has no host batch to upload"))?;
         let missing_schema = Arc::new(first.schema().project(&missing)?);
-        let missing_columns: Vec<&ScanColumn> = missing.iter().map(|&c| layout.column(c)).collect::<Result<_>>()?;
         let stream = gpu.stream();
-        // Columns with a host image send it; the others their arrays.
-        let images =
-            |g: usize| -> Vec<Option<&AssembledColumn>> { missing_columns.iter().map(|s| s.image(g)).collect() };
-        let uploaded = match chunk_rows.len() {
-            0 | 1 => {
-                let arrays: Vec<&[ArrayRef]> = missing_columns.iter().map(|s| &s.arrays[..]).collect();
-                vec![DeviceBatch::upload_concat_columns(
-                    gpu,
-                    &stream,
-                    Arc::clone(&missing_schema),
-                    &arrays,
-                    &images(0),
-                )?]
-            }
-            chunks => {
-                // Each column cut into the device batches' rows, every column the same way.
-                let cut: Vec<Vec<Vec<ArrayRef>>> =
-                    missing_columns.iter().map(|s| device_batch_groups(&s.arrays, batch_rows)).collect();
-                (0..chunks)
-                    .map(|g| {
-                        let arrays: Vec<&[ArrayRef]> =
-                            cut.iter().map(|c| c.get(g).map_or(&[][..], Vec::as_slice)).collect();
-                        DeviceBatch::upload_concat_columns(
-                            gpu,
-                            &stream,
-                            Arc::clone(&missing_schema),
-                            &arrays,
-                            &images(g),
-                        )
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            }
-        };
+        // Each column cut into the device batches' rows, every column the same way; columns
+        // with a host image send it, the others their arrays.
+        let cut: Vec<Vec<Cow<'_, [ArrayRef]>>> = missing_columns.iter().map(|s| layout.cut(&s.arrays)).collect();
+        let uploaded = (0..chunk_rows.len())
+            .map(|g| {
+                let arrays: Vec<&[ArrayRef]> = cut.iter().map(|c| c.get(g).map_or(&[][..], |a| a.as_ref())).collect();
+                let images: Vec<Option<&AssembledColumn>> = missing_columns.iter().map(|s| s.image(g)).collect();
+                DeviceBatch::upload_concat_columns(gpu, &stream, Arc::clone(&missing_schema), &arrays, &images)
+            })
+            .collect::<Result<Vec<_>>>()?;
         crate::timeline::mark("cached scan", || format!("{} columns staged", missing.len()));
         // Complete before the cache hands the columns to other queries' streams.
         stream.synchronize().map_err(|e| gpu_error(format!("waiting for a cached table's upload: {e}")))?;

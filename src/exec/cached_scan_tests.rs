@@ -220,7 +220,9 @@ fn one_partition_joins_build_on_the_smaller_side_at_run_time() {
 /// `GpuCachedTable`s with host images ([`GpuCachedTable::with_host_image`]) give DataFusion's
 /// answers on a cold cache and a warm one, in one device batch and cut into several: integer,
 /// date and decimal columns narrowed to 1, 2, 3 and 4 bytes, columns left without an image
-/// (nulls, a range too wide), and strings as lengths and bytes, nulls among them.
+/// (nulls, a range too wide), and strings as lengths and bytes, nulls among them; the images in
+/// ordinary memory and in page-locked memory ([`GpuCachedTable::with_pinned_host_image`]), from
+/// which uploads send them without staging.
 #[test]
 fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
     use datafusion::arrow::array::{ArrayRef, Date32Array, Decimal128Array, Int32Array, Int64Array, StringViewArray};
@@ -295,7 +297,8 @@ fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
     cpu.register_table("t", Arc::new(MemTable::try_new(Arc::clone(&schema), parts.clone()).unwrap())).unwrap();
     let cache = TableCache::of_device(gpu.info().ordinal);
     // Device batches of 1,500 rows (partitions cut in several), then the default (one batch).
-    for batch_rows in [1500, GpuConfig::default().table_cache_batch_rows] {
+    let one_batch = GpuConfig::default().table_cache_batch_rows;
+    for (batch_rows, pinned) in [(1500, false), (1500, true), (one_batch, false), (one_batch, true)] {
         cache.clear();
         let cfg = GpuConfig {
             min_rows: 0,
@@ -304,11 +307,15 @@ fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
             ..GpuConfig::default()
         };
         let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
-        let table =
-            GpuCachedTable::try_new(Arc::clone(&schema), parts.clone()).unwrap().with_host_image(batch_rows).unwrap();
+        let table = GpuCachedTable::try_new(Arc::clone(&schema), parts.clone()).unwrap();
+        let table = match pinned {
+            true => table.with_pinned_host_image(batch_rows, &gpu).unwrap(),
+            false => table.with_host_image(batch_rows).unwrap(),
+        };
         let (image, host) = (table.image_bytes(), table.host_bytes());
-        eprintln!("device batches of {batch_rows} rows: images {image} bytes, batches {host}");
+        eprintln!("device batches of {batch_rows} rows, pinned {pinned}: images {image} bytes, batches {host}");
         assert!(image > 0 && image < host, "images {image} bytes beside batches of {host}");
+        assert_eq!(table.pinned_image_bytes(), if pinned { image } else { 0 }, "pinned {pinned}");
         ctx.register_table("t", Arc::new(table)).unwrap();
         rt.block_on(async {
             for run in ["cold", "warm"] {
@@ -316,7 +323,10 @@ fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
                     let (want, _) = rows(&cpu, sql).await;
                     let (got, plan) = rows(&ctx, sql).await;
                     let shown = displayable(plan.as_ref()).indent(true).to_string();
-                    assert_eq!(got, want, "{batch_rows} rows a device batch, {run}, seed {seed}: {sql}\n{shown}");
+                    assert_eq!(
+                        got, want,
+                        "{batch_rows} rows a device batch, pinned {pinned}, {run}, seed {seed}: {sql}\n{shown}"
+                    );
                     assert!(!want.is_empty(), "{sql}: no rows, seed {seed}");
                     let uploads = metric_total(&plan, Some(CACHED_SCAN_NAME), "uploaded_columns");
                     if run == "warm" {

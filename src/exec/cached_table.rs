@@ -30,6 +30,7 @@ use super::cached_scan::{GpuCachedScanExec, ScanLayouts};
 use super::{HostTable, registered_rows};
 use crate::columns::is_supported;
 use crate::config::GpuConfig;
+use crate::device::{Gpu, PinnedPool};
 
 /// A table of host batches read through the device's table cache (see the module's text).
 #[derive(Debug, Clone)]
@@ -116,25 +117,51 @@ impl GpuCachedTable {
     /// `batch_rows` reads the arrays. `gpu.table_cache.host_image` makes them for `gpu_cache()`
     /// and the benchmarks.
     pub fn with_host_image(self, batch_rows: usize) -> Result<Self> {
+        self.make_images(batch_rows, None)
+    }
+
+    /// [`GpuCachedTable::with_host_image`] in page-locked memory of `gpu`'s pool, within its
+    /// `gpu.memory.pinned_limit`: an upload DMAs an image as it lies, without copying it into
+    /// the staging buffers first, at the link's pinned speed. A column's image the pool has no
+    /// room for stays in ordinary memory ([`GpuCachedTable::pinned_image_bytes`] tells).
+    pub fn with_pinned_host_image(self, batch_rows: usize, gpu: &Gpu) -> Result<Self> {
+        self.make_images(batch_rows, Some((gpu.pinned(), gpu.pinned_limit())))
+    }
+
+    fn make_images(self, batch_rows: usize, pin: Option<(&Arc<PinnedPool>, u64)>) -> Result<Self> {
         let columns: Vec<usize> =
             (0..self.schema.fields().len()).filter(|&c| is_supported(self.schema.field(c).data_type())).collect();
-        self.layouts(batch_rows).make_images(&self.partitions, &columns)?;
+        self.layouts(batch_rows).make_images(&self.partitions, &columns, pin)?;
         Ok(self)
     }
 
     /// This table with its host image when `cfg` asks for one (`gpu.table_cache.host_image`),
-    /// for its `gpu.table_cache.batch_rows`: as `gpu_cache()` and the benchmarks make it.
+    /// for its `gpu.table_cache.batch_rows`, pinned under `gpu.table_cache.host_image_pinned`
+    /// when the session's device opens: as `gpu_cache()` and the benchmarks make it.
     pub fn with_configured_image(self, cfg: &GpuConfig) -> Result<Self> {
-        match cfg.table_cache_host_image {
-            true => self.with_host_image(cfg.table_cache_batch_rows),
-            false => Ok(self),
+        if !cfg.table_cache_host_image {
+            return Ok(self);
+        }
+        match cfg.table_cache_host_image_pinned.then(|| Gpu::for_config(cfg).ok()).flatten() {
+            Some(gpu) => self.with_pinned_host_image(cfg.table_cache_batch_rows, &gpu),
+            None => self.with_host_image(cfg.table_cache_batch_rows),
         }
     }
 
     /// Host bytes its columns' host images hold (0 without them, see
     /// [`GpuCachedTable::with_host_image`]).
     pub fn image_bytes(&self) -> usize {
-        self.layouts.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |l| l.image_bytes())
+        self.image_bytes_both().0
+    }
+
+    /// Of [`GpuCachedTable::image_bytes`], those in page-locked memory
+    /// ([`GpuCachedTable::with_pinned_host_image`]).
+    pub fn pinned_image_bytes(&self) -> usize {
+        self.image_bytes_both().1
+    }
+
+    fn image_bytes_both(&self) -> (usize, usize) {
+        self.layouts.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or((0, 0), |l| l.image_bytes())
     }
 }
 

@@ -309,17 +309,18 @@ pub fn register(ctx: &SessionContext, tables: &[Table]) -> Result<()> {
 /// Registers `tables` in `ctx` as `GpuCachedTable`s over the same host batches: their columns go
 /// to the device's table cache when GPU operators first read them. Under the session's
 /// `gpu.table_cache.host_image` each is made with its host image, as `gpu_cache()` makes it; the
-/// host bytes the images hold.
-pub fn register_cached(ctx: &SessionContext, tables: &[Table]) -> Result<usize> {
+/// host bytes the images hold, and of them those in page-locked memory.
+pub fn register_cached(ctx: &SessionContext, tables: &[Table]) -> Result<(usize, usize)> {
     let cfg = GpuConfig::from_options(ctx.state().config().options());
-    let mut image_bytes = 0;
+    let (mut image_bytes, mut pinned_bytes) = (0, 0);
     for t in tables {
         let table =
             GpuCachedTable::try_new(Arc::clone(&t.schema), t.partitions.clone())?.with_configured_image(&cfg)?;
         image_bytes += table.image_bytes();
+        pinned_bytes += table.pinned_image_bytes();
         ctx.register_table(t.name, Arc::new(table))?;
     }
-    Ok(image_bytes)
+    Ok((image_bytes, pinned_bytes))
 }
 
 /// Registers `tables` in `ctx` as tables resident in device memory (`ResidentTable`) on the

@@ -429,13 +429,14 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         }
         (HostMemory::Cached, None) => {
             let t = Instant::now();
-            let image_bytes = data::register_cached(&gpu_ctx, &tables)?;
+            let (image_bytes, pinned_bytes) = data::register_cached(&gpu_ctx, &tables)?;
             match image_bytes {
                 0 => (host_memory, pin_seconds),
                 bytes => (
                     format!(
-                        "{host_memory}, with host images of its columns ({}, gpu.table_cache.host_image)",
-                        human_bytes(bytes as u64)
+                        "{host_memory}, with host images of its columns ({}, gpu.table_cache.host_image; {} of them pinned, gpu.table_cache.host_image_pinned)",
+                        human_bytes(bytes as u64),
+                        human_bytes(pinned_bytes as u64)
                     ),
                     t.elapsed().as_secs_f64(),
                 ),
