@@ -112,7 +112,7 @@ pub fn human_bytes(b: u64) -> String {
 // The settings whose values are enums of their own.
 
 /// A GPU join algorithm with its materialisation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum JoinAlgorithm {
     /// Non-partitioned hash join: one global table; probe side in order.
     Npj,

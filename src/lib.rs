@@ -17,6 +17,7 @@ pub mod columns;
 pub mod config;
 pub mod cost;
 pub mod device;
+pub mod distributed;
 pub mod error;
 pub mod exec;
 pub mod expr;

@@ -14,7 +14,7 @@ use super::profile::Profile;
 use crate::join::JoinAlgorithm;
 
 /// The sizes a join's cost depends on. Byte widths per row are of the uploaded columns.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JoinShape {
     /// Build (left) rows per GPU build, and probe rows in all.
     pub build_rows: f64,

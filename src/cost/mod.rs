@@ -85,7 +85,7 @@ pub fn download_seconds(bytes: f64, profile: &Profile) -> f64 {
 }
 
 /// What the model says of one operator: the GPU's estimate (algorithm, transfers) and the CPU's.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Verdict {
     /// The GPU algorithm's device time, the uploads and the download.
     pub gpu_compute: f64,
@@ -155,7 +155,7 @@ impl Verdict {
 }
 
 /// The model's estimate of every candidate algorithm (in the candidates' order) and the cheapest.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Choice<A> {
     pub best: A,
     pub estimates: Vec<(A, f64)>,

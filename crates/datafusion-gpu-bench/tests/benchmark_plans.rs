@@ -281,3 +281,83 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
     println!("{checked} plans checked, {collapsed} with regions in one partition");
     assert!(checked >= 30 && collapsed >= 25, "{checked} plans checked, {collapsed} with regions in one partition");
 }
+
+/// Sorted rows of `batches`, as text.
+fn sorted_rows(batches: &[datafusion::arrow::record_batch::RecordBatch]) -> Vec<String> {
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(batches).expect("printable rows").to_string();
+    let mut rows: Vec<String> = text.lines().filter(|l| l.starts_with('|')).skip(1).map(String::from).collect();
+    rows.sort();
+    rows
+}
+
+/// TPC-H and SSB plans whose hash joins are GPU joins travel through the GPU codec (bytes by
+/// `datafusion-proto` and back), as a distributed engine sends a stage's plan to a worker, and
+/// give DataFusion's answers. In a process without a device every join comes back as its
+/// `HashJoinExec` in a `CpuFallbackExec` that says so; with one, as a GPU join.
+#[tokio::test]
+async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
+    use datafusion_gpu::distributed::GpuPlanCodec;
+    use datafusion_gpu::exec::CpuFallbackExec;
+    use datafusion_proto::bytes::{
+        physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+    };
+    let cfg = GpuConfig { min_rows: 0, ..GpuConfig::default() };
+    let device = datafusion_gpu::device::probe::device_count().is_ok_and(|n| n > 0);
+    let task = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2)).task_ctx();
+    let (mut carried, mut joins_sent) = (0, 0);
+    for (suite, name, plan) in benchmark_plans(0.01).await {
+        // Plans datafusion-proto cannot send without GPU execs are not this codec's to carry.
+        if physical_plan_to_bytes_with_extension_codec(Arc::clone(&plan), &GpuPlanCodec).is_err() {
+            println!("{} {name}: datafusion-proto does not send this plan", suite.name());
+            continue;
+        }
+        let mut sent = 0;
+        let gpu_plan = Arc::clone(&plan)
+            .transform_up(|node| {
+                if node.downcast_ref::<HashJoinExec>().is_none() {
+                    return Ok(Transformed::no(node));
+                }
+                match GpuHashJoinExec::try_new(Arc::clone(&node), &cfg) {
+                    Ok(g) => {
+                        sent += 1;
+                        Ok(Transformed::yes(Arc::new(g) as Arc<dyn ExecutionPlan>))
+                    }
+                    Err(_) => Ok(Transformed::no(node)),
+                }
+            })
+            .expect("joins replaced")
+            .data;
+        let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&gpu_plan), &GpuPlanCodec)
+            .unwrap_or_else(|e| panic!("{} {name}: a plan with GPU joins does not encode: {e}", suite.name()));
+        let back = physical_plan_from_bytes_with_extension_codec(&bytes, &task, &GpuPlanCodec)
+            .unwrap_or_else(|e| panic!("{} {name}: a plan with GPU joins does not decode: {e}", suite.name()));
+        let shown = displayable(back.as_ref()).indent(true).to_string();
+        let (mut gpu_joins, mut fallbacks) = (0, 0);
+        back.apply(|n| {
+            let any: &dyn std::any::Any = n.as_ref();
+            gpu_joins += usize::from(any.is::<GpuHashJoinExec>());
+            fallbacks += usize::from(
+                any.downcast_ref::<CpuFallbackExec>()
+                    .is_some_and(|f| f.reasons().iter().any(|r| r.to_string().starts_with("no GPU"))),
+            );
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .expect("plan walked");
+        match device {
+            true => assert_eq!(gpu_joins, sent, "{} {name}: GPU joins lost on the way\n{shown}", suite.name()),
+            false => assert_eq!(fallbacks, sent, "{} {name}: joins without their reason\n{shown}", suite.name()),
+        }
+        let want = datafusion::physical_plan::collect(Arc::clone(&plan), Arc::clone(&task)).await.expect("CPU answer");
+        let got = datafusion::physical_plan::collect(back, Arc::clone(&task)).await.expect("decoded plan's answer");
+        assert_eq!(
+            sorted_rows(&got),
+            sorted_rows(&want),
+            "{} {name}: the decoded plan answers otherwise\n{shown}",
+            suite.name()
+        );
+        carried += 1;
+        joins_sent += sent;
+    }
+    println!("{carried} plans carried with {joins_sent} GPU joins");
+    assert!(carried >= 33 && joins_sent >= 90, "{carried} plans, {joins_sent} GPU joins carried");
+}

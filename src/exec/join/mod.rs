@@ -143,6 +143,28 @@ pub struct GpuHashJoinExec {
     metrics: ExecutionPlanMetricsSet,
 }
 
+/// What the rule decided for a GPU join beyond its `HashJoinExec` ([`GpuHashJoinExec::decisions`]),
+/// serializable for a plan sent to another process.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JoinDecisions {
+    /// The cost model's estimate without its profile (the receiving process prices with its own).
+    pub estimate: Option<EstimateParts>,
+    pub out_of_core: Option<String>,
+    pub removed: Option<String>,
+    pub swapped: Option<String>,
+    pub for_gpu_parent: bool,
+}
+
+/// A join's [`JoinEstimate`] without the profile it was priced with.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EstimateParts {
+    pub shape: crate::cost::join::JoinShape,
+    pub choice: crate::cost::Choice<JoinAlgorithm>,
+    pub verdict: crate::cost::Verdict,
+    pub bounded: bool,
+    pub notes: Vec<String>,
+}
+
 /// What EXPLAIN adds to the algorithm's reason when the sizes were bounded, not estimated.
 const BOUNDED_NOTE: &str = "; input sizes bounded from the plan's shape";
 
@@ -304,6 +326,47 @@ impl GpuHashJoinExec {
             shared: Arc::new(Shared::default()),
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// What the rule decided for this join beyond its `HashJoinExec`, for a plan sent to
+    /// another process ([`GpuHashJoinExec::with_decisions`] takes them back).
+    pub fn decisions(&self) -> JoinDecisions {
+        JoinDecisions {
+            estimate: self.estimate.as_deref().map(|e| EstimateParts {
+                shape: e.shape,
+                choice: e.choice.clone(),
+                verdict: e.verdict.clone(),
+                bounded: e.bounded,
+                notes: e.notes.clone(),
+            }),
+            out_of_core: self.out_of_core.clone(),
+            removed: self.removed.clone(),
+            swapped: self.swapped.clone(),
+            for_gpu_parent: self.for_gpu_parent,
+        }
+    }
+
+    /// This exec with the decisions another process's rule made for it ([`Self::decisions`]),
+    /// its estimate priced under `profile` (this process's device): the layout comes from this
+    /// process's `HashJoinExec` and settings, the algorithm from the estimate as the rule would
+    /// have chosen it here.
+    pub fn with_decisions(self, d: JoinDecisions, profile: Arc<crate::cost::Profile>) -> Self {
+        let mut this = match d.estimate {
+            Some(e) => self.with_estimate(JoinEstimate {
+                shape: e.shape,
+                choice: e.choice,
+                verdict: e.verdict,
+                bounded: e.bounded,
+                notes: e.notes,
+                profile,
+            }),
+            None => self,
+        };
+        this.out_of_core = d.out_of_core;
+        this.removed = d.removed;
+        this.swapped = d.swapped;
+        this.for_gpu_parent = d.for_gpu_parent;
+        this
     }
 
     /// This exec, placed on the GPU with its GPU parent although the model prices the CPU
