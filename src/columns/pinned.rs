@@ -247,12 +247,6 @@ pub fn pin_image(pool: &Arc<PinnedPool>, limit: u64, column: &AssembledColumn) -
     Ok(pinned)
 }
 
-/// Whether every host buffer of `column` lies in `pool`'s pinned memory.
-pub fn image_is_pinned(pool: &PinnedPool, column: &AssembledColumn) -> bool {
-    let mut column = column.clone();
-    image_buffers(&mut column).iter().all(|b| b.is_empty() || pool.contains(b.as_slice()))
-}
-
 /// Whether every buffer of `batch`'s columns lies in `gpu`'s pinned memory.
 pub fn is_pinned(gpu: &Gpu, batch: &RecordBatch) -> bool {
     let mut all = true;
@@ -279,6 +273,12 @@ mod tests {
     use datafusion::arrow::compute::concat_batches;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use rand::{Rng, SeedableRng};
+
+    /// Whether every host buffer of `column` lies in `pool`'s pinned memory.
+    fn image_is_pinned(pool: &PinnedPool, column: &AssembledColumn) -> bool {
+        let mut column = column.clone();
+        image_buffers(&mut column).iter().all(|b| b.is_empty() || pool.contains(b.as_slice()))
+    }
 
     /// A pinned host image holds the same bytes as the image it copies (narrowed values; a string
     /// column's lengths, tile starts, bytes and validity), every one of them in the pool.

@@ -282,14 +282,6 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
     assert!(checked >= 30 && collapsed >= 25, "{checked} plans checked, {collapsed} with regions in one partition");
 }
 
-/// Sorted rows of `batches`, as text.
-fn sorted_rows(batches: &[datafusion::arrow::record_batch::RecordBatch]) -> Vec<String> {
-    let text = datafusion::arrow::util::pretty::pretty_format_batches(batches).expect("printable rows").to_string();
-    let mut rows: Vec<String> = text.lines().filter(|l| l.starts_with('|')).skip(1).map(String::from).collect();
-    rows.sort();
-    rows
-}
-
 /// TPC-H and SSB plans whose hash joins are GPU joins travel through the GPU codec (bytes by
 /// `datafusion-proto` and back), as a distributed engine sends a stage's plan to a worker, and
 /// give DataFusion's answers. In a process without a device every join comes back as its
@@ -298,6 +290,7 @@ fn sorted_rows(batches: &[datafusion::arrow::record_batch::RecordBatch]) -> Vec<
 async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
     use datafusion_gpu::distributed::GpuPlanCodec;
     use datafusion_gpu::exec::CpuFallbackExec;
+    use datafusion_gpu::testing::sorted_rows;
     use datafusion_proto::bytes::{
         physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
     };
