@@ -29,7 +29,7 @@ use crate::primitives::scan::{ScanKind, exclusive_scan};
 use crate::primitives::select::{iota, select_where};
 
 /// How group ids are found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GroupIdMethod {
     Hash,
     Sort,

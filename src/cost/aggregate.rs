@@ -21,7 +21,7 @@ use crate::aggregate::partition::{LARGEST_ROWS, partition_bits};
 const SHARED_ACCUMULATORS: f64 = 48.0 * 1024.0;
 
 /// The sizes a group-by's cost depends on.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AggregateShape {
     pub rows: f64,
     /// Distinct groups (1 for a global aggregate).

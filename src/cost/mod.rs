@@ -196,6 +196,44 @@ pub struct Estimate<S, A> {
     pub profile: std::sync::Arc<Profile>,
 }
 
+/// An [`Estimate`] without the profile it was priced with: what a plan sent to another process
+/// carries (the receiving process prices with its own profile, [`EstimateParts::priced`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EstimateParts<S, A> {
+    pub shape: S,
+    pub choice: Choice<A>,
+    pub verdict: Verdict,
+    pub bounded: bool,
+    pub notes: Vec<String>,
+}
+
+impl<S: Clone, A: Clone> Estimate<S, A> {
+    /// This estimate without its profile.
+    pub fn parts(&self) -> EstimateParts<S, A> {
+        EstimateParts {
+            shape: self.shape.clone(),
+            choice: self.choice.clone(),
+            verdict: self.verdict.clone(),
+            bounded: self.bounded,
+            notes: self.notes.clone(),
+        }
+    }
+}
+
+impl<S, A> EstimateParts<S, A> {
+    /// The estimate again, priced under `profile`.
+    pub fn priced(self, profile: std::sync::Arc<Profile>) -> Estimate<S, A> {
+        Estimate {
+            shape: self.shape,
+            choice: self.choice,
+            verdict: self.verdict,
+            bounded: self.bounded,
+            notes: self.notes,
+            profile,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,11 +9,18 @@
 //!   [`JoinDecisions`]; the estimate is priced again under the receiving device's profile. A
 //!   process without a usable device gets the `HashJoinExec` in a [`CpuFallbackExec`] that says
 //!   why.
+//! - a [`GpuAggregateExec`]: its `AggregateExec` over the filters and projections it fused (a
+//!   placeholder below them) and its [`AggregateDecisions`]; the fused input is taken in again
+//!   and its upload priced on the receiving device. One that merges its Partial stage on the
+//!   device (`gpu.aggregate.exchange`) is not sent: a distributed plan keeps a shuffle there.
+//! - a [`GpuFilterProjectExec`]: its filters and projections over a placeholder.
 //! - a [`GpuUploadExec`]: nothing but itself; without a device its input as it is.
 //!
-//! A [`CpuFallbackExec`] never reaches the codec: DataFusion sees through it (its downcasts reach
-//! the CPU node it wraps), so the CPU node is sent, without the reasons. Other GPU execs are not
-//! carried yet: encoding one fails with its name.
+//! Without a usable device, each comes back as its DataFusion nodes, the top one in a
+//! [`CpuFallbackExec`] that says why. A [`CpuFallbackExec`] itself never reaches the codec:
+//! DataFusion sees through it (its downcasts reach the CPU node it wraps), so the CPU node is
+//! sent, without the reasons. The table cache's and resident tables' scans are not carried:
+//! encoding one fails with its name (a distributed session turns the table cache off).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -34,10 +41,12 @@ use serde::{Deserialize, Serialize};
 use crate::config::GpuConfig;
 use crate::cost::profile;
 use crate::device::Gpu;
+use crate::exec::aggregate::AggregateDecisions;
 use crate::exec::fallback::FallbackReason;
+use crate::exec::fuse::FusedInput;
 use crate::exec::join::JoinDecisions;
 use crate::exec::upload::GpuUploadExec;
-use crate::exec::{CpuFallbackExec, GpuHashJoinExec};
+use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuFilterProjectExec, GpuHashJoinExec};
 
 /// Encodes and decodes the GPU execs of a physical plan (see the module's text). Register it as
 /// the user codec of a distributed session and of its workers.
@@ -50,8 +59,51 @@ enum Encoded {
     /// A GPU join: its `HashJoinExec` (a `PhysicalPlanNode` with placeholder children) and what
     /// the rule decided for it.
     Join { node: Vec<u8>, decisions: JoinDecisions },
+    /// A GPU aggregate: its `AggregateExec` over the chain it fused, down to a placeholder for
+    /// its input; whether that chain holds filters (the fusion is taken in again with them) and
+    /// whether its upload was priced.
+    Aggregate { node: Vec<u8>, decisions: AggregateDecisions, filters: bool, priced: bool },
+    /// Filters and projections on the GPU: the chain's top node, down to a placeholder.
+    FilterProject { node: Vec<u8>, filters: bool, priced: bool },
     /// An upload to the device.
     Upload,
+}
+
+/// Whether a fusion's chain holds a filter (it was taken in with `gpu.fuse.filters`).
+fn has_filters(fused: &FusedInput) -> bool {
+    fused.chain.iter().any(|n| n.name() == "FilterExec")
+}
+
+/// A placeholder of `input`'s schema, for the input of a node sent with its fused chain.
+fn placeholder(input: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    Arc::new(EmptyExec::new(input.schema()))
+}
+
+/// `plan` (a chain of one-child nodes down to one placeholder leaf) over `input` in place of that
+/// leaf, each node's properties recomputed.
+fn over_input(plan: Arc<dyn ExecutionPlan>, input: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    match plan.children().as_slice() {
+        [] => Ok(Arc::clone(input)),
+        [child] => {
+            let child = over_input(Arc::clone(child), input)?;
+            plan.replace_children(vec![child], recompute())
+        }
+        more => internal_err!("a fused chain's {} has {} children, not one", plan.name(), more.len()),
+    }
+}
+
+/// The one input a node was sent with.
+fn single(inputs: &[Arc<dyn ExecutionPlan>], what: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    match inputs {
+        [input] => Ok(Arc::clone(input)),
+        _ => internal_err!("a {what} was sent with {} inputs, not one", inputs.len()),
+    }
+}
+
+/// Whether the fusion a rebuilt exec took in reads `input` (the node it was sent over): the
+/// receiving settings took in the chain that was sent.
+fn reads(fused: Option<&FusedInput>, input: &Arc<dyn ExecutionPlan>) -> bool {
+    fused.is_some_and(|f| std::ptr::eq(Arc::as_ptr(&f.input) as *const (), Arc::as_ptr(input) as *const ()))
 }
 
 /// New children recompute a node's properties (its partitioning follows them).
@@ -69,7 +121,28 @@ fn wrapped_to_bytes(
     let placeholders: Vec<Arc<dyn ExecutionPlan>> =
         node.children().iter().map(|c| Arc::new(EmptyExec::new(c.schema())) as Arc<dyn ExecutionPlan>).collect();
     let bare = Arc::clone(node).replace_children(placeholders, recompute())?;
-    Ok(converter.execution_plan_to_proto(&bare, codec)?.encode_to_vec())
+    plan_to_bytes(&bare, codec, converter)
+}
+
+/// `plan` as `datafusion-proto` bytes.
+fn plan_to_bytes(
+    plan: &Arc<dyn ExecutionPlan>,
+    codec: &dyn PhysicalExtensionCodec,
+    converter: &dyn PhysicalProtoConverterExtension,
+) -> Result<Vec<u8>> {
+    Ok(converter.execution_plan_to_proto(plan, codec)?.encode_to_vec())
+}
+
+/// The plan [`plan_to_bytes`] sent.
+fn plan_from_bytes(
+    bytes: &[u8],
+    ctx: &TaskContext,
+    codec: &dyn PhysicalExtensionCodec,
+    converter: &dyn PhysicalProtoConverterExtension,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let proto = PhysicalPlanNode::decode(bytes)
+        .map_err(|e| DataFusionError::Internal(format!("a GPU exec's node does not decode: {e}")))?;
+    converter.proto_to_execution_plan(&proto, &PhysicalPlanDecodeContext::new(ctx, codec))
 }
 
 /// The node [`wrapped_to_bytes`] sent, over `inputs` (the decoded children) in place of its
@@ -81,9 +154,7 @@ fn wrapped_from_bytes(
     codec: &dyn PhysicalExtensionCodec,
     converter: &dyn PhysicalProtoConverterExtension,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let proto = PhysicalPlanNode::decode(bytes)
-        .map_err(|e| DataFusionError::Internal(format!("a GPU exec's node does not decode: {e}")))?;
-    let bare = converter.proto_to_execution_plan(&proto, &PhysicalPlanDecodeContext::new(ctx, codec))?;
+    let bare = plan_from_bytes(bytes, ctx, codec, converter)?;
     if bare.children().len() != inputs.len() {
         return internal_err!(
             "a GPU exec's {} has {} children, but {} inputs were sent with it",
@@ -105,11 +176,33 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
         let any: &dyn Any = node.as_ref();
         let encoded = if let Some(join) = any.downcast_ref::<GpuHashJoinExec>() {
             Encoded::Join { node: wrapped_to_bytes(join.original(), self, converter)?, decisions: join.decisions() }
+        } else if let Some(agg) = any.downcast_ref::<GpuAggregateExec>() {
+            let decisions = agg.decisions()?;
+            let input = single(&agg.children().into_iter().cloned().collect::<Vec<_>>(), "GpuAggregateExec")?;
+            let bare = agg.over_inputs(vec![placeholder(&input)])?;
+            let fused = agg.fused_input();
+            Encoded::Aggregate {
+                node: plan_to_bytes(bare.original(), self, converter)?,
+                decisions,
+                filters: fused.is_some_and(has_filters),
+                priced: fused.is_some_and(|f| f.upload_ns_per_row.is_some()),
+            }
+        } else if let Some(fp) = any.downcast_ref::<GpuFilterProjectExec>() {
+            let fused = fp.fused();
+            let bare = fused.over(placeholder(&fused.input))?;
+            let Some(top) = bare.chain.first() else {
+                return internal_err!("a GpuFilterProjectExec with no filters or projections");
+            };
+            Encoded::FilterProject {
+                node: plan_to_bytes(top, self, converter)?,
+                filters: has_filters(fused),
+                priced: fused.upload_ns_per_row.is_some(),
+            }
         } else if any.is::<GpuUploadExec>() {
             Encoded::Upload
         } else {
             return not_impl_err!(
-                "{} cannot be sent to another process yet (the GPU codec carries GpuHashJoinExec and GpuUploadExec)",
+                "{} cannot be sent to another process (the GPU codec carries the GPU joins, aggregates, filters and projections, and uploads; a distributed session turns the table cache off)",
                 node.name()
             );
         };
@@ -141,6 +234,52 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                 let profile = Arc::new(profile::load(gpu.info(), &cfg.profile_dir));
                 let exec = GpuHashJoinExec::try_new(join, &cfg)?;
                 Ok(Arc::new(exec.with_decisions(decisions, profile)))
+            }
+            Encoded::Aggregate { node, decisions, filters, priced } => {
+                let input = single(inputs, "GpuAggregateExec")?;
+                let agg = over_input(plan_from_bytes(&node, ctx, self, converter)?, &input)?;
+                let gpu = match gpu {
+                    Ok(gpu) => gpu,
+                    Err(e) => {
+                        return Ok(Arc::new(CpuFallbackExec::new(agg, vec![FallbackReason::NoDevice(e.to_string())])));
+                    }
+                };
+                let profile = Arc::new(profile::load(gpu.info(), &cfg.profile_dir));
+                let mut exec = GpuAggregateExec::try_new(agg, &cfg)?;
+                if decisions.fused {
+                    exec = exec.with_fused_input(filters);
+                    if !reads(exec.fused_input(), &input) {
+                        return internal_err!(
+                            "a GPU aggregate's fused filters and projections were not taken in again as sent"
+                        );
+                    }
+                }
+                if priced {
+                    exec = exec.with_priced_upload(&cfg, &gpu, &profile);
+                }
+                Ok(Arc::new(exec.with_decisions(decisions, profile)))
+            }
+            Encoded::FilterProject { node, filters, priced } => {
+                let input = single(inputs, "GpuFilterProjectExec")?;
+                let top = over_input(plan_from_bytes(&node, ctx, self, converter)?, &input)?;
+                let gpu = match gpu {
+                    Ok(gpu) => gpu,
+                    Err(e) => {
+                        return Ok(Arc::new(CpuFallbackExec::new(top, vec![FallbackReason::NoDevice(e.to_string())])));
+                    }
+                };
+                let exec = match GpuFilterProjectExec::try_new(&top, filters)? {
+                    Some(exec) if reads(Some(exec.fused()), &input) => exec,
+                    _ => {
+                        return internal_err!(
+                            "filters and projections sent for the GPU were not taken in again as sent"
+                        );
+                    }
+                };
+                Ok(Arc::new(match priced {
+                    true => exec.with_priced_upload(&cfg, &gpu, &profile::load(gpu.info(), &cfg.profile_dir)),
+                    false => exec,
+                }))
             }
             Encoded::Upload => match (gpu, inputs) {
                 (Ok(_), [input]) => Ok(Arc::new(GpuUploadExec::new(Arc::clone(input)))),

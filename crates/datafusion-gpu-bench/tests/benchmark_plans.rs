@@ -12,7 +12,7 @@ use datafusion::physical_plan::{ExecutionPlan, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_gpu::GpuConfig;
 use datafusion_gpu::exec::statistics::{estimated_rows, with_shared_statistics};
-use datafusion_gpu::exec::{GpuAggregateExec, GpuHashJoinExec};
+use datafusion_gpu::exec::{GpuAggregateExec, GpuFilterProjectExec, GpuHashJoinExec};
 use datafusion_gpu::rule::eligibility::bounded_rows;
 use datafusion_gpu::rule::join_inputs::{fuse_join_inputs, fused_side};
 use datafusion_gpu_bench::tpch::{Suite, data, queries};
@@ -21,10 +21,15 @@ use datafusion_gpu_bench::tpch::{Suite, data, queries};
 /// partitions, as DataFusion plans them without the GPU rule: (suite, query, plan) for each
 /// statement that plans.
 async fn benchmark_plans(sf: f64) -> Vec<(Suite, &'static str, Arc<dyn ExecutionPlan>)> {
+    benchmark_plans_in(sf, SessionConfig::new().with_target_partitions(2)).await
+}
+
+/// [`benchmark_plans`] planned under `config`.
+async fn benchmark_plans_in(sf: f64, config: SessionConfig) -> Vec<(Suite, &'static str, Arc<dyn ExecutionPlan>)> {
     let mut plans = Vec::new();
     for suite in [Suite::Tpch, Suite::Ssb] {
         let tables = data::generate(suite, sf, 1, 2, &data::Progresses::new(false)).expect("generated data");
-        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let ctx = SessionContext::new_with_config(config.clone());
         data::register(&ctx, &tables).expect("registered tables");
         for q in queries::select(suite, &[]).expect("the suite's queries") {
             for sql in q.sql.split(';').filter(|s| !s.trim().is_empty()) {
@@ -218,7 +223,6 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
     use datafusion::physical_plan::filter::FilterExec;
     use datafusion::physical_plan::joins::PartitionMode;
-    use datafusion_gpu::exec::GpuFilterProjectExec;
     use datafusion_gpu::exec::cached_scan::cache_memory_scans;
     use datafusion_gpu::rule::one_partition::run_cached_regions_in_one_partition;
     let cfg = GpuConfig::default();
@@ -282,12 +286,14 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
     assert!(checked >= 30 && collapsed >= 25, "{checked} plans checked, {collapsed} with regions in one partition");
 }
 
-/// TPC-H and SSB plans whose hash joins are GPU joins travel through the GPU codec (bytes by
-/// `datafusion-proto` and back), as a distributed engine sends a stage's plan to a worker, and
-/// give DataFusion's answers. In a process without a device every join comes back as its
-/// `HashJoinExec` in a `CpuFallbackExec` that says so; with one, as a GPU join.
+/// TPC-H and SSB plans whose hash joins and aggregates are GPU ones (the aggregates with the
+/// filters and projections below them fused, the joins' filtered inputs as GPU filters and
+/// projections) travel through the GPU codec (bytes by `datafusion-proto` and back), as a
+/// distributed engine sends a stage's plan to a worker, and give DataFusion's answers. In a
+/// process without a device every one comes back as its DataFusion nodes in a
+/// `CpuFallbackExec` that says so; with one, as the GPU exec.
 #[tokio::test]
-async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
+async fn benchmark_plans_with_gpu_operators_travel_through_the_codec() {
     use datafusion_gpu::distributed::GpuPlanCodec;
     use datafusion_gpu::exec::CpuFallbackExec;
     use datafusion_gpu::testing::sorted_rows;
@@ -297,8 +303,13 @@ async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
     let cfg = GpuConfig { min_rows: 0, ..GpuConfig::default() };
     let device = datafusion_gpu::device::probe::device_count().is_ok_and(|n| n > 0);
     let task = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2)).task_ctx();
-    let (mut carried, mut joins_sent) = (0, 0);
-    for (suite, name, plan) in benchmark_plans(0.01).await {
+    let (mut carried, mut joins_sent, mut all_filters) = (0, 0, 0);
+    // Planned as a distributed session plans (datafusion-distributed turns the physical
+    // scalar subquery off): its expressions decode only inside their ScalarSubqueryExec,
+    // and a fused chain is sent apart from it.
+    let mut config = SessionConfig::new().with_target_partitions(2);
+    config.options_mut().optimizer.enable_physical_uncorrelated_scalar_subquery = false;
+    for (suite, name, plan) in benchmark_plans_in(0.01, config).await {
         // Plans datafusion-proto cannot send without GPU execs are not this codec's to carry.
         if physical_plan_to_bytes_with_extension_codec(Arc::clone(&plan), &GpuPlanCodec).is_err() {
             println!("{} {name}: datafusion-proto does not send this plan", suite.name());
@@ -307,6 +318,15 @@ async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
         let mut sent = 0;
         let gpu_plan = Arc::clone(&plan)
             .transform_up(|node| {
+                if node.downcast_ref::<AggregateExec>().is_some() {
+                    return match GpuAggregateExec::try_new(Arc::clone(&node), &cfg) {
+                        Ok(g) => {
+                            sent += 1;
+                            Ok(Transformed::yes(Arc::new(g.with_fused_input(true)) as Arc<dyn ExecutionPlan>))
+                        }
+                        Err(_) => Ok(Transformed::no(node)),
+                    };
+                }
                 if node.downcast_ref::<HashJoinExec>().is_none() {
                     return Ok(Transformed::no(node));
                 }
@@ -318,8 +338,17 @@ async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
                     Err(_) => Ok(Transformed::no(node)),
                 }
             })
-            .expect("joins replaced")
+            .expect("joins and aggregates replaced")
             .data;
+        let gpu_plan = fuse_join_inputs(gpu_plan, &cfg, None).expect("join inputs fused");
+        let mut filters_sent = 0;
+        gpu_plan
+            .apply(|n| {
+                filters_sent += usize::from(n.downcast_ref::<GpuFilterProjectExec>().is_some());
+                Ok(TreeNodeRecursion::Continue)
+            })
+            .expect("plan walked");
+        sent += filters_sent;
         let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&gpu_plan), &GpuPlanCodec)
             .unwrap_or_else(|e| panic!("{} {name}: a plan with GPU joins does not encode: {e}", suite.name()));
         let back = physical_plan_from_bytes_with_extension_codec(&bytes, &task, &GpuPlanCodec)
@@ -328,7 +357,9 @@ async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
         let (mut gpu_joins, mut fallbacks) = (0, 0);
         back.apply(|n| {
             let any: &dyn std::any::Any = n.as_ref();
-            gpu_joins += usize::from(any.is::<GpuHashJoinExec>());
+            gpu_joins += usize::from(
+                any.is::<GpuHashJoinExec>() || any.is::<GpuAggregateExec>() || any.is::<GpuFilterProjectExec>(),
+            );
             fallbacks += usize::from(
                 any.downcast_ref::<CpuFallbackExec>()
                     .is_some_and(|f| f.reasons().iter().any(|r| r.to_string().starts_with("no GPU"))),
@@ -337,8 +368,8 @@ async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
         })
         .expect("plan walked");
         match device {
-            true => assert_eq!(gpu_joins, sent, "{} {name}: GPU joins lost on the way\n{shown}", suite.name()),
-            false => assert_eq!(fallbacks, sent, "{} {name}: joins without their reason\n{shown}", suite.name()),
+            true => assert_eq!(gpu_joins, sent, "{} {name}: GPU operators lost on the way\n{shown}", suite.name()),
+            false => assert_eq!(fallbacks, sent, "{} {name}: operators without their reason\n{shown}", suite.name()),
         }
         let want = datafusion::physical_plan::collect(Arc::clone(&plan), Arc::clone(&task)).await.expect("CPU answer");
         let got = datafusion::physical_plan::collect(back, Arc::clone(&task)).await.expect("decoded plan's answer");
@@ -350,7 +381,11 @@ async fn benchmark_plans_with_gpu_joins_travel_through_the_codec() {
         );
         carried += 1;
         joins_sent += sent;
+        all_filters += filters_sent;
     }
-    println!("{carried} plans carried with {joins_sent} GPU joins");
-    assert!(carried >= 33 && joins_sent >= 90, "{carried} plans, {joins_sent} GPU joins carried");
+    println!("{carried} plans carried with {joins_sent} GPU operators ({all_filters} filters and projections)");
+    assert!(
+        carried >= 33 && joins_sent >= 150 && all_filters >= 20,
+        "{carried} plans, {joins_sent} GPU operators carried"
+    );
 }

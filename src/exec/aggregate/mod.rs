@@ -74,6 +74,22 @@ pub struct GpuAggregateExec {
     metrics: ExecutionPlanMetricsSet,
 }
 
+/// A GPU aggregate's [`AggregateEstimate`] without the profile it was priced with.
+pub type AggregateEstimateParts = crate::cost::EstimateParts<crate::cost::aggregate::AggregateShape, GroupIdMethod>;
+
+/// What the rule decided for a GPU aggregate beyond its `AggregateExec`
+/// ([`GpuAggregateExec::decisions`]), serializable for a plan sent to another process.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AggregateDecisions {
+    /// The cost model's estimate without its profile (the receiving process prices with its own).
+    pub estimate: Option<AggregateEstimateParts>,
+    /// Whether the filters and projections below run in the aggregate's upload.
+    pub fused: bool,
+    pub fuse_note: Option<String>,
+    pub exchange_kept: Option<String>,
+    pub hash_split: bool,
+}
+
 fn aggregate(plan: &Arc<dyn ExecutionPlan>) -> Result<&AggregateExec> {
     plan.downcast_ref::<AggregateExec>()
         .ok_or_else(|| DataFusionError::Internal("GpuAggregateExec wraps a plan that is not an AggregateExec".into()))
@@ -159,6 +175,39 @@ impl GpuAggregateExec {
         }
         self.estimate = Some(Arc::new(estimate));
         self
+    }
+
+    /// What the rule decided for this aggregate beyond its `AggregateExec` and fused input,
+    /// serializable for a plan sent to another process (`crate::distributed::codec`); an error
+    /// for a Final aggregate that merges its Partial stage through a device exchange, whose
+    /// two stages a distributed plan keeps apart (a shuffle between them).
+    pub fn decisions(&self) -> Result<AggregateDecisions> {
+        if self.exchange.is_some() {
+            return Err(DataFusionError::NotImplemented(
+                "a GPU aggregate with its Partial stage merged on the device (gpu.aggregate.exchange) cannot be sent to another process".into(),
+            ));
+        }
+        Ok(AggregateDecisions {
+            estimate: self.estimate.as_deref().map(AggregateEstimate::parts),
+            fused: self.fused.is_some(),
+            fuse_note: self.fuse_note.clone(),
+            exchange_kept: self.exchange_kept.clone(),
+            hash_split: self.hash_split,
+        })
+    }
+
+    /// This exec with the decisions another process's rule made for it ([`Self::decisions`]),
+    /// the estimate priced under `profile` (this process's device). The fused input is the
+    /// caller's: [`Self::with_fused_input`] before this, when `d.fused`.
+    pub fn with_decisions(self, d: AggregateDecisions, profile: Arc<crate::cost::Profile>) -> Self {
+        let mut this = match d.estimate {
+            Some(e) => self.with_estimate(e.priced(profile)),
+            None => self,
+        };
+        this.fuse_note = d.fuse_note;
+        this.exchange_kept = d.exchange_kept;
+        this.hash_split = d.hash_split;
+        this
     }
 
     /// The cost model's estimate, when it was consulted.

@@ -156,14 +156,7 @@ pub struct JoinDecisions {
 }
 
 /// A join's [`JoinEstimate`] without the profile it was priced with.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct EstimateParts {
-    pub shape: crate::cost::join::JoinShape,
-    pub choice: crate::cost::Choice<JoinAlgorithm>,
-    pub verdict: crate::cost::Verdict,
-    pub bounded: bool,
-    pub notes: Vec<String>,
-}
+pub type EstimateParts = crate::cost::EstimateParts<crate::cost::join::JoinShape, JoinAlgorithm>;
 
 /// What EXPLAIN adds to the algorithm's reason when the sizes were bounded, not estimated.
 const BOUNDED_NOTE: &str = "; input sizes bounded from the plan's shape";
@@ -332,13 +325,7 @@ impl GpuHashJoinExec {
     /// another process ([`GpuHashJoinExec::with_decisions`] takes them back).
     pub fn decisions(&self) -> JoinDecisions {
         JoinDecisions {
-            estimate: self.estimate.as_deref().map(|e| EstimateParts {
-                shape: e.shape,
-                choice: e.choice.clone(),
-                verdict: e.verdict.clone(),
-                bounded: e.bounded,
-                notes: e.notes.clone(),
-            }),
+            estimate: self.estimate.as_deref().map(JoinEstimate::parts),
             out_of_core: self.out_of_core.clone(),
             removed: self.removed.clone(),
             swapped: self.swapped.clone(),
@@ -352,14 +339,7 @@ impl GpuHashJoinExec {
     /// have chosen it here.
     pub fn with_decisions(self, d: JoinDecisions, profile: Arc<crate::cost::Profile>) -> Self {
         let mut this = match d.estimate {
-            Some(e) => self.with_estimate(JoinEstimate {
-                shape: e.shape,
-                choice: e.choice,
-                verdict: e.verdict,
-                bounded: e.bounded,
-                notes: e.notes,
-                profile,
-            }),
+            Some(e) => self.with_estimate(e.priced(profile)),
             None => self,
         };
         this.out_of_core = d.out_of_core;
