@@ -1,8 +1,13 @@
-//! Running plans with GPU operators on a distributed engine (`datafusion-distributed`, see
-//! `docs/design.md`, "Distributed execution"). Its planner cuts the plan our rule has already
-//! placed into stages, so the stage plans it sends to workers carry GPU execs: [`GpuPlanCodec`]
-//! encodes them and decodes them on each worker against that worker's own device.
+//! Distributed execution on `datafusion-distributed` (docs/design.md, "Distributed execution"):
+//! the GPU execs' codec, sessions whose plans are cut into stages before the GPU rule places
+//! their operators, and workers that build the GPU execs for their own device.
 
 pub mod codec;
+pub mod session;
+pub mod worker;
 
 pub use codec::GpuPlanCodec;
+pub use session::{
+    GpuStagePlanner, distributed_gpu_config, distributed_session, distributed_session_state, gpu_operators_in_stages,
+};
+pub use worker::{LocalWorkers, WorkerServer, WorkerUrls, gpu_worker};

@@ -104,9 +104,8 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         if !cfg.enable {
             return Ok(plan);
         }
-        crate::timeline::mark("rule", || "starts".into());
         let fallback = cfg.cpu_fallback;
-        let placed = eligibility::with_shared_statistics(|| self.place(Arc::clone(&plan), config, cfg))?;
+        let placed = self.place_operators(Arc::clone(&plan), config)?;
         // With GPU operators in it, a query that runs out of device memory where no operator
         // could finish on the CPU runs again on DataFusion's plan (not a plan that writes:
         // a rerun would write twice).
@@ -134,6 +133,24 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
 }
 
 impl GpuOptimizerRule {
+    /// `plan` with its operators placed as [`PhysicalOptimizerRule::optimize`] places them, without
+    /// the [`GpuQueryExec`] that reruns the whole plan on the CPU. A distributed session places a
+    /// plan already cut into stages this way (`crate::distributed`): a rerun there would be the
+    /// coordinator's, over stages already running on workers. Unchanged with `gpu.enable = false`.
+    pub fn place_operators(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let cfg = GpuConfig::from_options(config);
+        let plan = strip_annotations(plan)?;
+        if !cfg.enable {
+            return Ok(plan);
+        }
+        crate::timeline::mark("rule", || "starts".into());
+        eligibility::with_shared_statistics(|| self.place(plan, config, cfg))
+    }
+
     /// The rule's work on an enabled session: each eligible operator placed (on the GPU, or kept
     /// on the CPU with its reasons), then the repartitions below GPU joins removed.
     fn place(

@@ -9,9 +9,9 @@ use crate::demo::DemoOptions;
 use clap::{Args, Parser, Subcommand};
 use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::ExplainFormat;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_cli::catalog::DynamicObjectStoreCatalog;
@@ -23,6 +23,7 @@ use datafusion_cli::print_options::{MaxRows, PrintOptions};
 use datafusion_gpu::config::ByteSize;
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
+use datafusion_gpu::distributed::{LocalWorkers, WorkerServer, WorkerUrls, distributed_session};
 use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
 use datafusion_gpu_bench::bench::aggregate::{self, AggregateBenchOptions};
 use datafusion_gpu_bench::bench::join::{self, JoinBenchOptions};
@@ -94,6 +95,21 @@ enum Command {
     /// rotating gpu.memory.limit; prints every mismatch, GPU-only error, panic or hang with a
     /// self-contained repro, and exits non-zero when there is one.
     Fuzz(FuzzOptions),
+    /// Serve as a worker of distributed queries (DataFusion Distributed over Arrow Flight): a
+    /// coordinator started with `--workers` (or `bench ... --workers`) sends it stage plans,
+    /// whose GPU operators it runs on its device under the coordinator's gpu. settings.
+    Worker {
+        /// TCP port to listen on.
+        #[arg(long, default_value_t = 50051)]
+        port: u16,
+        /// Address to listen on.
+        #[arg(long, default_value = "0.0.0.0")]
+        host: std::net::IpAddr,
+        /// CUDA ordinal of the device this worker's GPU operators use (default: the
+        /// coordinator's gpu.device).
+        #[arg(long)]
+        device: Option<usize>,
+    },
     /// Benchmarks (results belong in benches/results/).
     Bench {
         #[command(subcommand)]
@@ -209,6 +225,16 @@ struct SqlArgs {
     /// Run everything on the CPU (same as SET gpu.enable = false).
     #[arg(long)]
     no_gpu: bool,
+    /// Run queries through these workers (`datafusion-gpu worker`; `URL,..` or `host:port,..`):
+    /// DataFusion Distributed cuts each plan into stages, the GPU rule places their operators,
+    /// and each worker runs its stages on its own device. Tables must be files the workers can
+    /// read at the same paths.
+    #[arg(long, value_name = "URL,..", conflicts_with = "local_workers")]
+    workers: Option<String>,
+    /// Start this many workers in this process (localhost ports) and run queries through them,
+    /// as with --workers.
+    #[arg(long, value_name = "N")]
+    local_workers: Option<usize>,
 }
 
 fn session_config(args: &SqlArgs) -> Result<SessionConfig> {
@@ -243,12 +269,25 @@ async fn run_sql(args: SqlArgs) -> Result<()> {
     }
     let registry = Arc::new(InstrumentedObjectStoreRegistry::new());
     rt = rt.with_object_store_registry(Arc::clone(&registry) as _);
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(rt.build_arc()?)
-        .with_default_features()
-        .with_gpu()
-        .build();
+    let builder =
+        SessionStateBuilder::new().with_config(config).with_runtime_env(rt.build_arc()?).with_default_features();
+    let (state, local) = match (&args.workers, args.local_workers) {
+        (None, None) => (builder.with_gpu().build(), None),
+        (Some(list), _) => (distributed_session(builder, WorkerUrls::parse(list)?)?, None),
+        (None, Some(n)) => {
+            let local = LocalWorkers::start(n.max(1), None).await?;
+            (distributed_session(builder, local.resolver()?)?, Some(local))
+        }
+    };
+    let result = run_in(state, args, registry).await;
+    if let Some(local) = local {
+        local.stop().await?;
+    }
+    result
+}
+
+/// Runs the REPL, files or commands of `args` in a session of `state`.
+async fn run_in(state: SessionState, args: SqlArgs, registry: Arc<InstrumentedObjectStoreRegistry>) -> Result<()> {
     let ctx = SessionContext::new_with_state(state).enable_url_table();
     ctx.refresh_catalogs().await?;
     ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(
@@ -368,6 +407,22 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             let report = aggregate::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
             println!("{report}");
             Ok(())
+        }
+        Some(Command::Worker { port, host, device }) => {
+            let addr = std::net::SocketAddr::new(host, port);
+            let worker = WorkerServer::start(addr, device).await.map_err(|e| e.to_string())?;
+            let gpu = match probe::device_count() {
+                Ok(n) => format!(
+                    "{n} GPU(s) found; GPU operators on device {}",
+                    device.map_or("gpu.device".into(), |d| d.to_string())
+                ),
+                Err(e) => format!("{e}; its stages run on the CPU"),
+            };
+            eprintln!("datafusion-gpu worker listening on {} ({gpu}); Ctrl-C stops it", worker.addr());
+            tokio::select! {
+                served = worker.wait() => served.map_err(|e| e.to_string()),
+                _ = tokio::signal::ctrl_c() => Ok(()),
+            }
         }
         Some(Command::Gen { suite, sf, out, seed }) => {
             let suite = Suite::from(suite);

@@ -275,6 +275,19 @@ fn write_table(file: std::fs::File, table: &Table, group_rows: usize) -> Result<
     Ok(())
 }
 
+/// Registers `dir/<table>.parquet` of every table of `suite` in `ctx` as a Parquet table (read
+/// where the query runs: a distributed session's workers read the files themselves).
+pub async fn register_parquet(ctx: &SessionContext, dir: &Path, suite: Suite) -> Result<()> {
+    for name in suite.tables() {
+        let path = dir.join(format!("{name}.parquet"));
+        let path = path.to_str().ok_or_else(|| {
+            DataFusionError::Configuration(format!("the data path {} is not valid UTF-8", path.display()))
+        })?;
+        ctx.register_parquet(*name, path, ParquetReadOptions::default()).await?;
+    }
+    Ok(())
+}
+
 /// Reads `dir/<table>.parquet` for every table of `suite` into memory, or `None` if any is missing.
 pub async fn read_parquet(dir: &Path, suite: Suite, partitions: usize) -> Result<Option<Vec<Table>>> {
     let names = suite.tables();

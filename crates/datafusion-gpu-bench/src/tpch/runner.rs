@@ -24,6 +24,7 @@ use datafusion_gpu::columns::pin_partitions;
 use datafusion_gpu::config::{GpuConfig, human_bytes};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
+use datafusion_gpu::distributed::{LocalWorkers, WorkerUrls, distributed_session_state};
 use datafusion_gpu::exec::metric_total;
 use datafusion_gpu::exec::placement::{Placement, placements, summary};
 use datafusion_gpu::session::gpu_session_context;
@@ -113,6 +114,16 @@ pub struct SuiteBenchOptions {
     /// staging memory allocated); only the cached columns are gone.
     #[arg(long)]
     pub cold: bool,
+    /// Run both sessions through these `datafusion-gpu worker`s (`URL,..` or `host:port,..`):
+    /// DataFusion Distributed with the GPU rule (it places each stage's operators; each worker
+    /// builds them for its own device) against the same workers with the rule off. The tables
+    /// are the Parquet files under `--data`, which each worker reads itself.
+    #[arg(long, value_name = "URL,..", conflicts_with = "local_workers")]
+    pub workers: Option<String>,
+    /// Start this many workers in this process (localhost ports, one device) and run as with
+    /// `--workers` through them: a one-command try of distributed execution.
+    #[arg(long, value_name = "N")]
+    pub local_workers: Option<usize>,
 }
 
 /// Where benchmark tables live (see [`SuiteBenchOptions::residency`]).
@@ -149,6 +160,60 @@ impl SuiteBenchOptions {
             profile_runs: 10,
             peer: None,
             cold: false,
+            workers: None,
+            local_workers: None,
+        }
+    }
+
+    /// Whether the sessions run through workers (`--workers`, `--local-workers`).
+    pub fn distributed(&self) -> bool {
+        self.workers.is_some() || self.local_workers.is_some()
+    }
+}
+
+/// The workers a distributed run goes through: started here (`--local-workers`) or named.
+enum RunWorkers {
+    Local(LocalWorkers),
+    Named(WorkerUrls),
+}
+
+impl RunWorkers {
+    async fn start(o: &SuiteBenchOptions) -> Result<Option<RunWorkers>> {
+        Ok(match (&o.workers, o.local_workers) {
+            (Some(list), _) => Some(RunWorkers::Named(WorkerUrls::parse(list)?)),
+            (None, Some(0)) => {
+                return Err(DataFusionError::Configuration("--local-workers needs at least one worker".into()));
+            }
+            (None, Some(n)) => Some(RunWorkers::Local(LocalWorkers::start(n, None).await?)),
+            (None, None) => None,
+        })
+    }
+
+    fn urls(&self) -> Result<WorkerUrls> {
+        match self {
+            RunWorkers::Local(w) => w.resolver(),
+            RunWorkers::Named(u) => Ok(u.clone()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            RunWorkers::Local(w) => {
+                format!("{} local workers (this process, one device)", w.urls().map_or(0, |u| u.len()))
+            }
+            RunWorkers::Named(u) => {
+                format!(
+                    "workers {}",
+                    u.0.iter().map(|u| u.as_str().trim_end_matches('/')).collect::<Vec<_>>().join(", ")
+                )
+            }
+        }
+    }
+
+    async fn stop(self) -> Result<()> {
+        match self {
+            RunWorkers::Local(w) => w.stop().await,
+            RunWorkers::Named(_) => Ok(()),
         }
     }
 }
@@ -211,6 +276,9 @@ pub struct SuiteReport {
     /// Where the tables' batches lived during the run: `pinned` or `pageable` (with the reason
     /// when pinning was asked for but not done).
     pub host_memory: String,
+    /// The workers both sessions ran through (`--workers`, `--local-workers`), if any: the CPU
+    /// column is then DataFusion Distributed with the GPU rule off, the GPU column with it on.
+    pub workers: Option<String>,
     /// Seconds spent placing the tables: copying them into pinned memory or device memory, or
     /// making the cached tables' host images (0 when none of these ran).
     pub pin_seconds: f64,
@@ -393,10 +461,26 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         gpu_cfg.min_rows = m;
     }
     let gpu_min_rows = gpu_cfg.min_rows;
-    let cpu_ctx = SessionContext::new_with_config(config.clone());
-    let mut gpu_config = config.with_option_extension(gpu_cfg);
+    if o.distributed() && (o.residency != HostMemory::Pageable || o.data.is_none()) {
+        return Err(DataFusionError::Configuration(
+            "--workers and --local-workers read the Parquet under --data DIR, with --residency pageable".into(),
+        ));
+    }
+    let workers = RunWorkers::start(o).await?;
+    let mut gpu_config = config.clone().with_option_extension(gpu_cfg);
     apply_settings(&mut gpu_config, &o.gpu_set)?;
-    let gpu_ctx = gpu_session_context(gpu_config);
+    let (cpu_ctx, gpu_ctx) = match &workers {
+        None => (SessionContext::new_with_config(config.clone()), gpu_session_context(gpu_config)),
+        Some(w) => {
+            // The same workers, with the rule off for DataFusion Distributed on the CPU alone.
+            let mut cpu_config = gpu_config.clone();
+            cpu_config.options_mut().set("gpu.enable", "false")?;
+            (
+                SessionContext::from(distributed_session_state(cpu_config, w.urls()?)?),
+                SessionContext::from(distributed_session_state(gpu_config, w.urls()?)?),
+            )
+        }
+    };
     // The rate of the floors: the device's copy bandwidth, measured here (1 GiB copies) before
     // any table takes device memory, when the GPU session's scans read device memory (resident
     // or cached tables, or the table cache over in-memory ones); only those report floors.
@@ -409,44 +493,19 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         }
         _ => None,
     };
-    data::register(&cpu_ctx, &tables)?;
-    let (host_memory, pin_seconds) = match (o.residency, &no_gpu) {
-        (HostMemory::Gpu, None) => {
-            let t = Instant::now();
-            let bytes = data::register_resident(&gpu_ctx, &tables).map_err(|e| {
-                DataFusionError::Execution(format!(
-                    "making the tables resident in device memory failed ({e}); run with --residency pageable"
-                ))
-            })?;
-            let seconds = t.elapsed().as_secs_f64();
-            (
-                format!(
-                    "pageable for the CPU, GPU-resident for the GPU session ({} on the device)",
-                    human_bytes(bytes as u64)
-                ),
-                seconds,
-            )
-        }
-        (HostMemory::Cached, None) => {
-            let t = Instant::now();
-            let (image_bytes, pinned_bytes) = data::register_cached(&gpu_ctx, &tables)?;
-            match image_bytes {
-                0 => (host_memory, pin_seconds),
-                bytes => (
-                    format!(
-                        "{host_memory}, with host images of its columns ({}, gpu.table_cache.host_image; {} of them pinned, gpu.table_cache.host_image_pinned)",
-                        human_bytes(bytes as u64),
-                        human_bytes(pinned_bytes as u64)
-                    ),
-                    t.elapsed().as_secs_f64(),
-                ),
-            }
+    let (host_memory, pin_seconds) = match (&workers, &o.data) {
+        (Some(w), Some(root)) => {
+            let dir = data::data_dir(root, suite, o.sf);
+            data::register_parquet(&cpu_ctx, &dir, suite).await?;
+            data::register_parquet(&gpu_ctx, &dir, suite).await?;
+            (format!("{host_memory}; both sessions read the Parquet through {}", w.describe()), pin_seconds)
         }
         _ => {
-            data::register(&gpu_ctx, &tables)?;
-            (host_memory, pin_seconds)
+            data::register(&cpu_ctx, &tables)?;
+            place_tables(o.residency, &no_gpu, &gpu_ctx, &tables, host_memory, pin_seconds)?
         }
     };
+    let workers_shown = workers.as_ref().map(RunWorkers::describe);
 
     let (duckdb, peer_load_seconds) = match o.peer {
         None => (None, None),
@@ -495,6 +554,9 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         reports.push(report);
     }
     bar.finish_and_clear();
+    if let Some(w) = workers {
+        w.stop().await?;
+    }
 
     let speedups: Vec<f64> = reports.iter().filter_map(|r| r.speedup).collect();
     let geomean_speedup = geomean(&speedups);
@@ -529,12 +591,62 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         peer: duckdb.as_ref().map(|d| format!("DuckDB {}, {partitions} threads", d.version)),
         peer_load_seconds,
         geomean_vs_peer,
+        workers: workers_shown,
         files: Vec::new(),
     };
     if !o.no_save {
         report.files = save(&report, &o.out)?;
     }
     Ok(report)
+}
+
+/// Registers the GPU session's tables as `residency` says (resident, cached or as they are),
+/// with the host memory line of the report and the seconds placing them took.
+fn place_tables(
+    residency: HostMemory,
+    no_gpu: &Option<String>,
+    gpu_ctx: &SessionContext,
+    tables: &[Table],
+    host_memory: String,
+    pin_seconds: f64,
+) -> Result<(String, f64)> {
+    Ok(match (residency, no_gpu) {
+        (HostMemory::Gpu, None) => {
+            let t = Instant::now();
+            let bytes = data::register_resident(gpu_ctx, tables).map_err(|e| {
+                DataFusionError::Execution(format!(
+                    "making the tables resident in device memory failed ({e}); run with --residency pageable"
+                ))
+            })?;
+            let seconds = t.elapsed().as_secs_f64();
+            (
+                format!(
+                    "pageable for the CPU, GPU-resident for the GPU session ({} on the device)",
+                    human_bytes(bytes as u64)
+                ),
+                seconds,
+            )
+        }
+        (HostMemory::Cached, None) => {
+            let t = Instant::now();
+            let (image_bytes, pinned_bytes) = data::register_cached(gpu_ctx, tables)?;
+            match image_bytes {
+                0 => (host_memory, pin_seconds),
+                bytes => (
+                    format!(
+                        "{host_memory}, with host images of its columns ({}, gpu.table_cache.host_image; {} of them pinned, gpu.table_cache.host_image_pinned)",
+                        human_bytes(bytes as u64),
+                        human_bytes(pinned_bytes as u64)
+                    ),
+                    t.elapsed().as_secs_f64(),
+                ),
+            }
+        }
+        _ => {
+            data::register(gpu_ctx, tables)?;
+            (host_memory, pin_seconds)
+        }
+    })
 }
 
 /// The peer's time over the GPU session's for `r`, when both were timed.
@@ -848,6 +960,12 @@ impl std::fmt::Display for SuiteReport {
             true => format!("medians of {} timed runs with the GPU rule and {cpu_runs} on the CPU", self.iterations),
             false => format!("medians of {} timed runs", self.iterations),
         };
+        if let Some(w) = &self.workers {
+            writeln!(
+                f,
+                "Both sessions distributed (DataFusion Distributed) through {w}; the CPU one with gpu.enable = false"
+            )?;
+        }
         writeln!(
             f,
             "CPU: DataFusion, {} partitions on {} cores{}; {runs} after one checked run\n",
