@@ -245,6 +245,10 @@ pub struct QueryReport {
     pub check: String,
     /// The same query on `--peer`, when one ran.
     pub peer: Option<PeerQuery>,
+    /// Through workers: the bytes the last timed GPU run's network boundaries received over the
+    /// wire (the shuffles, broadcasts and coalesces between its stages, Arrow IPC, compressed);
+    /// absent when the workers' metrics did not all come back within 10 s.
+    pub network_bytes: Option<u64>,
     #[serde(skip)]
     pub plan: String,
 }
@@ -367,6 +371,33 @@ async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn Executio
     let ms = t.elapsed().as_secs_f64() * 1e3;
     datafusion_gpu::timeline::mark("bench", || format!("timed run ends ({ms:.1} ms)"));
     Ok((ms, plan))
+}
+
+/// A distributed plan after its run: its staged drawing with every task's metrics, and the
+/// bytes its network boundaries received (`None` for a plan not cut into stages, or whose
+/// workers' metrics did not come back).
+async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64)> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion_distributed::{
+        DistributedExec, DistributedMetricsFormat, NetworkBoundaryExt, display_plan_ascii,
+        rewrite_distributed_plan_with_metrics,
+    };
+    plan.downcast_ref::<DistributedExec>()?;
+    // (The workers send their metrics after their streams end; a few seconds bound the wait.)
+    let rewrite = rewrite_distributed_plan_with_metrics(Arc::clone(plan), DistributedMetricsFormat::PerTask);
+    let with_metrics = tokio::time::timeout(std::time::Duration::from_secs(10), rewrite).await.ok()?.ok()?;
+    let mut bytes = 0u64;
+    with_metrics
+        .apply(|n| {
+            if n.as_ref().is_network_boundary()
+                && let Some(m) = n.metrics()
+            {
+                bytes += m.sum_by_name("bytes_transferred").map_or(0, |v| v.as_usize() as u64);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .ok()?;
+    Some((display_plan_ascii(with_metrics.as_ref(), true), bytes))
 }
 
 fn analyzed(plan: &Arc<dyn ExecutionPlan>) -> String {
@@ -727,6 +758,7 @@ async fn run_query(
         check: String::new(),
         peer: None,
         plan: String::new(),
+        network_bytes: None,
     };
     // CPU: one run for the expected rows (and the CPU's warm-up).
     let expected = match run_once(cpu, q.sql).await {
@@ -806,6 +838,12 @@ async fn run_query(
     }
     if let Some(plan) = last_gpu_plan {
         r.plan = analyzed(&plan);
+        // Through workers: the staged plan with every task's metrics (each stage's tasks'
+        // start and end, each boundary's bytes), as EXPLAIN ANALYZE draws it.
+        if let Some((text, bytes)) = staged_metrics(&plan).await {
+            r.plan = text;
+            r.network_bytes = Some(bytes);
+        }
         let scanned = metric_total(&plan, None, "scanned_bytes") as u64;
         if scanned > 0 {
             r.scanned_bytes = Some(scanned);
@@ -982,6 +1020,17 @@ impl std::fmt::Display for SuiteReport {
             )?;
         }
         let floor_head = if floors { format!(" {:>9} {:>8}", "floor ms", "x floor") } else { String::new() };
+        let network = self.queries.iter().any(|q| q.network_bytes.is_some());
+        let floor_head = match network {
+            true => format!("{floor_head} {:>9}", "net MiB"),
+            false => floor_head,
+        };
+        if network {
+            writeln!(
+                f,
+                "net MiB: what the GPU run's network boundaries (shuffles, broadcasts, coalesces) received over the wire (Arrow IPC, compressed); - where the workers' metrics did not come back\n"
+            )?;
+        }
         let peer = self.peer.is_some();
         let peer_head =
             if peer { format!(" {:>10} {:>9} {:<11}", "DuckDB ms", "vs DuckDB", "DuckDB rows") } else { String::new() };
@@ -1003,6 +1052,11 @@ impl std::fmt::Display for SuiteReport {
                 (false, _, _) => String::new(),
                 (true, Some(fl), Some(g)) if fl > 0.0 => format!(" {fl:>9.3} {:>7.0}x", g / fl),
                 (true, fl, _) => format!(" {:>9} {:>8}", ms(fl), "-"),
+            };
+            let floor = match (network, q.network_bytes) {
+                (false, _) => floor,
+                (true, Some(b)) => format!("{floor} {:>9.1}", b as f64 / (1 << 20) as f64),
+                (true, None) => format!("{floor} {:>9}", "-"),
             };
             let peer_cols = match (peer, &q.peer) {
                 (false, _) => String::new(),
