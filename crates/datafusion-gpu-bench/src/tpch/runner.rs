@@ -378,6 +378,7 @@ async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn Executio
 /// workers' metrics did not come back).
 async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64)> {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::physical_plan::metrics::MetricValue;
     use datafusion_distributed::{
         DistributedExec, DistributedMetricsFormat, NetworkBoundaryExt, display_plan_ascii,
         rewrite_distributed_plan_with_metrics,
@@ -392,7 +393,14 @@ async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64)> 
             if n.as_ref().is_network_boundary()
                 && let Some(m) = n.metrics()
             {
-                bytes += m.sum_by_name("bytes_transferred").map_or(0, |v| v.as_usize() as u64);
+                // (A custom metric of datafusion-distributed's, which `sum_by_name` skips.)
+                for metric in m.iter() {
+                    if let MetricValue::Custom { name, value } = metric.value()
+                        && name == "bytes_transferred"
+                    {
+                        bytes += value.as_usize() as u64;
+                    }
+                }
             }
             Ok(TreeNodeRecursion::Continue)
         })
