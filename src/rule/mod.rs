@@ -105,7 +105,7 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
             return Ok(plan);
         }
         let fallback = cfg.cpu_fallback;
-        let placed = self.place_operators(Arc::clone(&plan), config)?;
+        let placed = self.place_enabled(Arc::clone(&plan), config, cfg)?;
         // With GPU operators in it, a query that runs out of device memory where no operator
         // could finish on the CPU runs again on DataFusion's plan (not a plan that writes:
         // a rerun would write twice).
@@ -147,6 +147,17 @@ impl GpuOptimizerRule {
         if !cfg.enable {
             return Ok(plan);
         }
+        self.place_enabled(plan, config, cfg)
+    }
+
+    /// [`Self::place`] over a plan stripped of earlier annotations, with the statistics walk
+    /// shared by every operator it places.
+    fn place_enabled(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+        cfg: GpuConfig,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         crate::timeline::mark("rule", || "starts".into());
         eligibility::with_shared_statistics(|| self.place(plan, config, cfg))
     }
