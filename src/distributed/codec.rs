@@ -92,6 +92,12 @@ fn over_input(plan: Arc<dyn ExecutionPlan>, input: &Arc<dyn ExecutionPlan>) -> R
     }
 }
 
+/// `node` (the DataFusion nodes of a GPU exec) on the CPU of a process whose device cannot be
+/// used, with why.
+fn without_device(node: Arc<dyn ExecutionPlan>, why: &DataFusionError) -> Arc<dyn ExecutionPlan> {
+    Arc::new(CpuFallbackExec::new(node, vec![FallbackReason::NoDevice(why.to_string())]))
+}
+
 /// The one input a node was sent with.
 fn single(inputs: &[Arc<dyn ExecutionPlan>], what: &str) -> Result<Arc<dyn ExecutionPlan>> {
     match inputs {
@@ -118,8 +124,7 @@ fn wrapped_to_bytes(
     codec: &dyn PhysicalExtensionCodec,
     converter: &dyn PhysicalProtoConverterExtension,
 ) -> Result<Vec<u8>> {
-    let placeholders: Vec<Arc<dyn ExecutionPlan>> =
-        node.children().iter().map(|c| Arc::new(EmptyExec::new(c.schema())) as Arc<dyn ExecutionPlan>).collect();
+    let placeholders = node.children().into_iter().map(placeholder).collect();
     let bare = Arc::clone(node).replace_children(placeholders, recompute())?;
     plan_to_bytes(&bare, codec, converter)
 }
@@ -226,10 +231,7 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                 let join = wrapped_from_bytes(&node, inputs, ctx, self, converter)?;
                 let gpu = match gpu {
                     Ok(gpu) => gpu,
-                    Err(e) => {
-                        let why = FallbackReason::NoDevice(e.to_string());
-                        return Ok(Arc::new(CpuFallbackExec::new(join, vec![why])));
-                    }
+                    Err(e) => return Ok(without_device(join, &e)),
                 };
                 let profile = Arc::new(profile::load(gpu.info(), &cfg.profile_dir));
                 let exec = GpuHashJoinExec::try_new(join, &cfg)?;
@@ -240,9 +242,7 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                 let agg = over_input(plan_from_bytes(&node, ctx, self, converter)?, &input)?;
                 let gpu = match gpu {
                     Ok(gpu) => gpu,
-                    Err(e) => {
-                        return Ok(Arc::new(CpuFallbackExec::new(agg, vec![FallbackReason::NoDevice(e.to_string())])));
-                    }
+                    Err(e) => return Ok(without_device(agg, &e)),
                 };
                 let profile = Arc::new(profile::load(gpu.info(), &cfg.profile_dir));
                 let mut exec = GpuAggregateExec::try_new(agg, &cfg)?;
@@ -264,9 +264,7 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                 let top = over_input(plan_from_bytes(&node, ctx, self, converter)?, &input)?;
                 let gpu = match gpu {
                     Ok(gpu) => gpu,
-                    Err(e) => {
-                        return Ok(Arc::new(CpuFallbackExec::new(top, vec![FallbackReason::NoDevice(e.to_string())])));
-                    }
+                    Err(e) => return Ok(without_device(top, &e)),
                 };
                 let exec = match GpuFilterProjectExec::try_new(&top, filters)? {
                     Some(exec) if reads(Some(exec.fused()), &input) => exec,

@@ -42,22 +42,23 @@ pub fn gpu_options_from_headers(mut cfg: GpuConfig, headers: &HeaderMap) -> Resu
 /// `device` when given (else the coordinator's `gpu.device`).
 pub fn gpu_worker(device: Option<usize>) -> Worker {
     Worker::from_session_builder(move |mut ctx: WorkerQueryContext| async move {
-        let config = with_gpu_options(ctx.builder.config().take().unwrap_or_else(SessionConfig::new));
+        let mut config = with_gpu_options(ctx.builder.config().take().unwrap_or_else(SessionConfig::new));
         let mut gpu = gpu_options_from_headers(GpuConfig::from_options(config.options()), &ctx.headers)?;
         if let Some(d) = device {
             gpu.device = d;
         }
-        let mut config = config;
         config.options_mut().extensions.insert(gpu);
         Ok(ctx.builder.with_config(config).with_distributed_user_codec(GpuPlanCodec).build())
     })
 }
 
-/// A worker serving on a TCP port of this process, until [`WorkerServer::stop`].
+/// A worker serving on a TCP port of this process, until [`WorkerServer::stop`] (or until it is
+/// dropped: the server is then told to shut down).
 pub struct WorkerServer {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
+    /// The server's task, until [`WorkerServer::wait`] or [`WorkerServer::stop`] joins it.
+    task: Option<JoinHandle<std::result::Result<(), tonic::transport::Error>>>,
 }
 
 impl WorkerServer {
@@ -78,7 +79,7 @@ impl WorkerServer {
                 })
                 .await
         });
-        Ok(WorkerServer { addr, stop: Some(stop), task })
+        Ok(WorkerServer { addr, stop: Some(stop), task: Some(task) })
     }
 
     /// The address it listens on.
@@ -94,8 +95,7 @@ impl WorkerServer {
 
     /// Serves until the process is stopped (the `worker` command), or the server fails.
     pub async fn wait(mut self) -> Result<()> {
-        let task = std::mem::replace(&mut self.task, tokio::spawn(async { Ok(()) }));
-        finished(task.await)
+        self.join().await
     }
 
     /// Stops serving and waits for the server to end.
@@ -103,18 +103,25 @@ impl WorkerServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let task = std::mem::replace(&mut self.task, tokio::spawn(async { Ok(()) }));
-        finished(task.await)
+        self.join().await
+    }
+
+    /// Waits for the server's task to end.
+    async fn join(&mut self) -> Result<()> {
+        let Some(task) = self.task.take() else { return Ok(()) };
+        match task.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(DataFusionError::Execution(format!("a worker's server failed: {e}"))),
+            Err(e) => Err(DataFusionError::Execution(format!("a worker's server task ended abnormally: {e}"))),
+        }
     }
 }
 
-fn finished(
-    joined: std::result::Result<std::result::Result<(), tonic::transport::Error>, tokio::task::JoinError>,
-) -> Result<()> {
-    match joined {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(DataFusionError::Execution(format!("a worker's server failed: {e}"))),
-        Err(e) => Err(DataFusionError::Execution(format!("a worker's server task ended abnormally: {e}"))),
+impl Drop for WorkerServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
     }
 }
 
@@ -124,8 +131,11 @@ pub struct LocalWorkers {
 }
 
 impl LocalWorkers {
-    /// Starts `n` workers on free ports of 127.0.0.1, all on `device` when given.
+    /// Starts `n` workers (at least one) on free ports of 127.0.0.1, all on `device` when given.
     pub async fn start(n: usize, device: Option<usize>) -> Result<LocalWorkers> {
+        if n == 0 {
+            return Err(DataFusionError::Configuration("--local-workers needs at least one worker".into()));
+        }
         let mut servers = Vec::with_capacity(n);
         for _ in 0..n {
             servers.push(WorkerServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), device).await?);

@@ -275,7 +275,7 @@ async fn run_sql(args: SqlArgs) -> Result<()> {
         (None, None) => (builder.with_gpu().build(), None),
         (Some(list), _) => (distributed_session(builder, WorkerUrls::parse(list)?)?, None),
         (None, Some(n)) => {
-            let local = LocalWorkers::start(n.max(1), None).await?;
+            let local = LocalWorkers::start(n, None).await?;
             (distributed_session(builder, local.resolver()?)?, Some(local))
         }
     };

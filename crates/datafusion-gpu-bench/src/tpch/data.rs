@@ -275,15 +275,19 @@ fn write_table(file: std::fs::File, table: &Table, group_rows: usize) -> Result<
     Ok(())
 }
 
+/// `dir/<table>.parquet`, as the text DataFusion's readers take.
+fn parquet_path(dir: &Path, name: &str) -> Result<String> {
+    let path = dir.join(format!("{name}.parquet"));
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| DataFusionError::Configuration(format!("the data path {} is not valid UTF-8", path.display())))
+}
+
 /// Registers `dir/<table>.parquet` of every table of `suite` in `ctx` as a Parquet table (read
 /// where the query runs: a distributed session's workers read the files themselves).
 pub async fn register_parquet(ctx: &SessionContext, dir: &Path, suite: Suite) -> Result<()> {
     for name in suite.tables() {
-        let path = dir.join(format!("{name}.parquet"));
-        let path = path.to_str().ok_or_else(|| {
-            DataFusionError::Configuration(format!("the data path {} is not valid UTF-8", path.display()))
-        })?;
-        ctx.register_parquet(*name, path, ParquetReadOptions::default()).await?;
+        ctx.register_parquet(*name, parquet_path(dir, name)?, ParquetReadOptions::default()).await?;
     }
     Ok(())
 }
@@ -299,11 +303,7 @@ pub async fn read_parquet(dir: &Path, suite: Suite, partitions: usize) -> Result
     );
     let mut out = Vec::new();
     for name in names {
-        let path = dir.join(format!("{name}.parquet"));
-        let path = path.to_str().ok_or_else(|| {
-            DataFusionError::Configuration(format!("the data path {} is not valid UTF-8", path.display()))
-        })?;
-        let df = ctx.read_parquet(path, ParquetReadOptions::default()).await?;
+        let df = ctx.read_parquet(parquet_path(dir, name)?, ParquetReadOptions::default()).await?;
         let schema = Arc::clone(df.schema().inner());
         let partitions = df.collect_partitioned().await?;
         out.push(Table { name, schema, partitions });

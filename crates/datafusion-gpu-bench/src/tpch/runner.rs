@@ -181,9 +181,6 @@ impl RunWorkers {
     async fn start(o: &SuiteBenchOptions) -> Result<Option<RunWorkers>> {
         Ok(match (&o.workers, o.local_workers) {
             (Some(list), _) => Some(RunWorkers::Named(WorkerUrls::parse(list)?)),
-            (None, Some(0)) => {
-                return Err(DataFusionError::Configuration("--local-workers needs at least one worker".into()));
-            }
             (None, Some(n)) => Some(RunWorkers::Local(LocalWorkers::start(n, None).await?)),
             (None, None) => None,
         })
