@@ -711,6 +711,89 @@ mod tests {
         let _ = physical_plan(&ctx, sql).await;
     }
 
+    /// A join takes its inputs pipelined (build batches uploaded as they arrive, the probe
+    /// read ahead) or blocking (both received whole first; `gpu.join.pipelined_inputs`), and
+    /// gives DataFusion's answers either way, for every join type, one shared build or one per
+    /// partition, over keys with duplicates and nulls; EXPLAIN ANALYZE shows its input times.
+    #[tokio::test]
+    async fn joins_answer_alike_with_pipelined_and_blocking_inputs() {
+        use rand::{Rng, SeedableRng};
+        let _g = crate::testing::gpu_lock();
+        let test = "joins_answer_alike_with_pipelined_and_blocking_inputs";
+        let Some(_gpu) = crate::testing::gpu_or_skip(test) else { return };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(crate::testing::fresh_seed(test));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let mut keyed = |rows: usize| -> Arc<MemTable> {
+            let parts = (0..4)
+                .map(|_| {
+                    let k: Vec<Option<i64>> = (0..rows / 4)
+                        .map(|_| {
+                            let key = rng.random_range(0..rows as i64 / 3);
+                            rng.random_bool(0.95).then_some(key)
+                        })
+                        .collect();
+                    let v: Vec<i64> = (0..rows / 4).map(|_| rng.random_range(0..1000i64)).collect();
+                    let b = RecordBatch::try_new(
+                        Arc::clone(&schema),
+                        vec![Arc::new(Int64Array::from_iter(k)), Arc::new(Int64Array::from_iter_values(v))],
+                    )
+                    .unwrap();
+                    vec![b]
+                })
+                .collect();
+            Arc::new(MemTable::try_new(Arc::clone(&schema), parts).unwrap())
+        };
+        let (a, b) = (keyed(200_000), keyed(300_000));
+        let config = SessionConfig::new().with_target_partitions(4);
+        let cpu = SessionContext::new_with_config(config.clone());
+        let gpu = gpu_session_context(config);
+        for ctx in [&cpu, &gpu] {
+            ctx.register_table("a", Arc::clone(&a) as _).unwrap();
+            ctx.register_table("b", Arc::clone(&b) as _).unwrap();
+        }
+        let set = |ctx: &SessionContext, sql: String| {
+            let ctx = ctx.clone();
+            async move { ctx.sql(&sql).await.unwrap().collect().await.unwrap() }
+        };
+        set(&gpu, "SET gpu.cost.min_rows = 0".into()).await;
+        set(&gpu, "SET gpu.placement = 'always'".into()).await;
+        let queries = [
+            "SELECT count(*), sum(a.v), sum(b.v) FROM a JOIN b ON a.k = b.k",
+            "SELECT count(*), sum(a.v), sum(b.v), count(b.k) FROM a LEFT JOIN b ON a.k = b.k",
+            "SELECT count(*), sum(a.v), sum(b.v), count(a.k) FROM a RIGHT JOIN b ON a.k = b.k",
+            "SELECT count(*), sum(a.v), sum(b.v), count(a.k), count(b.k) FROM a FULL JOIN b ON a.k = b.k",
+            "SELECT count(*), sum(v) FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.k)",
+            "SELECT count(*), sum(v) FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)",
+        ];
+        // A shared build (CollectLeft) and one build per partition (Partitioned).
+        let modes = [("100000000", "CollectLeft"), ("0", "Partitioned")];
+        for (threshold, mode) in modes {
+            for ctx in [&cpu, &gpu] {
+                for key in ["hash_join_single_partition_threshold", "hash_join_single_partition_threshold_rows"] {
+                    set(ctx, format!("SET datafusion.optimizer.{key} = {threshold}")).await;
+                }
+            }
+            for q in queries {
+                let want = pretty_format_batches(&set(&cpu, q.to_string()).await).unwrap().to_string();
+                for pipelined in [true, false] {
+                    set(&gpu, format!("SET gpu.join.pipelined_inputs = {pipelined}")).await;
+                    let plan = physical_plan(&gpu, q).await;
+                    assert!(plan.contains("GpuHashJoinExec"), "{mode}: {plan}");
+                    let got = pretty_format_batches(&set(&gpu, q.to_string()).await).unwrap().to_string();
+                    assert_eq!(got, want, "{q} ({mode}, pipelined_inputs = {pipelined})");
+                }
+            }
+        }
+        let analyzed = set(&gpu, format!("EXPLAIN ANALYZE {}", queries[0])).await;
+        let text = pretty_format_batches(&analyzed).unwrap().to_string();
+        for metric in ["input_wait_time=", "probe_input_at=", "build_input_at=", "done_at="] {
+            assert!(text.contains(metric), "{metric} missing: {text}");
+        }
+    }
+
     #[tokio::test]
     async fn unsupported_key_types_and_expressions_are_named() {
         let _g = crate::testing::gpu_lock();

@@ -28,30 +28,77 @@ use crate::join::triton::{SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{JoinBuild, JoinSpec, window_bound};
 
 /// A join's build input, its build columns: host batches from a CPU child (as they came, not
-/// concatenated), or device batches from a GPU child (nothing crosses PCIe).
+/// concatenated), device batches from a GPU child (nothing crosses PCIe), or host batches that
+/// also went up to the device as they arrived (`gpu.join.pipelined_inputs`), each partition's
+/// as one device batch; the host batches stay for DataFusion's join and an out-of-core build.
 pub(super) enum BuildInput {
     Host(Vec<RecordBatch>),
     Device(Vec<DeviceBatch>),
+    Uploaded { host: Vec<RecordBatch>, device: Vec<DeviceBatch> },
 }
 
 impl BuildInput {
     /// The rows on the host (device batches downloaded), for the CPU.
     pub(super) async fn into_host(self) -> Result<Vec<RecordBatch>> {
         match self {
-            BuildInput::Host(h) => Ok(h),
+            BuildInput::Host(h) | BuildInput::Uploaded { host: h, .. } => Ok(h),
             BuildInput::Device(parts) => download_all(parts).await,
         }
     }
 }
 
+/// `input`'s batches with the build columns, read to the end, the time spent waiting for each
+/// added to `metrics.input_wait_time`; with `upload`, each also goes up to the device as it
+/// arrives (the time that takes, while the input waits, added to `metrics.input_stall_time`),
+/// until an upload fails (device memory refused): the device batch is then `None`.
+async fn read_host_partition(
+    mut input: datafusion::execution::SendableRecordBatchStream,
+    cols: Vec<usize>,
+    metrics: Metrics,
+    upload: Option<Arc<Gpu>>,
+) -> Result<(Vec<RecordBatch>, Option<Option<DeviceBatch>>)> {
+    let mut uploader =
+        upload.map(|gpu| ChunkUploader::new(gpu, usize::MAX, metrics.upload_time.clone(), metrics.pack_time.clone()));
+    let mut batches = Vec::new();
+    loop {
+        let waited = std::time::Instant::now();
+        let next = input.next().await.transpose()?;
+        metrics.input_wait_time.add_elapsed(waited);
+        let Some(b) = next else { break };
+        if b.num_rows() == 0 {
+            continue;
+        }
+        let b = b.project(&cols)?;
+        if let Some(u) = uploader.as_mut() {
+            let _stall = metrics.input_stall_time.timer();
+            if let Err(e) = u.push(b.clone()).await {
+                log::debug!("a GPU join's build upload stopped ({e}): its rows go up after the last one");
+                uploader = None;
+            }
+        }
+        batches.push(b);
+    }
+    let device = match uploader {
+        Some(mut u) => {
+            let _stall = metrics.input_stall_time.timer();
+            u.finish().await.ok()
+        }
+        None => None,
+    };
+    Ok((batches, device))
+}
+
 /// Reads every listed partition of `plan` at once (each on its own task, so CPU children run in
 /// parallel), keeping the build columns, in partition order: device batches from a GPU child,
-/// else the host batches.
+/// else the host batches, which with `upload` also go up to the device as they arrive
+/// ([`BuildInput::Uploaded`], when every partition's upload succeeded).
 pub(super) async fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     partitions: std::ops::Range<usize>,
     layout: &Arc<Layout>,
     context: &Arc<TaskContext>,
+    metrics: &Metrics,
+    upload: Option<Arc<Gpu>>,
 ) -> Result<BuildInput> {
     let failed = |e| DataFusionError::Execution(format!("GPU join: reading the build side failed: {e}"));
     // The one partition of a CoalescePartitionsExec over a GPU exec is every partition of that
@@ -65,9 +112,14 @@ pub(super) async fn collect(
         for p in partitions {
             let mut s = child.execute_device(p, Arc::clone(context))?;
             let layout = Arc::clone(layout);
+            let metrics = metrics.clone();
             tasks.push(SpawnedTask::spawn(async move {
                 let mut parts = Vec::new();
-                while let Some(b) = s.next().await.transpose()? {
+                loop {
+                    let waited = std::time::Instant::now();
+                    let next = s.next().await.transpose()?;
+                    metrics.input_wait_time.add_elapsed(waited);
+                    let Some(b) = next else { break };
                     if b.num_rows() > 0 {
                         parts.push(b.select(&layout.build_cols, &layout.build_schema)?);
                     }
@@ -86,24 +138,24 @@ pub(super) async fn collect(
     }
     let mut tasks = Vec::new();
     for p in partitions {
-        let mut s = plan.execute(p, Arc::clone(context))?;
-        let cols = layout.build_cols.clone();
-        tasks.push(SpawnedTask::spawn(async move {
-            let mut batches = Vec::new();
-            while let Some(b) = s.next().await {
-                let b = b?;
-                if b.num_rows() > 0 {
-                    batches.push(b.project(&cols)?);
-                }
-            }
-            Ok::<_, DataFusionError>(batches)
-        }));
+        let s = plan.execute(p, Arc::clone(context))?;
+        let job = read_host_partition(s, layout.build_cols.clone(), metrics.clone(), upload.clone());
+        tasks.push(SpawnedTask::spawn(job));
     }
-    let mut batches = Vec::new();
+    let (mut batches, mut device, mut uploaded) = (Vec::new(), Vec::new(), upload.is_some());
     for t in tasks {
-        batches.extend(t.await.map_err(failed)??);
+        let (host, dev) = t.await.map_err(failed)??;
+        batches.extend(host);
+        match dev {
+            Some(Some(d)) => device.push(d),
+            Some(None) => {}
+            None => uploaded = false,
+        }
     }
-    Ok(BuildInput::Host(batches))
+    Ok(match uploaded && !device.is_empty() {
+        true => BuildInput::Uploaded { host: batches, device },
+        false => BuildInput::Host(batches),
+    })
 }
 
 /// The algorithm a build runs: the model's choice on the real build rows when the setting and
@@ -213,14 +265,20 @@ impl BuildJob {
     /// would not). When device memory runs out on the way (and `gpu.memory.cpu_fallback` is on), the
     /// build goes to DataFusion's join instead, which then serves every probe partition.
     pub(super) async fn run(self, left: Arc<dyn ExecutionPlan>, partitions: std::ops::Range<usize>) -> Result<Built> {
-        let input = collect(&left, partitions, &self.layout, &self.context).await?;
+        // Pipelined, host rows go up as they arrive, unless the plan already expects the build
+        // to be partitioned into host memory (out of core).
+        let upload = (self.cfg.pipelined_inputs && !self.planned_out_of_core).then(|| Arc::clone(&self.gpu));
+        let input = collect(&left, partitions, &self.layout, &self.context, &self.metrics, upload).await?;
+        self.metrics.mark(&self.metrics.build_input_at);
         self.prepare(input).await
     }
 
     /// [`Self::run`] over the build input already collected.
     pub(super) async fn prepare(self, input: BuildInput) -> Result<Built> {
         let (rows, bytes): (usize, u64) = match &input {
-            BuildInput::Host(h) => (h.iter().map(RecordBatch::num_rows).sum(), h.iter().map(batch_bytes).sum()),
+            BuildInput::Host(h) | BuildInput::Uploaded { host: h, .. } => {
+                (h.iter().map(RecordBatch::num_rows).sum(), h.iter().map(batch_bytes).sum())
+            }
             BuildInput::Device(d) => {
                 (d.iter().map(DeviceBatch::num_rows).sum(), d.iter().map(|b| b.byte_size() as u64).sum())
             }
@@ -347,19 +405,20 @@ impl BuildJob {
                 let for_cpu = BuildInput::Host(batches.clone());
                 (kept, self.upload(batches).await, for_cpu)
             }
+            BuildInput::Uploaded { host, device } => {
+                let usable = !(self.consumers_share_build && layout.spec.emits_build_rows());
+                let kept = match self.cfg.cpu_fallback && usable {
+                    true => KeptBuild::keep(&host, self.context.memory_pool()),
+                    false => None,
+                };
+                let dev = match self.concat(device).await {
+                    Ok((dev, _)) => dev,
+                    Err(e) => Err(e),
+                };
+                (kept, dev, BuildInput::Host(host))
+            }
             BuildInput::Device(parts) => {
-                let (gpu, schema) = (Arc::clone(gpu), Arc::clone(&layout.build_schema));
-                let concat = blocking(move || {
-                    let stream = gpu.stream();
-                    let dev = DeviceBatch::concat(&gpu, &stream, schema, &parts).and_then(|dev| {
-                        // The build runs on its own stream: the concatenation (or the one part) must be done.
-                        dev.stream().synchronize().gpu("waiting for the build input")?;
-                        Ok(dev)
-                    });
-                    Ok((dev, parts))
-                })
-                .await;
-                match concat {
+                match self.concat(parts).await {
                     // The concatenated rows are the build's: a copy for the CPU costs nothing.
                     Ok((Ok(dev), _parts)) => (None, Ok(dev.clone()), BuildInput::Device(vec![dev])),
                     Ok((Err(e), parts)) => (None, Err(e), BuildInput::Device(parts)),
@@ -382,6 +441,22 @@ impl BuildJob {
         })
         .await;
         (built, for_cpu)
+    }
+
+    /// The device batches `parts` as one, on a stream of its own once they are all there; also
+    /// gives `parts` back.
+    async fn concat(&self, parts: Vec<DeviceBatch>) -> Result<(Result<DeviceBatch>, Vec<DeviceBatch>)> {
+        let (gpu, schema) = (Arc::clone(&self.gpu), Arc::clone(&self.layout.build_schema));
+        blocking(move || {
+            let stream = gpu.stream();
+            let dev = DeviceBatch::concat(&gpu, &stream, schema, &parts).and_then(|dev| {
+                // The build runs on its own stream: the concatenation (or the one part) must be done.
+                dev.stream().synchronize().gpu("waiting for the build input")?;
+                Ok(dev)
+            });
+            Ok((dev, parts))
+        })
+        .await
     }
 
     /// The host build rows on the device, uploaded in groups (see [`ChunkUploader`]).

@@ -565,6 +565,19 @@ struct Metrics {
     cpu_fallbacks: datafusion::physical_plan::metrics::Count,
     /// Joins that built on their probe side, the smaller at run time (`gpu.join.swap_at_run_time`).
     swapped_at_run_time: datafusion::physical_plan::metrics::Count,
+    /// The overlap of the join with its inputs (a network shuffle's, a CPU child's): the time
+    /// its readers waited for input batches (the join waits on its inputs), and the time a
+    /// batch received waited for the join to take it (the probe's read-ahead queue full, the
+    /// build's reader uploading: the inputs wait on the join).
+    input_wait_time: Time,
+    input_stall_time: Time,
+    /// Since the partition started: when its build input was in (the partition that read a
+    /// shared build), when its probe input ended, and when its output ended. Their largest over
+    /// the partitions are the join's: with the largest input end, what the inputs alone need.
+    build_input_at: Time,
+    probe_input_at: Time,
+    done_at: Time,
+    started: std::time::Instant,
 }
 
 impl Metrics {
@@ -588,7 +601,18 @@ impl Metrics {
             ran: JoinAlgorithm::ALL.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
             cpu_fallbacks: b().counter("cpu_fallbacks", partition),
             swapped_at_run_time: b().counter("swapped_at_run_time", partition),
+            input_wait_time: b().subset_time("input_wait_time", partition),
+            input_stall_time: b().subset_time("input_stall_time", partition),
+            build_input_at: b().subset_time("build_input_at", partition),
+            probe_input_at: b().subset_time("probe_input_at", partition),
+            done_at: b().subset_time("done_at", partition),
+            started: std::time::Instant::now(),
         }
+    }
+
+    /// Records in `at` the time since the partition started.
+    fn mark(&self, at: &Time) {
+        at.add_duration(self.started.elapsed());
     }
 
     /// Counts an output batch of `rows` rows handed to the consumer.

@@ -5,6 +5,8 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
+use std::time::Instant;
 
 use cudarc::driver::CudaStream;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -12,6 +14,7 @@ use datafusion::common::runtime::SpawnedTask;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::joins::PartitionMode;
+use datafusion::physical_plan::metrics::Time;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use futures::channel::mpsc;
@@ -83,25 +86,101 @@ pub(super) async fn forward(
     Ok(())
 }
 
+/// A boxed stream of results, as a join's inputs are read.
+pub(super) type Input<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send>>;
+
 /// `input` read by a task of its own from now on, up to `ahead` (at least 1) items ahead of its
 /// reader, and to its end or first error: a join's probe input then runs while the join builds,
-/// not after (`gpu.join.probe_read_ahead`).
-pub(super) fn read_ahead<T: Send + 'static>(
-    mut input: Pin<Box<dyn Stream<Item = Result<T>> + Send>>,
-    ahead: usize,
-) -> Pin<Box<dyn Stream<Item = Result<T>> + Send>> {
+/// not after (`gpu.join.probe_read_ahead`). The time a received item waits for room (the join
+/// not taking it) is added to `stall`.
+pub(super) fn read_ahead<T: Send + 'static>(mut input: Input<T>, ahead: usize, stall: Option<Time>) -> Input<T> {
     // A futures channel holds its buffer plus one item for each sender.
     let (mut tx, rx) = mpsc::channel::<Result<T>>(ahead.saturating_sub(1));
     let task = SpawnedTask::spawn(async move {
         while let Some(item) = input.next().await {
             let failed = item.is_err();
+            let waited = Instant::now();
             // A closed channel: the join stopped reading (an error, a limit above it).
-            if tx.send(item).await.is_err() || failed {
+            let closed = tx.send(item).await.is_err();
+            if let Some(stall) = &stall {
+                stall.add_elapsed(waited);
+            }
+            if closed || failed {
                 break;
             }
         }
     });
     Box::pin(TaskStream::new(rx, task, "a GPU join's probe read-ahead"))
+}
+
+/// `input` read whole by a task of its own from now on, its items handed out once it has ended
+/// (`gpu.join.pipelined_inputs = false`: the join starts when both inputs are in).
+pub(super) fn received_whole<T: Send + 'static>(input: Input<T>) -> Input<T> {
+    let task = SpawnedTask::spawn(input.collect::<Vec<_>>());
+    Box::pin(futures::stream::once(task).flat_map(|items| {
+        futures::stream::iter(match items {
+            Ok(items) => items,
+            Err(e) => vec![Err(DataFusionError::Execution(format!("a GPU join's probe input failed: {e}")))],
+        })
+    }))
+}
+
+/// `input` with the time its reader waits for each item added to `metrics.input_wait_time`,
+/// and its end marked in `metrics.probe_input_at`.
+struct TimedInput<T> {
+    input: Input<T>,
+    metrics: Metrics,
+    waiting_since: Option<Instant>,
+}
+
+impl<T> Stream for TimedInput<T> {
+    type Item = Result<T>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Option<Result<T>>> {
+        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+        let next = self.input.as_mut().poll_next(cx);
+        if let Poll::Ready(item) = &next {
+            self.waiting_since = None;
+            self.metrics.input_wait_time.add_elapsed(since);
+            if item.is_none() {
+                self.metrics.mark(&self.metrics.probe_input_at);
+            }
+        }
+        next
+    }
+}
+
+/// `input` timed as [`TimedInput`] times it.
+pub(super) fn timed_input<T: Send + 'static>(input: Input<T>, metrics: &Metrics) -> Input<T> {
+    Box::pin(TimedInput { input, metrics: metrics.clone(), waiting_since: None })
+}
+
+/// The probe input as the join takes it (`gpu.join.pipelined_inputs`, `gpu.join.probe_read_ahead`):
+/// timed; pipelined, read ahead while the build arrives (not for a join planned out of core,
+/// which partitions its probe side as it comes); blocking, received whole first.
+fn probe_input(probe: Probe, cfg: &GpuConfig, planned_out_of_core: bool, metrics: &Metrics) -> Probe {
+    let ahead = (cfg.probe_read_ahead > 0 && !planned_out_of_core).then_some(cfg.probe_read_ahead);
+    let stall = Some(metrics.input_stall_time.clone());
+    match probe {
+        Probe::Device(s) => {
+            let s = timed_input(s, metrics);
+            Probe::Device(match (cfg.pipelined_inputs, ahead) {
+                (false, _) => received_whole(s),
+                (true, Some(ahead)) => read_ahead(s, ahead, stall),
+                (true, None) => s,
+            })
+        }
+        Probe::Host(s) => {
+            let schema = s.schema();
+            let s = timed_input(Box::pin(s) as Input<RecordBatch>, metrics);
+            let s = match (cfg.pipelined_inputs, ahead) {
+                (false, _) => received_whole(s),
+                (true, Some(ahead)) => read_ahead(s, ahead, stall),
+                (true, None) => s,
+            };
+            Probe::Host(Box::pin(RecordBatchStreamAdapter::new(schema, s)))
+        }
+    }
 }
 
 /// Probe rows a partition had not joined when its device work failed: the device chunk that
@@ -336,7 +415,9 @@ async fn sides_at_run_time(
     partitions: std::ops::Range<usize>,
     mut probe: DeviceBatchStream,
 ) -> Result<(Built, Probe, PartitionRun)> {
-    let parts = match collect(&left, partitions, &job.layout, &job.context).await? {
+    let input = collect(&left, partitions, &job.layout, &job.context, &job.metrics, None).await?;
+    job.metrics.mark(&job.metrics.build_input_at);
+    let parts = match input {
         BuildInput::Device(parts) => parts,
         host => return Ok((job.prepare(host).await?, Probe::Device(probe), run)),
     };
@@ -437,12 +518,7 @@ impl GpuHashJoinExec {
             Some(gpu_child) => Probe::Device(gpu_child.execute_device(partition, Arc::clone(&context))?),
             None => Probe::Host(right.execute(partition, Arc::clone(&context))?),
         };
-        let probe = match probe {
-            Probe::Device(stream) if cfg.probe_read_ahead > 0 && !planned_out_of_core => {
-                Probe::Device(read_ahead(stream, cfg.probe_read_ahead))
-            }
-            other => other,
-        };
+        let probe = probe_input(probe, &cfg, planned_out_of_core, &metrics);
         let job = BuildJob {
             gpu: Arc::clone(&gpu),
             join: Arc::clone(&self.join),
@@ -486,6 +562,7 @@ impl GpuHashJoinExec {
             _ => None,
         };
         let (mut tx, rx) = mpsc::channel::<Result<JoinOutput>>(2);
+        let done = metrics.clone();
         let task = SpawnedTask::spawn(async move {
             let result = async {
                 let (built, probe, run) = match (swapped, probe) {
@@ -521,6 +598,7 @@ impl GpuHashJoinExec {
                 }
             }
             .await;
+            done.mark(&done.done_at);
             if let Err(e) = result {
                 let _ = tx.send(Err(e)).await;
             }

@@ -13,7 +13,7 @@ use futures::Stream;
 
 use super::build::{chunk_groups, per_row};
 use super::layout::choose_algorithm;
-use super::stream::read_ahead;
+use super::stream::{Input, read_ahead, received_whole};
 use super::*;
 use crate::join::{JoinAlgorithmSetting, OutputColumn};
 use crate::primitives::keys::KeyEncoding;
@@ -43,7 +43,7 @@ async fn read_ahead_runs_ahead_of_its_reader_and_stops_at_an_error() {
     }
     for ahead in [1, 3] {
         let pulled = Arc::new(AtomicUsize::new(0));
-        let mut s = read_ahead(counted((0..10).map(Ok).collect(), &pulled), ahead);
+        let mut s = read_ahead(counted((0..10).map(Ok).collect(), &pulled), ahead, None);
         assert_eq!(settles_at(&pulled, ahead).await, ahead, "ahead {ahead}");
         let mut got = Vec::new();
         while let Some(v) = s.next().await {
@@ -54,7 +54,7 @@ async fn read_ahead_runs_ahead_of_its_reader_and_stops_at_an_error() {
     }
     let pulled = Arc::new(AtomicUsize::new(0));
     let failing = vec![Ok(1), Err(DataFusionError::Execution("boom".into())), Ok(3), Ok(4)];
-    let mut s = read_ahead(counted(failing, &pulled), 4);
+    let mut s = read_ahead(counted(failing, &pulled), 4, None);
     assert_eq!(settles_at(&pulled, 2).await, 2, "nothing is read after the error");
     assert_eq!(s.next().await.unwrap().unwrap(), 1);
     assert!(s.next().await.unwrap().is_err());
@@ -238,4 +238,20 @@ fn algorithm_settings_parse_and_resolve() {
     }
     let err = "hash".parse::<JoinAlgorithmSetting>().unwrap_err().to_string();
     assert!(err.contains("npj, phj, smj"), "{err}");
+}
+
+/// A blocking input (`gpu.join.pipelined_inputs = false`) is read to its end before its first
+/// item comes out, and then hands every item over in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_input_is_received_whole_before_its_first_item() {
+    let pulled = Arc::new(AtomicUsize::new(0));
+    let p = Arc::clone(&pulled);
+    let items: Input<i32> = Box::pin(futures::stream::iter((0..10).map(Ok)).inspect(move |_| {
+        p.fetch_add(1, Ordering::SeqCst);
+    }));
+    let mut s = received_whole(items);
+    assert_eq!(s.next().await.transpose().unwrap(), Some(0));
+    assert_eq!(pulled.load(Ordering::SeqCst), 10);
+    let rest: Vec<i32> = s.map(|r| r.unwrap()).collect().await;
+    assert_eq!(rest, (1..10).collect::<Vec<_>>());
 }
