@@ -47,7 +47,8 @@ impl QueryPlanner for GpuStagePlanner {
         if let LogicalPlan::Explain(e) = logical_plan {
             // DataFusion's planner explains a plan without distributing it: the staged plan
             // is shown instead, as `datafusion-distributed` draws it.
-            let plan = self.create_physical_plan(&e.plan, session).await?;
+            let plan = self.inner.create_physical_plan(&e.plan, session).await?;
+            let plan = GpuOptimizerRule::new().place_operators(plan, session.config_options())?;
             let plans = vec![
                 StringifiedPlan::new(PlanType::FinalLogicalPlan, e.plan.display_indent().to_string()),
                 StringifiedPlan::new(PlanType::FinalPhysicalPlan, display_plan_ascii(plan.as_ref(), false)),
@@ -55,8 +56,28 @@ impl QueryPlanner for GpuStagePlanner {
             return Ok(Arc::new(ExplainExec::new(Arc::clone(e.schema.inner()), plans, e.verbose)));
         }
         let plan = self.inner.create_physical_plan(logical_plan, session).await?;
-        GpuOptimizerRule::new().place_operators(plan, session.config_options())
+        let placed = GpuOptimizerRule::new().place_operators(plan, session.config_options())?;
+        without_fallback_notes(placed)
     }
+}
+
+/// `plan` without its [`CpuFallbackExec`](crate::exec::CpuFallbackExec) nodes, which only carry
+/// EXPLAIN's reasons. A stage's plan reaches its worker without them (DataFusion's serializer
+/// sees through one to the CPU node it wraps), and `datafusion-distributed` matches each node of
+/// the coordinator's stage plans with the worker's metrics of the node at the same place: the
+/// plan executed keeps the same nodes as the workers' plans, or no metrics come back for a query
+/// with an operator left on the CPU. `EXPLAIN` shows the notes (it plans without executing).
+pub fn without_fallback_notes(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    plan.transform_up(|node| {
+        if node.name() == crate::exec::fallback::CPU_FALLBACK_NAME
+            && let Some(child) = node.children().first()
+        {
+            return Ok(Transformed::yes(Arc::clone(child)));
+        }
+        Ok(Transformed::no(node))
+    })
+    .map(|t| t.data)
 }
 
 /// The `gpu.` settings a distributed plan needs, over the session's: the table cache off (a

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use url::Url;
 
 use super::codec::GpuPlanCodec;
+use super::link::{Link, LinkedChannels};
 use crate::config::GpuConfig;
 use crate::session::with_gpu_options;
 
@@ -39,17 +40,26 @@ pub fn gpu_options_from_headers(mut cfg: GpuConfig, headers: &HeaderMap) -> Resu
 }
 
 /// A worker whose sessions decode GPU execs: the coordinator's `gpu.` settings, on device
-/// `device` when given (else the coordinator's `gpu.device`).
-pub fn gpu_worker(device: Option<usize>) -> Worker {
-    Worker::from_session_builder(move |mut ctx: WorkerQueryContext| async move {
-        let mut config = with_gpu_options(ctx.builder.config().take().unwrap_or_else(SessionConfig::new));
-        let mut gpu = gpu_options_from_headers(GpuConfig::from_options(config.options()), &ctx.headers)?;
-        if let Some(d) = device {
-            gpu.device = d;
+/// `device` when given (else the coordinator's `gpu.device`). With `link_gbps`, what it reads
+/// from other workers comes through a [`Link`] of that many Gb/s (see `crate::distributed::link`).
+pub fn gpu_worker(device: Option<usize>, link_gbps: Option<f64>) -> Result<Worker> {
+    let channels = link_gbps.map(Link::gbit_per_second).transpose()?.map(LinkedChannels::new);
+    Ok(Worker::from_session_builder(move |mut ctx: WorkerQueryContext| {
+        let channels = channels.clone();
+        async move {
+            let mut config = with_gpu_options(ctx.builder.config().take().unwrap_or_else(SessionConfig::new));
+            let mut gpu = gpu_options_from_headers(GpuConfig::from_options(config.options()), &ctx.headers)?;
+            if let Some(d) = device {
+                gpu.device = d;
+            }
+            config.options_mut().extensions.insert(gpu);
+            let builder = ctx.builder.with_config(config).with_distributed_user_codec(GpuPlanCodec);
+            Ok(match channels {
+                Some(channels) => builder.with_distributed_channel_resolver(channels).build(),
+                None => builder.build(),
+            })
         }
-        config.options_mut().extensions.insert(gpu);
-        Ok(ctx.builder.with_config(config).with_distributed_user_codec(GpuPlanCodec).build())
-    })
+    }))
 }
 
 /// A worker serving on a TCP port of this process, until [`WorkerServer::stop`] (or until it is
@@ -63,13 +73,13 @@ pub struct WorkerServer {
 
 impl WorkerServer {
     /// Starts [`gpu_worker`] on `addr` (port 0: any free port) on the current Tokio runtime.
-    pub async fn start(addr: SocketAddr, device: Option<usize>) -> Result<WorkerServer> {
+    pub async fn start(addr: SocketAddr, device: Option<usize>, link_gbps: Option<f64>) -> Result<WorkerServer> {
+        let service = gpu_worker(device, link_gbps)?.into_worker_server();
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| DataFusionError::Execution(format!("a worker cannot listen on {addr}: {e}")))?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let service = gpu_worker(device).into_worker_server();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
         let task = tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -131,14 +141,15 @@ pub struct LocalWorkers {
 }
 
 impl LocalWorkers {
-    /// Starts `n` workers (at least one) on free ports of 127.0.0.1, all on `device` when given.
-    pub async fn start(n: usize, device: Option<usize>) -> Result<LocalWorkers> {
+    /// Starts `n` workers (at least one) on free ports of 127.0.0.1, all on `device` when given,
+    /// each reading the others' streams through a link of its own of `link_gbps` when given.
+    pub async fn start(n: usize, device: Option<usize>, link_gbps: Option<f64>) -> Result<LocalWorkers> {
         if n == 0 {
             return Err(DataFusionError::Configuration("--local-workers needs at least one worker".into()));
         }
         let mut servers = Vec::with_capacity(n);
         for _ in 0..n {
-            servers.push(WorkerServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), device).await?);
+            servers.push(WorkerServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), device, link_gbps).await?);
         }
         Ok(LocalWorkers { servers })
     }

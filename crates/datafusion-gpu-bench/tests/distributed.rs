@@ -36,7 +36,7 @@ async fn run(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<(Vec<
 
 /// A session of `n` workers of this process, over the Parquet files of `suite` in `dir`.
 async fn distributed(n: usize, dir: &Path, suite: Suite) -> (SessionContext, LocalWorkers) {
-    let workers = LocalWorkers::start(n, None).await.expect("local workers");
+    let workers = LocalWorkers::start(n, None, None).await.expect("local workers");
     let config = SessionConfig::new().with_target_partitions(4);
     let state = distributed_session_state(config, workers.resolver().expect("worker URLs")).expect("session");
     let ctx = SessionContext::from(state);

@@ -109,6 +109,10 @@ enum Command {
         /// coordinator's gpu.device).
         #[arg(long)]
         device: Option<usize>,
+        /// Read other workers' streams at most this many Gb/s (a rate limit standing for a
+        /// network card of that rate; see `bench tpch --link-gbps`).
+        #[arg(long, value_name = "GBPS")]
+        link_gbps: Option<f64>,
     },
     /// Benchmarks (results belong in benches/results/).
     Bench {
@@ -275,7 +279,7 @@ async fn run_sql(args: SqlArgs) -> Result<()> {
         (None, None) => (builder.with_gpu().build(), None),
         (Some(list), _) => (distributed_session(builder, WorkerUrls::parse(list)?)?, None),
         (None, Some(n)) => {
-            let local = LocalWorkers::start(n, None).await?;
+            let local = LocalWorkers::start(n, None, None).await?;
             (distributed_session(builder, local.resolver()?)?, Some(local))
         }
     };
@@ -408,9 +412,9 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             println!("{report}");
             Ok(())
         }
-        Some(Command::Worker { port, host, device }) => {
+        Some(Command::Worker { port, host, device, link_gbps }) => {
             let addr = std::net::SocketAddr::new(host, port);
-            let worker = WorkerServer::start(addr, device).await.map_err(|e| e.to_string())?;
+            let worker = WorkerServer::start(addr, device, link_gbps).await.map_err(|e| e.to_string())?;
             let gpu = match probe::device_count() {
                 Ok(n) => format!(
                     "{n} GPU(s) found; GPU operators on device {}",

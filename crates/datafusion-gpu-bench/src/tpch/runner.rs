@@ -19,12 +19,14 @@ use super::compare::compare;
 use super::data::{self, Progresses, Table};
 use super::peer::{self, DuckDb, Peer, PeerQuery};
 use super::queries::{self, Query};
+use datafusion::execution::SessionStateBuilder;
+use datafusion_distributed::DistributedExt;
 use datafusion_gpu::columns::cache::TableCache;
 use datafusion_gpu::columns::pin_partitions;
 use datafusion_gpu::config::{GpuConfig, human_bytes};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::device::{Gpu, probe};
-use datafusion_gpu::distributed::{LocalWorkers, WorkerUrls, distributed_session_state};
+use datafusion_gpu::distributed::{Link, LinkedChannels, LocalWorkers, WorkerUrls, distributed_session};
 use datafusion_gpu::exec::metric_total;
 use datafusion_gpu::exec::placement::{Placement, placements, summary};
 use datafusion_gpu::session::gpu_session_context;
@@ -124,6 +126,12 @@ pub struct SuiteBenchOptions {
     /// `--workers` through them: a one-command try of distributed execution.
     #[arg(long, value_name = "N")]
     pub local_workers: Option<usize>,
+    /// The network between the workers, in Gb/s: each local worker, and this process as the
+    /// coordinator, receives the streams it reads from workers at most this fast, through one
+    /// link of its own (`datafusion_gpu::distributed::link`), as a host with a network card of
+    /// that rate would. Without it, local workers exchange their shuffles over the loopback.
+    #[arg(long, value_name = "GBPS")]
+    pub link_gbps: Option<f64>,
 }
 
 /// Where benchmark tables live (see [`SuiteBenchOptions::residency`]).
@@ -162,6 +170,7 @@ impl SuiteBenchOptions {
             cold: false,
             workers: None,
             local_workers: None,
+            link_gbps: None,
         }
     }
 
@@ -181,7 +190,7 @@ impl RunWorkers {
     async fn start(o: &SuiteBenchOptions) -> Result<Option<RunWorkers>> {
         Ok(match (&o.workers, o.local_workers) {
             (Some(list), _) => Some(RunWorkers::Named(WorkerUrls::parse(list)?)),
-            (None, Some(n)) => Some(RunWorkers::Local(LocalWorkers::start(n, None).await?)),
+            (None, Some(n)) => Some(RunWorkers::Local(LocalWorkers::start(n, None, o.link_gbps).await?)),
             (None, None) => None,
         })
     }
@@ -246,8 +255,30 @@ pub struct QueryReport {
     /// wire (the shuffles, broadcasts and coalesces between its stages, Arrow IPC, compressed);
     /// absent when the workers' metrics did not all come back within 10 s.
     pub network_bytes: Option<u64>,
+    /// Through workers: each GPU join of the last timed GPU run, with its inputs' and its own
+    /// times (empty when the workers' metrics did not come back).
+    pub joins: Vec<JoinOverlap>,
     #[serde(skip)]
     pub plan: String,
+}
+
+/// One GPU join of a distributed run, from its metrics in every task (`gpu.join.*` metrics,
+/// see `docs/explain.md`): when its inputs were in and when it was done, the latest over its
+/// partitions, since they started; and its waits, summed over them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct JoinOverlap {
+    /// Its keys, as EXPLAIN shows them.
+    pub on: String,
+    /// Whether an input is a network boundary (a shuffle, broadcast or coalesce).
+    pub over_network: bool,
+    /// The last input batch received: what receiving the inputs alone takes.
+    pub inputs_ms: f64,
+    /// The last output batch sent.
+    pub done_ms: f64,
+    /// Time its readers waited for input batches (the join waiting on its inputs).
+    pub input_wait_ms: f64,
+    /// Time received batches waited for the join (the inputs waiting on the join).
+    pub input_stall_ms: f64,
 }
 
 /// A whole run.
@@ -373,7 +404,7 @@ async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn Executio
 /// A distributed plan after its run: its staged drawing with every task's metrics, and the
 /// bytes its network boundaries received (`None` for a plan not cut into stages, or whose
 /// workers' metrics did not come back).
-async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64)> {
+async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64, Vec<JoinOverlap>)> {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::physical_plan::metrics::MetricValue;
     use datafusion_distributed::{
@@ -383,8 +414,19 @@ async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64)> 
     plan.downcast_ref::<DistributedExec>()?;
     // (The workers send their metrics after their streams end; a few seconds bound the wait.)
     let rewrite = rewrite_distributed_plan_with_metrics(Arc::clone(plan), DistributedMetricsFormat::PerTask);
-    let with_metrics = tokio::time::timeout(std::time::Duration::from_secs(10), rewrite).await.ok()?.ok()?;
+    let with_metrics = match tokio::time::timeout(std::time::Duration::from_secs(10), rewrite).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            eprintln!("the staged plan's metrics: {e}");
+            return None;
+        }
+        Err(_) => {
+            eprintln!("the staged plan's metrics: not all back within 10 s");
+            return None;
+        }
+    };
     let mut bytes = 0u64;
+    let mut joins = Vec::new();
     with_metrics
         .apply(|n| {
             if n.as_ref().is_network_boundary()
@@ -399,10 +441,37 @@ async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64)> 
                     }
                 }
             }
+            if n.name() == "GpuHashJoinExec"
+                && let Some(m) = n.metrics()
+            {
+                let (mut latest, mut sum) = (std::collections::HashMap::new(), std::collections::HashMap::new());
+                for metric in m.iter() {
+                    if let MetricValue::Time { name, time } = metric.value() {
+                        let ms = time.value() as f64 / 1e6;
+                        let l: &mut f64 = latest.entry(name.to_string()).or_default();
+                        *l = l.max(ms);
+                        *sum.entry(name.to_string()).or_default() += ms;
+                    }
+                }
+                let get = |map: &std::collections::HashMap<String, f64>, k: &str| map.get(k).copied().unwrap_or(0.0);
+                let text = DisplayableExecutionPlan::new(n.as_ref()).one_line().to_string();
+                let on = text.split("on=[").nth(1).and_then(|t| t.split(']').next()).unwrap_or("").to_string();
+                joins.push(JoinOverlap {
+                    on,
+                    over_network: n
+                        .children()
+                        .iter()
+                        .any(|c| c.as_ref().is_network_boundary() || c.name().starts_with("Network")),
+                    inputs_ms: get(&latest, "build_input_at").max(get(&latest, "probe_input_at")),
+                    done_ms: get(&latest, "done_at"),
+                    input_wait_ms: get(&sum, "input_wait_time"),
+                    input_stall_ms: get(&sum, "input_stall_time"),
+                });
+            }
             Ok(TreeNodeRecursion::Continue)
         })
         .ok()?;
-    Some((display_plan_ascii(with_metrics.as_ref(), true), bytes))
+    Some((display_plan_ascii(with_metrics.as_ref(), true), bytes, joins))
 }
 
 fn analyzed(plan: &Arc<dyn ExecutionPlan>) -> String {
@@ -511,10 +580,16 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
             // The same workers, with the rule off for DataFusion Distributed on the CPU alone.
             let mut cpu_config = gpu_config.clone();
             cpu_config.options_mut().set("gpu.enable", "false")?;
-            (
-                SessionContext::from(distributed_session_state(cpu_config, w.urls()?)?),
-                SessionContext::from(distributed_session_state(gpu_config, w.urls()?)?),
-            )
+            // The coordinator reads the last stages through a link of its own, shared by both.
+            let link = o.link_gbps.map(Link::gbit_per_second).transpose()?;
+            let session = |config: SessionConfig| -> Result<SessionContext> {
+                let mut builder = SessionStateBuilder::new().with_config(config).with_default_features();
+                if let Some(link) = &link {
+                    builder = builder.with_distributed_channel_resolver(LinkedChannels::new(Arc::clone(link)));
+                }
+                Ok(SessionContext::from(distributed_session(builder, w.urls()?)?))
+            };
+            (session(cpu_config)?, session(gpu_config)?)
         }
     };
     // The rate of the floors: the device's copy bandwidth, measured here (1 GiB copies) before
@@ -764,6 +839,7 @@ async fn run_query(
         peer: None,
         plan: String::new(),
         network_bytes: None,
+        joins: Vec::new(),
     };
     // CPU: one run for the expected rows (and the CPU's warm-up).
     let expected = match run_once(cpu, q.sql).await {
@@ -845,9 +921,10 @@ async fn run_query(
         r.plan = analyzed(&plan);
         // Through workers: the staged plan with every task's metrics (each stage's tasks'
         // start and end, each boundary's bytes), as EXPLAIN ANALYZE draws it.
-        if let Some((text, bytes)) = staged_metrics(&plan).await {
+        if let Some((text, bytes, joins)) = staged_metrics(&plan).await {
             r.plan = text;
             r.network_bytes = Some(bytes);
+            r.joins = joins;
         }
         let scanned = metric_total(&plan, None, "scanned_bytes") as u64;
         if scanned > 0 {
@@ -1083,6 +1160,35 @@ impl std::fmt::Display for SuiteReport {
                 check,
                 q.placement
             )?;
+        }
+        if self.queries.iter().any(|q| !q.joins.is_empty()) {
+            writeln!(
+                f,
+                "\nGPU joins of the last GPU run (since the query's stages started; latest over partitions): inputs = the last input batch in, done = the last output batch out, wait = the readers' time waiting for input, stall = received batches' time waiting for the join (summed over partitions)"
+            )?;
+            writeln!(
+                f,
+                "{:<6} {:<40} {:>4} {:>10} {:>10} {:>8} {:>10} {:>10}",
+                "query", "join on", "net", "inputs ms", "done ms", "done/in", "wait ms", "stall ms"
+            )?;
+            for q in &self.queries {
+                for j in &q.joins {
+                    let on: String = j.on.chars().take(40).collect();
+                    let ratio = if j.inputs_ms > 0.0 { format!("{:.2}x", j.done_ms / j.inputs_ms) } else { "-".into() };
+                    writeln!(
+                        f,
+                        "{:<6} {:<40} {:>4} {:>10.1} {:>10.1} {:>8} {:>10.1} {:>10.1}",
+                        q.query,
+                        on,
+                        if j.over_network { "yes" } else { "no" },
+                        j.inputs_ms,
+                        j.done_ms,
+                        ratio,
+                        j.input_wait_ms,
+                        j.input_stall_ms
+                    )?;
+                }
+            }
         }
         for q in self.queries.iter().filter(|q| !q.ok) {
             writeln!(f, "{}: {}", q.query, q.check)?;
