@@ -15,6 +15,7 @@
 //!   device (`gpu.aggregate.exchange`) is not sent: a distributed plan keeps a shuffle there.
 //! - a [`GpuFilterProjectExec`]: its filters and projections over a placeholder.
 //! - a [`GpuUploadExec`]: nothing but itself; without a device its input as it is.
+//! - a [`StageClockExec`] (the time a stage takes): nothing but itself.
 //!
 //! Without a usable device, each comes back as its DataFusion nodes, the top one in a
 //! [`CpuFallbackExec`] that says why. A [`CpuFallbackExec`] itself never reaches the codec:
@@ -38,6 +39,7 @@ use datafusion_proto::protobuf::PhysicalPlanNode;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use super::stage_clock::StageClockExec;
 use crate::config::GpuConfig;
 use crate::cost::profile;
 use crate::device::Gpu;
@@ -67,6 +69,8 @@ enum Encoded {
     FilterProject { node: Vec<u8>, filters: bool, priced: bool },
     /// An upload to the device.
     Upload,
+    /// A stage's clock (see `crate::distributed::stage_clock`).
+    StageClock,
 }
 
 /// Whether a fusion's chain holds a filter (it was taken in with `gpu.fuse.filters`).
@@ -205,6 +209,8 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
             }
         } else if any.is::<GpuUploadExec>() {
             Encoded::Upload
+        } else if any.is::<StageClockExec>() {
+            Encoded::StageClock
         } else {
             return not_impl_err!(
                 "{} cannot be sent to another process (the GPU codec carries the GPU joins, aggregates, filters and projections, and uploads; a distributed session turns the table cache off)",
@@ -279,6 +285,7 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                     false => exec,
                 }))
             }
+            Encoded::StageClock => Ok(Arc::new(StageClockExec::new(single(inputs, "StageClockExec")?))),
             Encoded::Upload => match (gpu, inputs) {
                 (Ok(_), [input]) => Ok(Arc::new(GpuUploadExec::new(Arc::clone(input)))),
                 (Err(_), [input]) => Ok(Arc::clone(input)),

@@ -5,6 +5,7 @@
 pub mod codec;
 pub mod link;
 pub mod session;
+pub mod stage_clock;
 pub mod worker;
 
 pub use codec::GpuPlanCodec;
@@ -13,4 +14,5 @@ pub use session::{
     GpuStagePlanner, distributed_gpu_config, distributed_session, distributed_session_state, gpu_operators_in_stages,
     without_fallback_notes,
 };
+pub use stage_clock::{StageClockExec, with_stage_clocks};
 pub use worker::{LocalWorkers, WorkerServer, WorkerUrls, gpu_worker};

@@ -57,7 +57,7 @@ impl QueryPlanner for GpuStagePlanner {
         }
         let plan = self.inner.create_physical_plan(logical_plan, session).await?;
         let placed = GpuOptimizerRule::new().place_operators(plan, session.config_options())?;
-        without_fallback_notes(placed)
+        super::stage_clock::with_stage_clocks(without_fallback_notes(placed)?)
     }
 }
 

@@ -258,6 +258,9 @@ pub struct QueryReport {
     /// Through workers: each GPU join of the last timed GPU run, with its inputs' and its own
     /// times (empty when the workers' metrics did not come back).
     pub joins: Vec<JoinOverlap>,
+    /// Through workers: each stage of the last timed GPU run and its time, from its start to its
+    /// output's end, the longest over its tasks' partitions (`StageClockExec`), in ms.
+    pub stages: Vec<(usize, f64)>,
     #[serde(skip)]
     pub plan: String,
 }
@@ -404,7 +407,52 @@ async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn Executio
 /// A distributed plan after its run: its staged drawing with every task's metrics, and the
 /// bytes its network boundaries received (`None` for a plan not cut into stages, or whose
 /// workers' metrics did not come back).
-async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64, Vec<JoinOverlap>)> {
+/// What the workers' metrics of a distributed run say.
+struct Staged {
+    /// The staged plan with every task's metrics.
+    text: String,
+    /// The bytes its network boundaries received.
+    bytes: u64,
+    joins: Vec<JoinOverlap>,
+    /// Each stage and its time, in ms.
+    stages: Vec<(usize, f64)>,
+}
+
+/// Each stage of `plan` (a staged plan with its metrics) and the longest `stage_time` of its
+/// `StageClockExec`, in ms, in the order the stages are met from the top.
+fn stage_times(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, f64)> {
+    use datafusion::physical_plan::metrics::MetricValue;
+    use datafusion_distributed::NetworkBoundaryExt;
+    fn walk(plan: &Arc<dyn ExecutionPlan>, stage: Option<usize>, out: &mut Vec<(usize, f64)>) {
+        let stage = match plan.as_ref().as_network_boundary() {
+            Some(b) => Some(b.input_stage().num()),
+            None => stage,
+        };
+        if plan.name() == "StageClockExec"
+            && let (Some(stage), Some(m)) = (stage, plan.metrics())
+        {
+            let ms = m
+                .iter()
+                .filter_map(|metric| match metric.value() {
+                    MetricValue::Time { name, time } if name == "stage_time" => Some(time.value() as f64 / 1e6),
+                    _ => None,
+                })
+                .fold(0.0, f64::max);
+            match out.iter_mut().find(|(s, _)| *s == stage) {
+                Some(seen) => seen.1 = seen.1.max(ms),
+                None => out.push((stage, ms)),
+            }
+        }
+        for c in plan.children() {
+            walk(c, stage, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(plan, None, &mut out);
+    out
+}
+
+async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<Staged> {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::physical_plan::metrics::MetricValue;
     use datafusion_distributed::{
@@ -471,7 +519,8 @@ async fn staged_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<(String, u64, V
             Ok(TreeNodeRecursion::Continue)
         })
         .ok()?;
-    Some((display_plan_ascii(with_metrics.as_ref(), true), bytes, joins))
+    let stages = stage_times(&with_metrics);
+    Some(Staged { text: display_plan_ascii(with_metrics.as_ref(), true), bytes, joins, stages })
 }
 
 fn analyzed(plan: &Arc<dyn ExecutionPlan>) -> String {
@@ -840,6 +889,7 @@ async fn run_query(
         plan: String::new(),
         network_bytes: None,
         joins: Vec::new(),
+        stages: Vec::new(),
     };
     // CPU: one run for the expected rows (and the CPU's warm-up).
     let expected = match run_once(cpu, q.sql).await {
@@ -921,10 +971,11 @@ async fn run_query(
         r.plan = analyzed(&plan);
         // Through workers: the staged plan with every task's metrics (each stage's tasks'
         // start and end, each boundary's bytes), as EXPLAIN ANALYZE draws it.
-        if let Some((text, bytes, joins)) = staged_metrics(&plan).await {
-            r.plan = text;
-            r.network_bytes = Some(bytes);
-            r.joins = joins;
+        if let Some(staged) = staged_metrics(&plan).await {
+            r.plan = staged.text;
+            r.network_bytes = Some(staged.bytes);
+            r.joins = staged.joins;
+            r.stages = staged.stages;
         }
         let scanned = metric_total(&plan, None, "scanned_bytes") as u64;
         if scanned > 0 {
@@ -1188,6 +1239,16 @@ impl std::fmt::Display for SuiteReport {
                         j.input_stall_ms
                     )?;
                 }
+            }
+        }
+        if self.queries.iter().any(|q| !q.stages.is_empty()) {
+            writeln!(
+                f,
+                "\nStages of the last GPU run: each stage's time from its start to its output's end (the slowest partition of its tasks), ms, from the top"
+            )?;
+            for q in self.queries.iter().filter(|q| !q.stages.is_empty()) {
+                let stages: Vec<String> = q.stages.iter().map(|(s, ms)| format!("S{s} {ms:.0}")).collect();
+                writeln!(f, "{:<6} {}", q.query, stages.join(", "))?;
             }
         }
         for q in self.queries.iter().filter(|q| !q.ok) {
