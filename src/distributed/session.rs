@@ -31,7 +31,9 @@ use crate::session::with_gpu_options;
 
 /// The query planner of a distributed session: `datafusion-distributed`'s (`inner`, which plans
 /// with DataFusion and cuts the plan into stages), then the GPU rule over the whole staged
-/// plan. `EXPLAIN` shows the stages, each with its operators as placed.
+/// plan. `EXPLAIN` shows the stages, each with its operators as placed; the plan executed drops
+/// the placement's notes ([`without_fallback_notes`]) and times each stage
+/// ([`super::stage_clock::with_stage_clocks`]).
 #[derive(Debug)]
 pub struct GpuStagePlanner {
     inner: Arc<dyn QueryPlanner + Send + Sync>,
