@@ -395,22 +395,12 @@ impl BuildJob {
             // copied, and are concatenated on the device: no host-side concatenation of the whole
             // build (single-threaded, about 0.2 s per GiB) before the upload.
             BuildInput::Host(batches) => {
-                // Kept only where a probe partition could use them (see `PartitionRun::probe`):
-                // not for a shared build whose build rows are decided at the end.
-                let usable = !(self.consumers_share_build && layout.spec.emits_build_rows());
-                let kept = match self.cfg.cpu_fallback && usable {
-                    true => KeptBuild::keep(&batches, self.context.memory_pool()),
-                    false => None,
-                };
+                let kept = self.keep(&batches);
                 let for_cpu = BuildInput::Host(batches.clone());
                 (kept, self.upload(batches).await, for_cpu)
             }
             BuildInput::Uploaded { host, device } => {
-                let usable = !(self.consumers_share_build && layout.spec.emits_build_rows());
-                let kept = match self.cfg.cpu_fallback && usable {
-                    true => KeptBuild::keep(&host, self.context.memory_pool()),
-                    false => None,
-                };
+                let kept = self.keep(&host);
                 let dev = match self.concat(device).await {
                     Ok((dev, _)) => dev,
                     Err(e) => Err(e),
@@ -441,6 +431,17 @@ impl BuildJob {
         })
         .await;
         (built, for_cpu)
+    }
+
+    /// The host build rows kept for DataFusion's join should a probe partition's device work
+    /// fail: only where a probe partition could use them (see `PartitionRun::probe`), not for a
+    /// shared build whose build rows are decided at the end.
+    fn keep(&self, host: &[RecordBatch]) -> Option<Arc<KeptBuild>> {
+        let usable = !(self.consumers_share_build && self.layout.spec.emits_build_rows());
+        match self.cfg.cpu_fallback && usable {
+            true => KeptBuild::keep(host, self.context.memory_pool()),
+            false => None,
+        }
     }
 
     /// The device batches `parts` as one, on a stream of its own once they are all there; also
