@@ -49,17 +49,23 @@ impl QueryPlanner for GpuStagePlanner {
         if let LogicalPlan::Explain(e) = logical_plan {
             // DataFusion's planner explains a plan without distributing it: the staged plan
             // is shown instead, as `datafusion-distributed` draws it.
-            let plan = self.inner.create_physical_plan(&e.plan, session).await?;
-            let plan = GpuOptimizerRule::new().place_operators(plan, session.config_options())?;
+            let plan = self.placed(&e.plan, session).await?;
             let plans = vec![
                 StringifiedPlan::new(PlanType::FinalLogicalPlan, e.plan.display_indent().to_string()),
                 StringifiedPlan::new(PlanType::FinalPhysicalPlan, display_plan_ascii(plan.as_ref(), false)),
             ];
             return Ok(Arc::new(ExplainExec::new(Arc::clone(e.schema.inner()), plans, e.verbose)));
         }
-        let plan = self.inner.create_physical_plan(logical_plan, session).await?;
-        let placed = GpuOptimizerRule::new().place_operators(plan, session.config_options())?;
+        let placed = self.placed(logical_plan, session).await?;
         super::stage_clock::with_stage_clocks(without_fallback_notes(placed)?)
+    }
+}
+
+impl GpuStagePlanner {
+    /// `logical_plan` planned and cut into stages by `inner`, its operators placed by the rule.
+    async fn placed(&self, logical_plan: &LogicalPlan, session: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = self.inner.create_physical_plan(logical_plan, session).await?;
+        GpuOptimizerRule::new().place_operators(plan, session.config_options())
     }
 }
 
@@ -71,13 +77,9 @@ impl QueryPlanner for GpuStagePlanner {
 /// with an operator left on the CPU. `EXPLAIN` shows the notes (it plans without executing).
 pub fn without_fallback_notes(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     use datafusion::common::tree_node::{Transformed, TreeNode};
-    plan.transform_up(|node| {
-        if node.name() == crate::exec::fallback::CPU_FALLBACK_NAME
-            && let Some(child) = node.children().first()
-        {
-            return Ok(Transformed::yes(Arc::clone(child)));
-        }
-        Ok(Transformed::no(node))
+    plan.transform_up(|node| match crate::exec::fallback::fallback_input(&node) {
+        Some(child) => Ok(Transformed::yes(child)),
+        None => Ok(Transformed::no(node)),
     })
     .map(|t| t.data)
 }

@@ -75,6 +75,14 @@ pub struct CpuFallbackExec {
 /// The name EXPLAIN prints, also used to find these nodes (downcasts see the child).
 pub const CPU_FALLBACK_NAME: &str = "CpuFallbackExec";
 
+/// The node `node` wraps, when it is a [`CpuFallbackExec`] (a note for EXPLAIN, nothing to run).
+pub fn fallback_input(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    match node.name() == CPU_FALLBACK_NAME {
+        true => node.children().first().map(|c| Arc::clone(c)),
+        false => None,
+    }
+}
+
 impl CpuFallbackExec {
     pub fn new(input: Arc<dyn ExecutionPlan>, reasons: Vec<FallbackReason>) -> Self {
         CpuFallbackExec { input, reasons }

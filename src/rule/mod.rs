@@ -27,7 +27,6 @@ use crate::config::GpuConfig;
 use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, fmt_seconds, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::cached_scan::{CACHED_SCAN_NAME, cache_memory_scans};
-use crate::exec::fallback::CPU_FALLBACK_NAME;
 use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::query::GpuQueryExec;
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuCachedScanExec, GpuHashJoinExec};
@@ -51,10 +50,8 @@ fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPl
         None => plan,
     };
     plan.transform_up(|node| {
-        if node.name() == CPU_FALLBACK_NAME
-            && let Some(child) = node.children().first()
-        {
-            return Ok(Transformed::yes(Arc::clone(child)));
+        if let Some(child) = crate::exec::fallback::fallback_input(&node) {
+            return Ok(Transformed::yes(child));
         }
         // (A scan read as one partition stays: the plan above it was rebuilt for one partition.)
         if let Some(source) = node

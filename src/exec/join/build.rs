@@ -14,6 +14,7 @@ use futures::StreamExt;
 
 use super::layout::Layout;
 use super::out_of_core::OutOfCore;
+use super::stream::timed_input;
 use super::{Built, KeptBuild, Metrics, coalesced_input, hash_join};
 use crate::columns::DeviceBatch;
 use crate::columns::row_width;
@@ -52,19 +53,16 @@ impl BuildInput {
 /// arrives (the time that takes, while the input waits, added to `metrics.input_stall_time`),
 /// until an upload fails (device memory refused): the device batch is then `None`.
 async fn read_host_partition(
-    mut input: datafusion::execution::SendableRecordBatchStream,
+    input: datafusion::execution::SendableRecordBatchStream,
     cols: Vec<usize>,
     metrics: Metrics,
     upload: Option<Arc<Gpu>>,
 ) -> Result<(Vec<RecordBatch>, Option<Option<DeviceBatch>>)> {
     let mut uploader =
         upload.map(|gpu| ChunkUploader::new(gpu, usize::MAX, metrics.upload_time.clone(), metrics.pack_time.clone()));
+    let mut input = timed_input(Box::pin(input), &metrics, None);
     let mut batches = Vec::new();
-    loop {
-        let waited = std::time::Instant::now();
-        let next = input.next().await.transpose()?;
-        metrics.input_wait_time.add_elapsed(waited);
-        let Some(b) = next else { break };
+    while let Some(b) = input.next().await.transpose()? {
         if b.num_rows() == 0 {
             continue;
         }
@@ -110,16 +108,11 @@ pub(super) async fn collect(
     if let Some(child) = as_gpu_exec(plan) {
         let mut tasks = Vec::new();
         for p in partitions {
-            let mut s = child.execute_device(p, Arc::clone(context))?;
+            let mut s = timed_input(child.execute_device(p, Arc::clone(context))?, metrics, None);
             let layout = Arc::clone(layout);
-            let metrics = metrics.clone();
             tasks.push(SpawnedTask::spawn(async move {
                 let mut parts = Vec::new();
-                loop {
-                    let waited = std::time::Instant::now();
-                    let next = s.next().await.transpose()?;
-                    metrics.input_wait_time.add_elapsed(waited);
-                    let Some(b) = next else { break };
+                while let Some(b) = s.next().await.transpose()? {
                     if b.num_rows() > 0 {
                         parts.push(b.select(&layout.build_cols, &layout.build_schema)?);
                     }

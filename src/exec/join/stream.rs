@@ -126,10 +126,11 @@ pub(super) fn received_whole<T: Send + 'static>(input: Input<T>) -> Input<T> {
 }
 
 /// `input` with the time its reader waits for each item added to `metrics.input_wait_time`,
-/// and its end marked in `metrics.probe_input_at`.
+/// and, with `end`, its end marked there (see [`Metrics::mark`]).
 struct TimedInput<T> {
     input: Input<T>,
     metrics: Metrics,
+    end: Option<Time>,
     waiting_since: Option<Instant>,
 }
 
@@ -142,8 +143,10 @@ impl<T> Stream for TimedInput<T> {
         if let Poll::Ready(item) = &next {
             self.waiting_since = None;
             self.metrics.input_wait_time.add_elapsed(since);
-            if item.is_none() {
-                self.metrics.mark(&self.metrics.probe_input_at);
+            if item.is_none()
+                && let Some(end) = &self.end
+            {
+                self.metrics.mark(end);
             }
         }
         next
@@ -151,8 +154,8 @@ impl<T> Stream for TimedInput<T> {
 }
 
 /// `input` timed as [`TimedInput`] times it.
-pub(super) fn timed_input<T: Send + 'static>(input: Input<T>, metrics: &Metrics) -> Input<T> {
-    Box::pin(TimedInput { input, metrics: metrics.clone(), waiting_since: None })
+pub(super) fn timed_input<T: Send + 'static>(input: Input<T>, metrics: &Metrics, end: Option<Time>) -> Input<T> {
+    Box::pin(TimedInput { input, metrics: metrics.clone(), end, waiting_since: None })
 }
 
 /// The probe input as the join takes it (`gpu.join.pipelined_inputs`, `gpu.join.probe_read_ahead`):
@@ -160,26 +163,23 @@ pub(super) fn timed_input<T: Send + 'static>(input: Input<T>, metrics: &Metrics)
 /// which partitions its probe side as it comes); blocking, received whole first.
 fn probe_input(probe: Probe, cfg: &GpuConfig, planned_out_of_core: bool, metrics: &Metrics) -> Probe {
     let ahead = (cfg.probe_read_ahead > 0 && !planned_out_of_core).then_some(cfg.probe_read_ahead);
-    let stall = Some(metrics.input_stall_time.clone());
     match probe {
-        Probe::Device(s) => {
-            let s = timed_input(s, metrics);
-            Probe::Device(match (cfg.pipelined_inputs, ahead) {
-                (false, _) => received_whole(s),
-                (true, Some(ahead)) => read_ahead(s, ahead, stall),
-                (true, None) => s,
-            })
-        }
+        Probe::Device(s) => Probe::Device(taken(s, cfg.pipelined_inputs, ahead, metrics)),
         Probe::Host(s) => {
             let schema = s.schema();
-            let s = timed_input(Box::pin(s) as Input<RecordBatch>, metrics);
-            let s = match (cfg.pipelined_inputs, ahead) {
-                (false, _) => received_whole(s),
-                (true, Some(ahead)) => read_ahead(s, ahead, stall),
-                (true, None) => s,
-            };
+            let s = taken(Box::pin(s), cfg.pipelined_inputs, ahead, metrics);
             Probe::Host(Box::pin(RecordBatchStreamAdapter::new(schema, s)))
         }
+    }
+}
+
+/// A probe input, timed, then received whole (not `pipelined`) or read `ahead`.
+fn taken<T: Send + 'static>(s: Input<T>, pipelined: bool, ahead: Option<usize>, metrics: &Metrics) -> Input<T> {
+    let s = timed_input(s, metrics, Some(metrics.probe_input_at.clone()));
+    match (pipelined, ahead) {
+        (false, _) => received_whole(s),
+        (true, Some(ahead)) => read_ahead(s, ahead, Some(metrics.input_stall_time.clone())),
+        (true, None) => s,
     }
 }
 
