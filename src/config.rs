@@ -92,7 +92,7 @@ macro_rules! config_field_from_str {
     )*};
 }
 
-config_field_from_str!(ByteSize, JoinAlgorithmSetting, AggregateAlgorithmSetting, PlacementSetting);
+config_field_from_str!(ByteSize, JoinAlgorithmSetting, AggregateAlgorithmSetting, PlacementSetting, DevicesSetting);
 
 /// Formats a byte count with a binary unit, exactly when it divides evenly (`8GiB`, `1.50GiB`).
 pub fn human_bytes(b: u64) -> String {
@@ -124,6 +124,10 @@ pub enum JoinAlgorithm {
     SmjGfur,
     /// Sort-merge join, payloads sorted with the keys.
     SmjGftr,
+    /// The multi-GPU sort-merge join over the session's device set (`gpu.devices`): both sides
+    /// range-partitioned across the devices on the top bits of their key words (one histogram
+    /// exchange, one all-to-all copy of the rows), each device's share joined by `smj_gftr`.
+    SmjMultiGpu,
 }
 
 impl JoinAlgorithm {
@@ -135,6 +139,16 @@ impl JoinAlgorithm {
         JoinAlgorithm::SmjGftr,
     ];
 
+    /// Every algorithm: the single-device ones, then the multi-GPU join.
+    pub const EVERY: [JoinAlgorithm; 6] = [
+        JoinAlgorithm::Npj,
+        JoinAlgorithm::PhjGfur,
+        JoinAlgorithm::PhjGftr,
+        JoinAlgorithm::SmjGfur,
+        JoinAlgorithm::SmjGftr,
+        JoinAlgorithm::SmjMultiGpu,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             JoinAlgorithm::Npj => "npj",
@@ -142,12 +156,18 @@ impl JoinAlgorithm {
             JoinAlgorithm::PhjGftr => "phj_gftr",
             JoinAlgorithm::SmjGfur => "smj_gfur",
             JoinAlgorithm::SmjGftr => "smj_gftr",
+            JoinAlgorithm::SmjMultiGpu => "smj_multi_gpu",
         }
     }
 
     /// Whether payloads are transformed with the keys.
     pub fn gftr(self) -> bool {
-        matches!(self, JoinAlgorithm::PhjGftr | JoinAlgorithm::SmjGftr)
+        matches!(self, JoinAlgorithm::PhjGftr | JoinAlgorithm::SmjGftr | JoinAlgorithm::SmjMultiGpu)
+    }
+
+    /// Whether the algorithm spreads one join over several devices.
+    pub fn multi_gpu(self) -> bool {
+        self == JoinAlgorithm::SmjMultiGpu
     }
 }
 
@@ -157,8 +177,8 @@ impl FromStr for JoinAlgorithm {
     /// One algorithm by name (`npj`, `phj_gfur`, ...), not a family or `auto`.
     fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
         let t = s.trim().to_ascii_lowercase();
-        JoinAlgorithm::ALL.iter().copied().find(|a| a.name() == t).ok_or_else(|| {
-            let names = JoinAlgorithm::ALL.map(|a| a.name()).join(", ");
+        JoinAlgorithm::EVERY.iter().copied().find(|a| a.name() == t).ok_or_else(|| {
+            let names = JoinAlgorithm::EVERY.map(|a| a.name()).join(", ");
             DataFusionError::Configuration(format!("unknown join algorithm '{s}'; choose one of {names}"))
         })
     }
@@ -182,7 +202,7 @@ pub enum JoinAlgorithmSetting {
 }
 
 impl JoinAlgorithmSetting {
-    pub const NAMES: &'static str = "auto, npj, phj, smj, phj_gfur, phj_gftr, smj_gfur, smj_gftr";
+    pub const NAMES: &'static str = "auto, npj, phj, smj, phj_gfur, phj_gftr, smj_gfur, smj_gftr, smj_multi_gpu";
 }
 
 impl FromStr for JoinAlgorithmSetting {
@@ -214,6 +234,75 @@ impl fmt::Display for JoinAlgorithmSetting {
             JoinAlgorithmSetting::Phj => f.write_str("phj"),
             JoinAlgorithmSetting::Smj => f.write_str("smj"),
             JoinAlgorithmSetting::Fixed(a) => f.write_str(a.name()),
+        }
+    }
+}
+
+/// Most devices `gpu.devices` may list (logical devices included).
+pub const MAX_DEVICES: usize = 16;
+
+/// `gpu.devices`: the session's device set.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum DevicesSetting {
+    /// `gpu.device` alone.
+    #[default]
+    One,
+    /// Every GPU the driver lists.
+    All,
+    /// These CUDA ordinals, in order (the first is the home device). An ordinal listed again is
+    /// another logical device on the same GPU: its own stream pool and budget, the GPU's memory
+    /// shared, so that the multi-GPU paths run on one GPU.
+    List(Vec<usize>),
+}
+
+impl DevicesSetting {
+    /// The ordinals of the set, `home` (`gpu.device`) first when the setting lists none, and
+    /// `count` the devices the driver has (for `all`).
+    pub fn ordinals(&self, home: usize, count: usize) -> Vec<usize> {
+        match self {
+            DevicesSetting::One => vec![home],
+            DevicesSetting::All => (0..count.max(1)).collect(),
+            DevicesSetting::List(l) => l.clone(),
+        }
+    }
+}
+
+impl FromStr for DevicesSetting {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, DataFusionError> {
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "" | "default" => return Ok(DevicesSetting::One),
+            "all" => return Ok(DevicesSetting::All),
+            _ => {}
+        }
+        let list =
+            t.split(',').map(|o| o.trim().parse::<usize>()).collect::<std::result::Result<Vec<_>, _>>().map_err(
+                |_| {
+                    DataFusionError::Configuration(format!(
+                        "gpu.devices '{s}' is not a list of CUDA ordinals: use e.g. '0,1', 'all', or '0,0' for two \
+                     logical devices on GPU 0"
+                    ))
+                },
+            )?;
+        if list.len() > MAX_DEVICES {
+            return Err(DataFusionError::Configuration(format!(
+                "gpu.devices lists {} devices; at most {}",
+                list.len(),
+                MAX_DEVICES
+            )));
+        }
+        Ok(DevicesSetting::List(list))
+    }
+}
+
+impl fmt::Display for DevicesSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DevicesSetting::One => Ok(()),
+            DevicesSetting::All => f.write_str("all"),
+            DevicesSetting::List(l) => f.write_str(&l.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(",")),
         }
     }
 }
@@ -372,6 +461,8 @@ gpu_options! {
         pub enable: bool, key = "enable", default = true
         /// CUDA ordinal of the GPU to use.
         pub device: usize, key = "device", default = 0
+        /// The session's device set for multi-GPU joins: '' (gpu.device alone), 'all', or CUDA ordinals such as '0,1'; the first is the home device, where every other GPU operator runs. An ordinal listed again is another logical device on the same GPU (its own streams and a share of the GPU's budget), which runs the multi-GPU join's whole path on one GPU ('0,0,0,0'). With several devices, gpu.join.algorithm = smj_multi_gpu (or the cost model, for builds larger than a fair share of one device) range-partitions a join's sides across them over peer copies and joins each device's share there.
+        pub devices: DevicesSetting, key = "devices", default = DevicesSetting::One
         /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's own budget, 90% of the memory free when it is first used, which every session's budget also counts against. A request that fits under the limit but not next to what others hold waits for their releases; it is refused only when it can never fit or nothing was released for 0.5 s while it waited, and the work then finishes on the CPU (gpu.memory.cpu_fallback). Probe chunks, output windows and aggregate chunks shrink under a small limit. A join whose build side would need more (about 3x its size, by the plan's statistics) runs out of core, partitioned through pinned host memory (EXPLAIN shows out_of_core=[...]), or stays on the CPU with the reason when it cannot (NOT IN, ordered output, dictionary columns).
         pub memory_limit: ByteSize, key = "memory.limit", default = ByteSize::Auto
         /// When device memory runs out (over gpu.memory.limit, or refused by the driver), DataFusion's own operators finish the work: a GPU join's build goes to DataFusion's hash join, which then probes every partition; a join partition's remaining probe rows go there when nothing of the failed chunk was sent and no build rows decided at the end depend on them; a GPU aggregate replays its host input (kept, reserved from DataFusion's memory pool), or its device input until its first chunk is grouped, through DataFusion's aggregate (also when dictionary batches overflow their key type). Where none can, the query runs again on DataFusion's plan (GpuQueryExec holds its output back, up to 64 MiB). EXPLAIN ANALYZE counts cpu_fallbacks and cpu_reruns. false fails the query instead.

@@ -779,6 +779,40 @@ impl DeviceBatch {
     pub fn byte_size(&self) -> usize {
         self.columns.iter().map(|c| c.byte_size()).sum()
     }
+
+    /// This batch on device `to` (on one of its streams): the same batch when it is there
+    /// already, else a copy over the peer link ([`crate::device::peer`]). The copy is complete
+    /// when this returns, so the source may be dropped at once.
+    pub fn to_device(&self, to: &Arc<Gpu>) -> Result<DeviceBatch> {
+        if self.gpu.same_device(to) {
+            return Ok(self.clone());
+        }
+        self.stream.synchronize().map_err(|e| gpu_error(format!("waiting for a batch to move: {e}")))?;
+        let stream = to.stream();
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| copy_column(&self.gpu, c, to, &stream).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        stream.synchronize().map_err(|e| {
+            gpu_error(format!("copying a batch from GPU {} to GPU {}: {e}", self.gpu.label(), to.label()))
+        })?;
+        DeviceBatch::try_new(Arc::clone(&self.schema), columns, self.num_rows, Arc::clone(to), stream)
+    }
+}
+
+/// A copy of `col` (on device `from`, its writers finished) on device `to`, on `stream`.
+fn copy_column(from: &Gpu, col: &DeviceColumn, to: &Gpu, stream: &Arc<CudaStream>) -> Result<DeviceColumn> {
+    let what = "a column copied from another device";
+    let copy = |b: &DeviceBuffer| crate::device::peer::copy_buffer(from, b, to, stream, what);
+    Ok(DeviceColumn {
+        data_type: col.data_type.clone(),
+        len: col.len,
+        null_count: col.null_count,
+        validity: col.validity.as_ref().map(copy).transpose()?,
+        buffers: col.buffers.iter().map(copy).collect::<Result<_>>()?,
+        children: col.children.iter().map(|c| copy_column(from, c, to, stream)).collect::<Result<_>>()?,
+    })
 }
 
 #[cfg(test)]

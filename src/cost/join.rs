@@ -98,6 +98,21 @@ impl JoinShape {
                 let partitions = launches * 2f64.powi(crate::join::phj::partition_bits(nr as u64) as i32);
                 vec![launches, transform, matching, mat, partitions]
             }
+            JoinAlgorithm::SmjMultiGpu => {
+                // Each device joins its share of both sides and of the output with smj_gftr, side
+                // by side; the exchange splits both sides on the home device (an 8-bit radix
+                // pass over (digit, row) pairs, a gather of the rows) and sends all but the home
+                // device's share out over its peer link, whose output comes back the same way.
+                let g = (profile.devices.max(1)) as f64;
+                let share = JoinShape { build_rows: nr / g, probe_rows: ns / g, output_rows: m / g, ..*self };
+                let mut f = share.gpu_features(JoinAlgorithm::SmjGftr, profile);
+                let (row_r, row_s) = (k + wr, k + ws);
+                let split = seq((nr + ns) * 8.0 * 3.0 + 2.0 * (nr * row_r + ns * row_s));
+                let away = (g - 1.0) / g;
+                let link = away * (nr * row_r + ns * row_s + m * (wr + ws)) / profile.peer_copy_bandwidth();
+                f.push(if g > 1.0 { split + link } else { 0.0 });
+                f
+            }
             JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
                 // An LSD radix sort over every bit of the key word, then a merge path.
                 let passes = radix_passes(2f64.powf(8.0 * k));
@@ -156,9 +171,14 @@ pub fn repartition_seconds(rows: f64, row_bytes: f64, profile: &Profile) -> f64 
     rows * per_row / profile.cpu_threads.max(1) as f64
 }
 
-/// The cheapest of `candidates` by the model.
+/// The cheapest of `candidates` by the model; the multi-GPU join only when the profile's set
+/// holds several devices.
 pub fn choose(shape: &JoinShape, candidates: &[JoinAlgorithm], profile: &Profile) -> JoinChoice {
-    let estimates = candidates.iter().map(|&a| (a, gpu_seconds(shape, a, profile))).collect();
+    let estimates = candidates
+        .iter()
+        .filter(|a| !a.multi_gpu() || profile.devices > 1)
+        .map(|&a| (a, gpu_seconds(shape, a, profile)))
+        .collect();
     JoinChoice::cheapest(estimates, JoinAlgorithm::Npj)
 }
 

@@ -36,12 +36,33 @@ pub struct Profile {
     pub d2h: f64,
     /// Host threads DataFusion used when the CPU terms were fitted.
     pub cpu_threads: usize,
+    /// Devices in the session's set (`gpu.devices`), which the multi-GPU join spreads over.
+    #[serde(default = "one_device")]
+    pub devices: usize,
+    /// Copy bandwidth between two devices of the set, bytes/s (`doctor` measures it); 0 when
+    /// unmeasured, priced then at the host link's `h2d` (what copies through host memory get).
+    #[serde(default)]
+    pub peer_bandwidth: f64,
     /// The fitted coefficient of each feature of each model, by model name (see
     /// [`super::join`] and [`super::aggregate`] for the features).
     pub coefficients: BTreeMap<String, Vec<f64>>,
 }
 
+fn one_device() -> usize {
+    1
+}
+
 impl Profile {
+    /// This profile for a session whose device set holds `devices` devices.
+    pub fn for_devices(self, devices: usize) -> Profile {
+        Profile { devices: devices.max(1), ..self }
+    }
+
+    /// The bandwidth the model prices copies between devices at.
+    pub fn peer_copy_bandwidth(&self) -> f64 {
+        if self.peer_bandwidth > 0.0 { self.peer_bandwidth } else { self.h2d.max(1.0) }
+    }
+
     /// The memory levels a hash table can sit in on this device: Wu et al.'s L1 and L2 bandwidth
     /// ratios (L2 at 3x `B_G`, the value that reproduces its Table 2), this device's L2 size, and
     /// the shared memory of a block as the L1 share one table gets.
@@ -99,6 +120,8 @@ impl Profile {
             h2d: 55.0e9,
             d2h: 55.1e9,
             cpu_threads: 16,
+            devices: 1,
+            peer_bandwidth: 0.0,
             coefficients: BTreeMap::new(),
         }
     }
@@ -150,6 +173,9 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         m.insert("join.phj_gftr".into(), vec![0.0004252, 1.898, 0.0, 1.563, 2.559e-08]);
         m.insert("join.phj_gfur".into(), vec![0.0004456, 2.778, 0.0, 0.5361, 2.859e-08]);
         m.insert("join.smj_gftr".into(), vec![0.0006507, 3.284, 0.0, 1.037]);
+        // Not fitted: smj_gftr's coefficients on each device's share, and the exchange (its
+        // split on the home device and its copies over the peer links) at its floor.
+        m.insert("join.smj_multi_gpu".into(), vec![0.0006507, 3.284, 0.0, 1.037, 1.0]);
         m.insert("join.smj_gfur".into(), vec![0.0004532, 4.267, 0.0, 0.6141]);
         m.insert("transfer".into(), vec![4.254e-11, 0.000206, 2.342e-11]);
         // DataFusion's hash repartition: thread seconds per row and per byte of the row. From

@@ -44,6 +44,11 @@ pub struct DoctorReport {
     pub h2d_pageable: f64,
     pub d2h_pinned: f64,
     pub d2h_pageable: f64,
+    /// With a device set (`gpu.devices`), each device's label and its copy bandwidth to every
+    /// device of the set (row: from, column: to; the diagonal a copy within one device).
+    pub peers: Vec<(String, Vec<f64>)>,
+    /// Whether each pair of the set has direct peer access (else copies go through host memory).
+    pub peer_access: Vec<Vec<bool>>,
     pub options: DoctorOptions,
 }
 
@@ -117,6 +122,20 @@ pub fn run(gpu: &Gpu, opts: DoctorOptions) -> Result<DoctorReport> {
     let d2h_pinned = m as f64 / time_events(&stream, &opts, || d2h(pinned_ptr))?;
     let d2h_pageable = m as f64 / time_events(&stream, &opts, || d2h(pageable_ptr))?;
     stream.synchronize().gpu("synchronising")?;
+    drop(dev);
+
+    // Between the devices of the set, when there are several.
+    let set: Vec<&Gpu> = std::iter::once(gpu).chain(gpu.peers().iter().map(|p| p.as_ref())).collect();
+    let (peers, peer_access) = if set.len() > 1 {
+        let matrix = super::peer::bandwidth_matrix(&set, m, opts.runs.max(1))?;
+        let access = set
+            .iter()
+            .map(|a| set.iter().map(|b| super::peer::can_access_peer(a, b)).collect::<Result<Vec<_>>>())
+            .collect::<Result<Vec<_>>>()?;
+        (set.iter().map(|g| g.label()).zip(matrix).collect(), access)
+    } else {
+        (Vec::new(), Vec::new())
+    };
 
     Ok(DoctorReport {
         info: gpu.info().clone(),
@@ -129,6 +148,8 @@ pub fn run(gpu: &Gpu, opts: DoctorOptions) -> Result<DoctorReport> {
         h2d_pageable,
         d2h_pinned,
         d2h_pageable,
+        peers,
+        peer_access,
         options: opts,
     })
 }
@@ -172,6 +193,28 @@ impl fmt::Display for DoctorReport {
         let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (k, v) in rows {
             writeln!(f, "{k:<w$}  {v}")?;
+        }
+        if !self.peers.is_empty() {
+            writeln!(
+                f,
+                "copies between the devices of gpu.devices (GB/s, row: from, column: to; * = through host memory):"
+            )?;
+            let labels: Vec<&str> = self.peers.iter().map(|(l, _)| l.as_str()).collect();
+            let cell = 10;
+            write!(f, "{:>6}", "")?;
+            for l in &labels {
+                write!(f, "{l:>cell$}")?;
+            }
+            writeln!(f)?;
+            for (i, (l, row)) in self.peers.iter().enumerate() {
+                write!(f, "{l:>6}")?;
+                for (j, b) in row.iter().enumerate() {
+                    let direct = self.peer_access.get(i).and_then(|r| r.get(j)).copied().unwrap_or(true);
+                    let text = format!("{:.1}{}", b / 1e9, if direct { "" } else { "*" });
+                    write!(f, "{text:>cell$}")?;
+                }
+                writeln!(f)?;
+            }
         }
         write!(
             f,

@@ -386,6 +386,18 @@ impl DeviceBuffer {
     }
 }
 
+impl DeviceBuffer {
+    /// Raw device address for work ordered after this buffer's own stream's (a copy to another
+    /// device issued once that stream was synchronised); 0 when empty. Not noted as a use on
+    /// another stream: that stream may belong to another GPU's context.
+    pub(crate) fn home_ptr(&self) -> sys::CUdeviceptr {
+        match &self.slice {
+            Some(s) => s.device_ptr(s.stream()).0,
+            None => 0,
+        }
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let Some(s) = &self.slice else { return };

@@ -6,6 +6,7 @@ pub mod kernel;
 pub mod kernels;
 pub mod launch;
 pub mod memory;
+pub mod peer;
 pub mod pinned;
 pub mod probe;
 pub mod registered;
@@ -84,6 +85,9 @@ impl TransferSettings {
 #[derive(Debug)]
 struct Device {
     info: DeviceInfo,
+    /// 0 for the GPU itself; k > 0 for its k-th further logical device (`gpu.devices = '0,0'`),
+    /// which has a stream pool and budget of its own on the GPU's context.
+    slot: usize,
     ctx: Arc<CudaContext>,
     /// The stream pool: grown to the largest `gpu.streams` any session asked for; a session's
     /// work takes the first `gpu.streams` round-robin.
@@ -98,7 +102,8 @@ struct Device {
     rings: Mutex<std::collections::VecDeque<StagingRing>>,
     /// Threads that fill the staging slots, one pool per thread count a session asked for.
     copy_pools: Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>,
-    registry: registered::HostRegistry,
+    /// Host memory page-locked for this GPU (shared by its logical devices).
+    registry: Arc<registered::HostRegistry>,
     kernels: kernels::KernelCache,
     /// Taken by an out-of-core join for each piece of device work, so that at most
     /// [`SPILL_WORKERS`] pieces sized to the memory limit run at once.
@@ -108,6 +113,32 @@ struct Device {
 }
 
 impl Device {
+    /// A further logical device on `base`'s GPU: its context, pinned memory and host
+    /// registrations (one per GPU), streams, kernels and work slots of its own, and a budget
+    /// drawn from `base`'s.
+    fn logical(base: &Device, slot: usize, cache_dir: Option<std::path::PathBuf>) -> Result<Device> {
+        let ctx = Arc::clone(&base.ctx);
+        let default_streams = GpuConfig::default().streams.clamp(1, MAX_STREAMS);
+        let streams =
+            (0..default_streams).map(|_| ctx.new_stream().gpu("creating a stream")).collect::<Result<Vec<_>>>()?;
+        Ok(Device {
+            info: base.info.clone(),
+            slot,
+            kernels: kernels::KernelCache::new(Arc::clone(&ctx), &base.info, cache_dir),
+            spill_slots: Arc::new(tokio::sync::Semaphore::new(SPILL_WORKERS)),
+            split_slots: Arc::new(tokio::sync::Semaphore::new(SPLIT_WORKERS)),
+            pinned: Arc::clone(&base.pinned),
+            registry: Arc::clone(&base.registry),
+            memory: Arc::new(MemoryBudget::child(&base.memory, None)),
+            sessions: Mutex::new(HashMap::new()),
+            copy_pools: Mutex::new(HashMap::new()),
+            rings: Mutex::new(std::collections::VecDeque::new()),
+            next_stream: AtomicUsize::new(0),
+            streams: RwLock::new(streams),
+            ctx,
+        })
+    }
+
     fn copy_pool(&self, threads: usize) -> Result<Arc<rayon::ThreadPool>> {
         let mut pools = self.copy_pools.lock().map_err(|_| gpu_error("transfer thread pools lock poisoned"))?;
         if let Some(p) = pools.get(&threads) {
@@ -160,6 +191,8 @@ pub struct Gpu {
     register_limit: u64,
     /// `gpu.memory.pinned_limit`.
     pinned_limit: u64,
+    /// The other devices of the session's set (`gpu.devices`), in order; empty for one device.
+    peers: Vec<Arc<Gpu>>,
 }
 
 /// A permit of `slots`, held until dropped.
@@ -176,8 +209,9 @@ fn copy_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
         .map_err(|e| gpu_error(format!("starting {threads} transfer threads: {e}")))
 }
 
-fn registry() -> &'static Mutex<HashMap<usize, Arc<Device>>> {
-    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Device>>>> = OnceLock::new();
+/// Every device opened, by (ordinal, logical slot).
+fn registry() -> &'static Mutex<HashMap<(usize, usize), Arc<Device>>> {
+    static GPUS: OnceLock<Mutex<HashMap<(usize, usize), Arc<Device>>>> = OnceLock::new();
     GPUS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -185,7 +219,7 @@ impl Gpu {
     /// Device `ordinal` with the default settings and the device's own budget, opened on first
     /// use (kernel cache in the default folder).
     pub fn get(ordinal: usize) -> Result<Arc<Gpu>> {
-        let device = Gpu::open_device(ordinal)?;
+        let device = Gpu::open_device(ordinal, 0)?;
         let memory = Arc::clone(&device.memory);
         Gpu::view(device, memory, &GpuConfig::default())
     }
@@ -195,23 +229,83 @@ impl Gpu {
     /// ([`kernels::default_cache_dir`]): not a session setting, since the cache holds code the
     /// device runs.
     pub fn for_config(cfg: &GpuConfig) -> Result<Arc<Gpu>> {
-        let device = Gpu::open_device(cfg.device)?;
-        let memory = Arc::new(MemoryBudget::child(&device.memory, cfg.memory_limit.bytes()));
-        Gpu::view(device, memory, cfg)
+        Gpu::open_set(cfg, |device| Arc::new(MemoryBudget::child(&device.memory, cfg.memory_limit.bytes())))
     }
 
     /// The device as session `session` sees it with `cfg`: every query of the session draws on
-    /// one budget under its `gpu.memory.limit`.
+    /// one budget under its `gpu.memory.limit` on each device of its set (`gpu.devices`).
     pub fn for_session(cfg: &GpuConfig, session: &str) -> Result<Arc<Gpu>> {
-        let device = Gpu::open_device(cfg.device)?;
-        let memory = device.session_budget(session, cfg.memory_limit.bytes());
-        Gpu::view(device, memory, cfg)
+        Gpu::open_set(cfg, |device| device.session_budget(session, cfg.memory_limit.bytes()))
+    }
+
+    /// The home device of `cfg`'s set with the others as its peers, each with the budget
+    /// `budget` gives it. A logical device (an ordinal listed again) takes the next slot of its
+    /// GPU.
+    fn open_set(cfg: &GpuConfig, budget: impl Fn(&Arc<Device>) -> Arc<MemoryBudget>) -> Result<Arc<Gpu>> {
+        let count = match cfg.devices {
+            crate::config::DevicesSetting::All => probe::device_count().map_err(|e| gpu_error(e.to_string()))?,
+            _ => 1,
+        };
+        let ordinals = cfg.devices.ordinals(cfg.device, count);
+        if ordinals.is_empty() {
+            return Err(gpu_error("gpu.devices lists no device"));
+        }
+        let mut views = Vec::with_capacity(ordinals.len());
+        for (i, &ordinal) in ordinals.iter().enumerate() {
+            let slot = ordinals[..i].iter().filter(|o| **o == ordinal).count();
+            let device = Gpu::open_device(ordinal, slot)?;
+            let memory = budget(&device);
+            views.push(Gpu::view(device, memory, cfg)?);
+        }
+        let mut views = views.into_iter();
+        let home = views.next().ok_or_else(|| gpu_error("gpu.devices lists no device"))?;
+        let peers: Vec<Arc<Gpu>> = views.collect();
+        if peers.is_empty() {
+            return Ok(home);
+        }
+        let mut home = Arc::try_unwrap(home).map_err(|_| gpu_error("the home device's view is shared"))?;
+        for p in &peers {
+            peer::enable_peer_access(&home, p)?;
+        }
+        home.peers = peers;
+        Ok(Arc::new(home))
+    }
+
+    /// The session's device set: this device, then its peers (`gpu.devices`).
+    pub fn device_set(self: &Arc<Self>) -> Vec<Arc<Gpu>> {
+        std::iter::once(Arc::clone(self)).chain(self.peers.iter().cloned()).collect()
+    }
+
+    /// The other devices of the session's set, in order.
+    pub fn peers(&self) -> &[Arc<Gpu>] {
+        &self.peers
+    }
+
+    /// Devices in the session's set (1 without `gpu.devices`).
+    pub fn device_count(&self) -> usize {
+        1 + self.peers.len()
+    }
+
+    /// Whether `other` is a view of the same device (and logical slot).
+    pub fn same_device(&self, other: &Gpu) -> bool {
+        Arc::ptr_eq(&self.device, &other.device)
+    }
+
+    /// The device's name in messages: its ordinal, and `:slot` for a further logical device.
+    pub fn label(&self) -> String {
+        match self.device.slot {
+            0 => self.device.info.ordinal.to_string(),
+            s => format!("{}:{s}", self.device.info.ordinal),
+        }
     }
 
     /// This device with `cfg`'s transfer and stream settings, on the same budget (benchmarks
     /// that compare settings).
     pub fn with_config(&self, cfg: &GpuConfig) -> Result<Arc<Gpu>> {
-        Gpu::view(Arc::clone(&self.device), Arc::clone(&self.memory), cfg)
+        let mut view = Arc::try_unwrap(Gpu::view(Arc::clone(&self.device), Arc::clone(&self.memory), cfg)?)
+            .map_err(|_| gpu_error("a new device view is shared"))?;
+        view.peers = self.peers.clone();
+        Ok(Arc::new(view))
     }
 
     fn view(device: Arc<Device>, memory: Arc<MemoryBudget>, cfg: &GpuConfig) -> Result<Arc<Gpu>> {
@@ -227,20 +321,30 @@ impl Gpu {
             register_limit: cfg.host_register_limit.bytes().unwrap_or(DEFAULT_REGISTER_LIMIT),
             pinned_limit: cfg.pinned_memory_limit.bytes().unwrap_or_else(pinned::default_pinned_limit),
             device,
+            peers: Vec::new(),
         }))
     }
 
-    fn open_device(ordinal: usize) -> Result<Arc<Device>> {
+    /// Device `ordinal`'s logical slot `slot` (0: the GPU itself), opened on first use. A
+    /// further slot shares the GPU's context and draws its budget from the GPU's.
+    fn open_device(ordinal: usize, slot: usize) -> Result<Arc<Device>> {
         probe::check_ordinal(ordinal).map_err(|e| gpu_error(e.to_string()))?;
+        let base = match slot {
+            0 => None,
+            _ => Some(Gpu::open_device(ordinal, 0)?),
+        };
         let mut gpus = registry().lock().map_err(|_| gpu_error("device registry lock poisoned"))?;
-        if let Some(g) = gpus.get(&ordinal) {
+        if let Some(g) = gpus.get(&(ordinal, slot)) {
             return Ok(Arc::clone(g));
         }
         let cache_dir = kernels::default_cache_dir();
-        let device = catch_unwind(AssertUnwindSafe(|| Gpu::open(ordinal, cache_dir)))
-            .map_err(|_| gpu_error(format!("the CUDA driver panicked while opening device {ordinal}")))??;
+        let device = match base {
+            None => catch_unwind(AssertUnwindSafe(|| Gpu::open(ordinal, cache_dir)))
+                .map_err(|_| gpu_error(format!("the CUDA driver panicked while opening device {ordinal}")))??,
+            Some(base) => Device::logical(&base, slot, cache_dir)?,
+        };
         let device = Arc::new(device);
-        gpus.insert(ordinal, Arc::clone(&device));
+        gpus.insert((ordinal, slot), Arc::clone(&device));
         Ok(device)
     }
 
@@ -264,11 +368,12 @@ impl Gpu {
             memory::release_pool_memory_above(&ctx, default_limit)?;
         }
         Ok(Device {
+            slot: 0,
             kernels: kernels::KernelCache::new(Arc::clone(&ctx), &info, cache_dir),
             spill_slots: Arc::new(tokio::sync::Semaphore::new(SPILL_WORKERS)),
             split_slots: Arc::new(tokio::sync::Semaphore::new(SPLIT_WORKERS)),
             pinned: PinnedPool::new(Arc::clone(&ctx), PINNED_CACHE_LIMIT),
-            registry: registered::HostRegistry::new(Arc::clone(&ctx)),
+            registry: Arc::new(registered::HostRegistry::new(Arc::clone(&ctx))),
             memory: Arc::new(MemoryBudget::new(default_limit)),
             sessions: Mutex::new(HashMap::new()),
             copy_pools: Mutex::new(HashMap::new()),
@@ -412,7 +517,7 @@ impl Gpu {
         register: bool,
     ) -> Result<Vec<transfer::Landed>> {
         let mut ring = self.take_ring()?;
-        let registry = register.then_some((&self.device.registry, self.register_limit));
+        let registry = register.then_some((&*self.device.registry, self.register_limit));
         let stores = self.settings.stores;
         let result =
             transfer::upload(stream, &mut ring, registry, &self.device.pinned, pieces, &self.copy_threads, stores);

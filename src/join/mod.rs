@@ -18,6 +18,7 @@
 pub mod filter;
 pub use crate::primitives::keys;
 pub use crate::primitives::materialize;
+pub mod multi_gpu;
 pub mod npj;
 pub mod phj;
 pub mod smj;
@@ -150,6 +151,20 @@ pub struct PhaseTimes {
     pub matching: Duration,
     /// Confirming wide keys, filters, flags, and gathering output columns.
     pub materialize: Duration,
+    /// A multi-GPU join's splitting of its inputs by key range and their copies between the
+    /// devices ([`multi_gpu`]).
+    pub exchange: Duration,
+}
+
+impl PhaseTimes {
+    /// Adds `other`'s phases to these.
+    pub fn add(&mut self, other: &PhaseTimes) {
+        self.keys += other.keys;
+        self.transform += other.transform;
+        self.matching += other.matching;
+        self.materialize += other.materialize;
+        self.exchange += other.exchange;
+    }
 }
 
 /// Times a phase: with `sync`, the work it issued on `stream` is included.
@@ -171,9 +186,9 @@ enum Index {
     Partitioned { side: Transformed, bits: u32, offsets: Vec<u32> },
 }
 
-/// A prepared build side.
+/// A build side prepared on one device.
 #[derive(Debug)]
-pub struct JoinBuild {
+pub struct OneBuild {
     spec: Arc<JoinSpec>,
     gpu: Arc<Gpu>,
     batch: DeviceBatch,
@@ -295,7 +310,7 @@ pub(crate) fn key_columns(batch: &DeviceBatch, idx: &[usize]) -> Result<Vec<Arc<
         .collect()
 }
 
-impl JoinBuild {
+impl OneBuild {
     /// Prepares the build batch on `stream` and waits for it, so that any stream may probe.
     pub fn new(gpu: Arc<Gpu>, stream: &Arc<CudaStream>, spec: Arc<JoinSpec>, batch: DeviceBatch) -> Result<Self> {
         if spec.ordered && spec.algorithm != JoinAlgorithm::Npj {
@@ -311,7 +326,7 @@ impl JoinBuild {
             JoinAlgorithm::Npj => Index::Npj(phase(stream, sync, &mut times.transform, || {
                 NpjBuild::build(&gpu, stream, &keys, width, spec.ordered)
             })?),
-            JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr => {
+            JoinAlgorithm::SmjGfur | JoinAlgorithm::SmjGftr | JoinAlgorithm::SmjMultiGpu => {
                 let gftr = gftr_columns(&spec, &batch, true);
                 let rows = needs_rows(&spec, true, &gftr_indices(&gftr));
                 Index::Sorted(phase(stream, sync, &mut times.transform, || {
@@ -336,7 +351,7 @@ impl JoinBuild {
             None
         };
         stream.synchronize().gpu("waiting for the join's build")?;
-        Ok(JoinBuild {
+        Ok(OneBuild {
             spec,
             gpu,
             batch,
@@ -347,18 +362,6 @@ impl JoinBuild {
             probe_nonempty: AtomicBool::new(false),
             times,
         })
-    }
-
-    /// Whether no probe row can produce output, so the probe side need not be read at all (as
-    /// DataFusion's hash join skips it, and with it any error its input would raise): the build
-    /// is empty and the join type outputs only matched or build rows. (DataFusion also skips
-    /// the probe when every build key is NULL and NULLs match nothing; that case still probes.)
-    pub fn probe_is_moot(&self) -> bool {
-        self.batch.num_rows() == 0 && self.spec.join_type.empty_build_side_produces_empty_result()
-    }
-
-    pub fn spec(&self) -> &Arc<JoinSpec> {
-        &self.spec
     }
 
     fn build_perm(&self) -> RowMap<'_> {
@@ -373,16 +376,6 @@ impl JoinBuild {
             Index::Npj(_) => None,
             Index::Sorted(t) | Index::Partitioned { side: t, .. } => t.column(i),
         }
-    }
-
-    /// Joins one probe chunk; returns its output batches (on `stream`).
-    pub fn probe(
-        &self,
-        stream: &Arc<CudaStream>,
-        chunk: &DeviceBatch,
-        times: &mut PhaseTimes,
-    ) -> Result<Vec<DeviceBatch>> {
-        self.probe_part(stream, chunk, times, None, true)
     }
 
     /// Joins one probe chunk, handing each output batch (one window of about `batch_rows`
@@ -919,4 +912,135 @@ fn csr_expand(
         ],
     )?;
     Ok((out_b, out_p))
+}
+
+/// How a build side was prepared: on one device, or spread over the session's device set.
+#[derive(Debug)]
+enum Prepared {
+    One(OneBuild),
+    Spread(multi_gpu::SpreadBuild),
+}
+
+/// A prepared build side: on the session's device, or, for the multi-GPU join
+/// ([`JoinAlgorithm::SmjMultiGpu`]), spread over its device set, whose outputs come back to the
+/// session's device.
+#[derive(Debug)]
+pub struct JoinBuild {
+    spec: Arc<JoinSpec>,
+    gpu: Arc<Gpu>,
+    rows: usize,
+    prepared: Prepared,
+    /// Time spent building.
+    pub times: PhaseTimes,
+}
+
+impl JoinBuild {
+    /// Prepares the build batch on `stream` and waits for it, so that any stream may probe. The
+    /// multi-GPU join spreads it over `gpu`'s device set (`gpu.devices`); with one device it is
+    /// the sort-merge join with GFTR.
+    pub fn new(gpu: Arc<Gpu>, stream: &Arc<CudaStream>, spec: Arc<JoinSpec>, batch: DeviceBatch) -> Result<Self> {
+        let rows = batch.num_rows();
+        if !spec.algorithm.multi_gpu() {
+            let one = OneBuild::new(Arc::clone(&gpu), stream, Arc::clone(&spec), batch)?;
+            let times = one.times;
+            return Ok(JoinBuild { spec, gpu, rows, prepared: Prepared::One(one), times });
+        }
+        let device_spec = Arc::new(multi_gpu::device_spec(&spec));
+        let set = gpu.device_set();
+        if set.len() == 1 {
+            let one = OneBuild::new(Arc::clone(&gpu), stream, device_spec, batch)?;
+            let times = one.times;
+            return Ok(JoinBuild { spec, gpu, rows, prepared: Prepared::One(one), times });
+        }
+        let spread = multi_gpu::SpreadBuild::new(&set, device_spec, vec![batch])?;
+        let mut times = spread.times();
+        times.exchange += spread.exchange;
+        Ok(JoinBuild { spec, gpu, rows, prepared: Prepared::Spread(spread), times })
+    }
+
+    /// Whether no probe row can produce output, so the probe side need not be read at all (as
+    /// DataFusion's hash join skips it, and with it any error its input would raise): the build
+    /// is empty and the join type outputs only matched or build rows. (DataFusion also skips
+    /// the probe when every build key is NULL and NULLs match nothing; that case still probes.)
+    pub fn probe_is_moot(&self) -> bool {
+        self.rows == 0 && self.spec.join_type.empty_build_side_produces_empty_result()
+    }
+
+    pub fn spec(&self) -> &Arc<JoinSpec> {
+        &self.spec
+    }
+
+    /// Joins one probe chunk; returns its output batches (on `stream`).
+    pub fn probe(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        times: &mut PhaseTimes,
+    ) -> Result<Vec<DeviceBatch>> {
+        self.probe_part(stream, chunk, times, None, true)
+    }
+
+    /// Joins one probe chunk, handing each output batch to `sink` (see
+    /// [`OneBuild::probe_into`]). A spread build hands over each device's batches once every
+    /// device has joined its share of the chunk.
+    pub fn probe_into(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        times: &mut PhaseTimes,
+        sink: &mut dyn FnMut(DeviceBatch) -> Result<()>,
+    ) -> Result<()> {
+        match &self.prepared {
+            Prepared::One(b) => b.probe_into(stream, chunk, times, sink),
+            Prepared::Spread(s) => {
+                let outs = s.probe(vec![chunk.clone()], times)?;
+                multi_gpu::gather_home(&self.gpu, stream, outs)?.into_iter().try_for_each(sink)
+            }
+        }
+    }
+
+    /// Joins one probe chunk against one build chunk of several (see [`OneBuild::probe_part`]);
+    /// a spread build is always whole.
+    pub fn probe_part(
+        &self,
+        stream: &Arc<CudaStream>,
+        chunk: &DeviceBatch,
+        times: &mut PhaseTimes,
+        flags: Option<&DeviceBuffer>,
+        last: bool,
+    ) -> Result<Vec<DeviceBatch>> {
+        match &self.prepared {
+            Prepared::One(b) => b.probe_part(stream, chunk, times, flags, last),
+            Prepared::Spread(_) if flags.is_some() || !last => {
+                Err(gpu_error("a multi-GPU join's build cannot be one chunk of several"))
+            }
+            Prepared::Spread(_) => {
+                let mut out = Vec::new();
+                self.probe_into(stream, chunk, times, &mut |b| {
+                    out.push(b);
+                    Ok(())
+                })?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// The build rows the join type emits once the probe has ended (see [`OneBuild::finish`]).
+    pub fn finish(&self, stream: &Arc<CudaStream>, times: &mut PhaseTimes) -> Result<Vec<DeviceBatch>> {
+        match &self.prepared {
+            Prepared::One(b) => b.finish(stream, times),
+            Prepared::Spread(s) => {
+                let outs = s.finish(times)?;
+                multi_gpu::gather_home(&self.gpu, stream, outs)
+            }
+        }
+    }
+
+    /// Build rows per device of a spread build (one entry on one device).
+    pub fn device_rows(&self) -> Vec<u64> {
+        match &self.prepared {
+            Prepared::One(_) => vec![self.rows as u64],
+            Prepared::Spread(s) => s.rows.clone(),
+        }
+    }
 }

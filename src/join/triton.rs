@@ -44,12 +44,11 @@ use cudarc::driver::CudaStream;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::keys::{KeyPlan, prepare_keys};
+use super::keys::{KeyPlan, prepare_keys, row_digits};
 use super::materialize::{GatherSpec, gather_columns};
 use crate::columns::concat::{host_range_bytes, upload_row_ranges};
 use crate::columns::{DeviceBatch, DeviceColumn, HostColumn, download_columns};
-use crate::device::kernel;
-use crate::device::{Gpu, KArg, opt_ptr, ptr};
+use crate::device::Gpu;
 use crate::error::{Result, gpu_error};
 use crate::primitives::radix::{KeyWidth, ValueWidth, boundaries, radix_sort_pairs};
 use crate::primitives::select::iota;
@@ -254,25 +253,13 @@ impl SpilledSide {
         }
         let mut trace = Trace::new(gpu, stream);
         trace.step("wait");
-        let part = gpu.alloc_filled(stream, rows as usize * 4, 0, "out-of-core partition of each row")?;
-        if self.bits > 0 {
+        let part = if self.bits > 0 {
             let cols = super::key_columns(batch, key_cols)?;
             let keys = prepare_keys(gpu, stream, plan, &cols, rows)?;
-            let width = plan.encoding.width();
-            // spill_part_kX(const K* keys, u64 items, const u32* item_rows, u32 shift, u32* part)
-            gpu.launch_n(
-                stream,
-                width.kernel(kernel::SPILL_PART),
-                keys.items,
-                &[
-                    ptr(&keys.keys, stream),
-                    KArg::U64(keys.items),
-                    opt_ptr(keys.item_rows.as_ref(), stream),
-                    KArg::U32(width.bits() - self.bits),
-                    ptr(&part, stream),
-                ],
-            )?;
-        }
+            row_digits(gpu, stream, &keys, plan.encoding.width(), self.bits)?
+        } else {
+            gpu.alloc_filled(stream, rows as usize * 4, 0, "out-of-core partition of each row")?
+        };
         trace.step("keys");
         let ids = iota(gpu, stream, rows)?;
         let (sorted, ids) =

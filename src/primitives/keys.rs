@@ -407,3 +407,34 @@ pub fn verify_pairs(
     }
     Ok(eq)
 }
+
+/// Per row of `keys`' side (`rows` rows), the top `bits` bits of its key word: a u32 per row,
+/// 0 for a row without a key word (a NULL key that matches nothing). Key words are mixed or
+/// hashed, so these MSB digits spread rows over `2^bits` ranges whatever the key type (the
+/// out-of-core join's partitions, the multi-GPU join's ranges).
+pub fn row_digits(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &KeySide,
+    width: KeyWidth,
+    bits: u32,
+) -> Result<DeviceBuffer> {
+    let digits = gpu.alloc_filled(stream, keys.rows as usize * 4, 0, "the key digit of each row")?;
+    if bits == 0 {
+        return Ok(digits);
+    }
+    // spill_part_kX(const K* keys, u64 items, const u32* item_rows, u32 shift, u32* part)
+    gpu.launch_n(
+        stream,
+        width.kernel(kernel::SPILL_PART),
+        keys.items,
+        &[
+            ptr(&keys.keys, stream),
+            KArg::U64(keys.items),
+            opt_ptr(keys.item_rows.as_ref(), stream),
+            KArg::U32(width.bits() - bits),
+            ptr(&digits, stream),
+        ],
+    )?;
+    Ok(digits)
+}

@@ -182,7 +182,9 @@ impl GpuOptimizerRule {
         };
         // The cost model's profile of this device (only with a device and gpu.placement = cost).
         let profile = match (&gpu, cfg.placement) {
-            (Some(g), PlacementSetting::Cost) => Some(Arc::new(profile::load(g.info(), &cfg.profile_dir))),
+            (Some(g), PlacementSetting::Cost) => {
+                Some(Arc::new(profile::load(g.info(), &cfg.profile_dir).for_devices(g.device_count())))
+            }
             _ => None,
         };
         // The profile that prices fused uploads: the cost model's, or the device's own.

@@ -27,6 +27,7 @@ use datafusion_gpu::distributed::{LocalWorkers, WorkerServer, WorkerUrls, distri
 use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
 use datafusion_gpu_bench::bench::aggregate::{self, AggregateBenchOptions};
 use datafusion_gpu_bench::bench::join::{self, JoinBenchOptions};
+use datafusion_gpu_bench::bench::multi_gpu::{self, MultiGpuBenchOptions};
 use datafusion_gpu_bench::bench::primitives;
 use datafusion_gpu_bench::bench::sweep::{self, SweepOptions};
 use datafusion_gpu_bench::bench::transfer::{self, TransferBenchOptions};
@@ -66,6 +67,10 @@ enum Command {
         /// Bytes per host<->device transfer measurement.
         #[arg(long, default_value = "256M")]
         transfer_bytes: ByteSize,
+        /// A device set (as gpu.devices: '0,1', 'all', '0,0' for logical devices) whose copy
+        /// bandwidth between every pair is measured and printed as a matrix.
+        #[arg(long, default_value = "")]
+        devices: String,
     },
     /// Generate data in memory, run a join + aggregate with the GPU rule on and off, and compare.
     Demo {
@@ -145,6 +150,9 @@ enum BenchCommand {
     /// lowered memory limit, from host memory, against the PCIe bound, the in-memory GPU join
     /// and DataFusion's CPU join.
     Triton(TritonBenchOptions),
+    /// The multi-GPU sort-merge join (Maltenberger et al. 2025) over 1, 2 and 4 devices: the copy
+    /// bandwidth between them, each phase's time and the speedup per device count.
+    MultiGpu(MultiGpuBenchOptions),
     /// The group-by workload of Wu et al. 2025 on device-resident data: every GPU group-by algorithm
     /// with its phases over a sweep of group counts, the bandwidth floor, and DataFusion's CPU
     /// aggregate on the same data.
@@ -353,8 +361,9 @@ fn gpu_for(device: usize, cfg: GpuConfig) -> std::result::Result<Arc<Gpu>, Strin
 async fn run(cli: Cli) -> std::result::Result<(), String> {
     match cli.command {
         None => run_sql(cli.sql).await.map_err(|e| e.to_string()),
-        Some(Command::Doctor { device, transfer_bytes }) => {
-            let gpu = gpu_for(device, GpuConfig::default())?;
+        Some(Command::Doctor { device, transfer_bytes, devices }) => {
+            let devices = devices.parse().map_err(|e: datafusion::error::DataFusionError| e.to_string())?;
+            let gpu = gpu_for(device, GpuConfig { devices, ..GpuConfig::default() })?;
             let opts = DoctorOptions {
                 transfer_bytes: transfer_bytes.bytes().unwrap_or(256 << 20) as usize,
                 ..DoctorOptions::default()
@@ -386,6 +395,11 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
         Some(Command::Bench { which: BenchCommand::Join(opts) }) => {
             let gpu = gpu_for(0, GpuConfig::default())?;
             let report = join::run(&gpu, &opts).await.map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+        Some(Command::Bench { which: BenchCommand::MultiGpu(opts) }) => {
+            let report = multi_gpu::run(&opts).map_err(|e| e.to_string())?;
             println!("{report}");
             Ok(())
         }

@@ -189,8 +189,19 @@ impl Layout {
             None => None,
         };
         let ordered = hj.properties().output_ordering().is_some();
-        let (algorithm, choice) = choose_algorithm(cfg.join_algorithm, ordered);
-        let candidates = candidates(cfg.join_algorithm, ordered);
+        let (mut algorithm, mut choice) = choose_algorithm(cfg.join_algorithm, ordered);
+        let mut candidates = candidates(cfg.join_algorithm, ordered);
+        if hj.null_aware {
+            // NOT IN is decided over the whole probe side: one device decides it.
+            candidates.retain(|a| !a.multi_gpu());
+            if algorithm.multi_gpu() {
+                algorithm = JoinAlgorithm::SmjGftr;
+                choice = format!("{choice}; NOT IN runs on one device (smj_gftr)");
+            }
+            if candidates.is_empty() {
+                candidates.push(algorithm);
+            }
+        }
         let no_spill = if ordered {
             Some("the plan relies on the probe order, which partitioning does not keep".to_string())
         } else if hj.null_aware {
@@ -246,7 +257,7 @@ pub(super) fn candidates(setting: JoinAlgorithmSetting, ordered: bool) -> Vec<Jo
         return vec![JoinAlgorithm::Npj];
     }
     match setting {
-        JoinAlgorithmSetting::Auto => JoinAlgorithm::ALL.to_vec(),
+        JoinAlgorithmSetting::Auto => JoinAlgorithm::EVERY.to_vec(),
         JoinAlgorithmSetting::Phj => vec![JoinAlgorithm::PhjGfur, JoinAlgorithm::PhjGftr],
         JoinAlgorithmSetting::Smj => vec![JoinAlgorithm::SmjGfur, JoinAlgorithm::SmjGftr],
         JoinAlgorithmSetting::Fixed(a) => vec![a],

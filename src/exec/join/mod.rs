@@ -559,6 +559,8 @@ struct Metrics {
     /// handed over, for the join that one stream drives for all of them.
     spill_time: Time,
     handover_wait_time: Time,
+    /// A multi-GPU join's splitting of its sides and copies between the devices.
+    exchange_time: Time,
     /// Builds run by each algorithm (EXPLAIN ANALYZE shows the one actually run).
     ran: Vec<(JoinAlgorithm, datafusion::physical_plan::metrics::Count)>,
     /// Builds, or probe partitions, finished by DataFusion's join when device memory ran out.
@@ -598,7 +600,8 @@ impl Metrics {
             spill_bytes: b().counter("spill_bytes", partition),
             spill_time: b().subset_time("spill_time", partition),
             handover_wait_time: b().subset_time("handover_wait_time", partition),
-            ran: JoinAlgorithm::ALL.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
+            exchange_time: b().subset_time("exchange_time", partition),
+            ran: JoinAlgorithm::EVERY.iter().map(|&a| (a, b().counter(format!("builds_{a}"), partition))).collect(),
             cpu_fallbacks: b().counter("cpu_fallbacks", partition),
             swapped_at_run_time: b().counter("swapped_at_run_time", partition),
             input_wait_time: b().subset_time("input_wait_time", partition),
@@ -632,6 +635,7 @@ impl Metrics {
         self.transform_time.add_duration(t.transform);
         self.match_time.add_duration(t.matching);
         self.materialize_time.add_duration(t.materialize);
+        self.exchange_time.add_duration(t.exchange);
     }
 }
 

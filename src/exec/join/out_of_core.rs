@@ -324,7 +324,11 @@ impl OutOfCoreProbe {
                     let _t = m.build_time.timer();
                     let _slot = slot;
                     let window = Some(sizes.window_rows);
-                    let spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), window);
+                    let mut spec = build_spec(&layout, estimate.as_deref(), dev.num_rows(), window);
+                    if spec.algorithm.multi_gpu() {
+                        // Each out-of-core partition is joined on the session's device.
+                        spec = Arc::new(crate::join::multi_gpu::device_spec(&spec));
+                    }
                     m.ran(spec.algorithm);
                     // The build runs on the stream its rows were copied up on.
                     let stream = Arc::clone(dev.stream());

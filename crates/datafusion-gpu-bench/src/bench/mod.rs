@@ -2,6 +2,7 @@
 
 pub mod aggregate;
 pub mod join;
+pub mod multi_gpu;
 pub mod primitives;
 pub mod sweep;
 pub mod transfer;

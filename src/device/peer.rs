@@ -1,0 +1,147 @@
+//! Copies between the devices of a session's set (`gpu.devices`): over the peer link
+//! (`cuMemcpyPeerAsync`, peer access enabled once per pair of GPUs where the driver allows it;
+//! through host memory, by the driver, where it does not), and a plain device copy between
+//! logical devices of one GPU. No NVLink multicast object is created anywhere.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cudarc::driver::{CudaStream, sys};
+
+use super::{DeviceBuffer, Gpu};
+use crate::error::{CudaResultExt, Result, gpu_error};
+
+/// Whether two devices are one GPU (logical devices share its context).
+pub fn same_gpu(a: &Gpu, b: &Gpu) -> bool {
+    a.context().cu_ctx() == b.context().cu_ctx()
+}
+
+/// Whether the driver lets GPU `a` read GPU `b`'s memory directly (over NVLink or PCIe).
+pub fn can_access_peer(a: &Gpu, b: &Gpu) -> Result<bool> {
+    if same_gpu(a, b) {
+        return Ok(true);
+    }
+    let mut can = 0;
+    // SAFETY: both handles are live devices of opened contexts; `can` outlives the call.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.context().cu_device(), b.context().cu_device()) }
+        .result()
+        .gpu(format!("asking whether GPU {} can access GPU {}", a.label(), b.label()))?;
+    Ok(can != 0)
+}
+
+/// Enables peer access between `a`'s and `b`'s GPUs in both directions, once per process, where
+/// the driver allows it (copies between GPUs without it go through host memory).
+pub fn enable_peer_access(a: &Gpu, b: &Gpu) -> Result<()> {
+    static ENABLED: OnceLock<Mutex<HashSet<(usize, usize)>>> = OnceLock::new();
+    if same_gpu(a, b) {
+        return Ok(());
+    }
+    let (oa, ob) = (a.info().ordinal, b.info().ordinal);
+    let mut done = ENABLED.get_or_init(|| Mutex::new(HashSet::new())).lock().unwrap_or_else(|e| e.into_inner());
+    if done.contains(&(oa.min(ob), oa.max(ob))) {
+        return Ok(());
+    }
+    for (from, to) in [(a, b), (b, a)] {
+        if !can_access_peer(from, to)? {
+            continue;
+        }
+        from.context().bind_to_thread().gpu("binding a context")?;
+        // SAFETY: `to`'s context is live; the flags must be 0.
+        let r = unsafe { sys::cuCtxEnablePeerAccess(to.context().cu_ctx(), 0) };
+        if r != sys::CUresult::CUDA_SUCCESS && r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            r.result().gpu(format!("enabling GPU {}'s access to GPU {}", from.label(), to.label()))?;
+        }
+    }
+    done.insert((oa.min(ob), oa.max(ob)));
+    Ok(())
+}
+
+/// Copies `len` bytes from `src` at byte `src_at` into `dst` at byte `dst_at` on `stream` (a
+/// stream of `dst`'s device), `src` lying on device `from` and `dst` on device `to`. The caller
+/// orders the copy after the work that wrote `src` (e.g. by synchronising its stream).
+#[allow(clippy::too_many_arguments)]
+pub fn copy_between(
+    from: &Gpu,
+    src: &DeviceBuffer,
+    src_at: usize,
+    to: &Gpu,
+    dst: &mut DeviceBuffer,
+    dst_at: usize,
+    len: usize,
+    stream: &Arc<CudaStream>,
+) -> Result<()> {
+    if src_at + len > src.len() || dst_at + len > dst.len() {
+        return Err(gpu_error(format!(
+            "a copy of {len} bytes from byte {src_at} of {} to byte {dst_at} of {} overruns its buffers",
+            src.len(),
+            dst.len()
+        )));
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    let s = src.home_ptr() + src_at as u64;
+    let d = dst.raw_ptr(stream) + dst_at as u64;
+    to.context().bind_to_thread().gpu("binding a context")?;
+    // SAFETY: both ranges lie inside live allocations (checked above); the caller ordered the
+    // copy after the source's writers, and `dst` is freed on its own stream after this copy.
+    let r = unsafe {
+        if same_gpu(from, to) {
+            cudarc::driver::result::memcpy_dtod_async(d, s, len, stream.cu_stream())
+        } else {
+            cudarc::driver::result::memcpy_peer_async(
+                to.context().cu_ctx(),
+                d,
+                from.context().cu_ctx(),
+                s,
+                len,
+                stream.cu_stream(),
+            )
+        }
+    };
+    r.gpu(format!("copying {len} bytes from GPU {} to GPU {}", from.label(), to.label()))
+}
+
+/// A copy of `src` (on device `from`, its writers finished) in a new buffer of device `to`, on
+/// `stream`.
+pub fn copy_buffer(
+    from: &Gpu,
+    src: &DeviceBuffer,
+    to: &Gpu,
+    stream: &Arc<CudaStream>,
+    what: &str,
+) -> Result<DeviceBuffer> {
+    let mut out = to.alloc(stream, src.len(), what)?;
+    copy_between(from, src, 0, to, &mut out, 0, src.len(), stream)?;
+    Ok(out)
+}
+
+/// One device-to-device copy's bandwidth, bytes per second: `bytes` from `from` to `to`, the
+/// median of `rounds` timed copies after one untimed.
+pub fn measure_bandwidth(from: &Gpu, to: &Gpu, bytes: usize, rounds: usize) -> Result<f64> {
+    let src_stream = from.stream();
+    let src = from.alloc_filled(&src_stream, bytes, 0x5a, "peer bandwidth source")?;
+    src_stream.synchronize().gpu("preparing a peer copy")?;
+    let stream = to.stream();
+    let mut dst = to.alloc(&stream, bytes, "peer bandwidth target")?;
+    let mut times = Vec::with_capacity(rounds);
+    for round in 0..=rounds {
+        stream.synchronize().gpu("waiting for a peer copy")?;
+        let t = Instant::now();
+        copy_between(from, &src, 0, to, &mut dst, 0, bytes, &stream)?;
+        stream.synchronize().gpu("waiting for a peer copy")?;
+        if round > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times.get(times.len() / 2).copied().unwrap_or(f64::INFINITY);
+    Ok(bytes as f64 / median.max(1e-9))
+}
+
+/// Every ordered pair's copy bandwidth over the devices `set` (row: from, column: to), bytes
+/// per second; the diagonal is a copy within one device.
+pub fn bandwidth_matrix(set: &[&Gpu], bytes: usize, rounds: usize) -> Result<Vec<Vec<f64>>> {
+    set.iter().map(|from| set.iter().map(|to| measure_bandwidth(from, to, bytes, rounds)).collect()).collect()
+}
