@@ -172,19 +172,34 @@ pub fn repartition_seconds(rows: f64, row_bytes: f64, profile: &Profile) -> f64 
 }
 
 /// The cheapest of `candidates` by the model; the multi-GPU join only when the profile's set
-/// holds several devices.
+/// holds several devices or nothing else is a candidate (`gpu.join.algorithm = smj_multi_gpu`,
+/// which is `smj_gftr` on one device).
 pub fn choose(shape: &JoinShape, candidates: &[JoinAlgorithm], profile: &Profile) -> JoinChoice {
-    let estimates = candidates
-        .iter()
-        .filter(|a| !a.multi_gpu() || profile.devices > 1)
-        .map(|&a| (a, gpu_seconds(shape, a, profile)))
-        .collect();
+    let usable = |a: &&JoinAlgorithm| !a.multi_gpu() || profile.devices > 1;
+    let only_multi = !candidates.iter().any(|a| usable(&a));
+    let estimates =
+        candidates.iter().filter(|a| only_multi || usable(a)).map(|&a| (a, gpu_seconds(shape, a, profile))).collect();
     JoinChoice::cheapest(estimates, JoinAlgorithm::Npj)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The multi-GPU join is a candidate of `auto` only with several devices, and stays the
+    /// choice when it is the only one.
+    #[test]
+    fn the_multi_gpu_join_is_chosen_only_with_several_devices_or_alone() {
+        let s = shape(1e8, 1e8, 1.0, 8.0);
+        let one = Profile::h200();
+        assert!(!choose(&s, &JoinAlgorithm::EVERY, &one).estimates.iter().any(|(a, _)| a.multi_gpu()));
+        assert_eq!(choose(&s, &[JoinAlgorithm::SmjMultiGpu], &one).best, JoinAlgorithm::SmjMultiGpu);
+        let two = Profile::h200().for_devices(2);
+        assert!(choose(&s, &JoinAlgorithm::EVERY, &two).estimates.iter().any(|(a, _)| a.multi_gpu()));
+        // On two devices its estimate is below smj_gftr's on one: each device sorts half.
+        let multi = gpu_seconds(&s, JoinAlgorithm::SmjMultiGpu, &Profile { peer_bandwidth: 390e9, ..two });
+        assert!(multi < gpu_seconds(&s, JoinAlgorithm::SmjGftr, &one), "{multi}");
+    }
 
     fn shape(nr: f64, ns: f64, mr: f64, payload_bytes: f64) -> JoinShape {
         JoinShape {

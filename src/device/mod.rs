@@ -264,8 +264,12 @@ impl Gpu {
             return Ok(home);
         }
         let mut home = Arc::try_unwrap(home).map_err(|_| gpu_error("the home device's view is shared"))?;
-        for p in &peers {
-            peer::enable_peer_access(&home, p)?;
+        // Every pair: the multi-GPU join's exchange copies between any two devices of the set.
+        let all: Vec<&Gpu> = std::iter::once(&home).chain(peers.iter().map(|p| p.as_ref())).collect();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                peer::enable_peer_access(a, b)?;
+            }
         }
         home.peers = peers;
         Ok(Arc::new(home))
