@@ -221,7 +221,7 @@ impl Gpu {
     pub fn get(ordinal: usize) -> Result<Arc<Gpu>> {
         let device = Gpu::open_device(ordinal, 0)?;
         let memory = Arc::clone(&device.memory);
-        Gpu::view(device, memory, &GpuConfig::default())
+        Gpu::view(device, memory, &GpuConfig::default()).map(Arc::new)
     }
 
     /// The session's device with `cfg`'s settings, and a budget of its own under
@@ -258,12 +258,8 @@ impl Gpu {
             views.push(Gpu::view(device, memory, cfg)?);
         }
         let mut views = views.into_iter();
-        let home = views.next().ok_or_else(|| gpu_error("gpu.devices lists no device"))?;
-        let peers: Vec<Arc<Gpu>> = views.collect();
-        if peers.is_empty() {
-            return Ok(home);
-        }
-        let mut home = Arc::try_unwrap(home).map_err(|_| gpu_error("the home device's view is shared"))?;
+        let mut home = views.next().ok_or_else(|| gpu_error("gpu.devices lists no device"))?;
+        let peers: Vec<Arc<Gpu>> = views.map(Arc::new).collect();
         // Every pair: the multi-GPU join's exchange copies between any two devices of the set.
         let all: Vec<&Gpu> = std::iter::once(&home).chain(peers.iter().map(|p| p.as_ref())).collect();
         for (i, a) in all.iter().enumerate() {
@@ -306,18 +302,16 @@ impl Gpu {
     /// This device with `cfg`'s transfer and stream settings, on the same budget (benchmarks
     /// that compare settings).
     pub fn with_config(&self, cfg: &GpuConfig) -> Result<Arc<Gpu>> {
-        let mut view = Arc::try_unwrap(Gpu::view(Arc::clone(&self.device), Arc::clone(&self.memory), cfg)?)
-            .map_err(|_| gpu_error("a new device view is shared"))?;
-        view.peers = self.peers.clone();
-        Ok(Arc::new(view))
+        let view = Gpu::view(Arc::clone(&self.device), Arc::clone(&self.memory), cfg)?;
+        Ok(Arc::new(Gpu { peers: self.peers.clone(), ..view }))
     }
 
-    fn view(device: Arc<Device>, memory: Arc<MemoryBudget>, cfg: &GpuConfig) -> Result<Arc<Gpu>> {
+    fn view(device: Arc<Device>, memory: Arc<MemoryBudget>, cfg: &GpuConfig) -> Result<Gpu> {
         let settings = TransferSettings::from_config(cfg);
         let streams = cfg.streams.clamp(1, MAX_STREAMS);
         device.grow_streams(streams)?;
         let copy_threads = device.copy_pool(settings.threads)?;
-        Ok(Arc::new(Gpu {
+        Ok(Gpu {
             memory,
             settings,
             streams,
@@ -326,7 +320,7 @@ impl Gpu {
             pinned_limit: cfg.pinned_memory_limit.bytes().unwrap_or_else(pinned::default_pinned_limit),
             device,
             peers: Vec::new(),
-        }))
+        })
     }
 
     /// Device `ordinal`'s logical slot `slot` (0: the GPU itself), opened on first use. A

@@ -1014,14 +1014,7 @@ impl JoinBuild {
             Prepared::Spread(_) if flags.is_some() || !last => {
                 Err(gpu_error("a multi-GPU join's build cannot be one chunk of several"))
             }
-            Prepared::Spread(_) => {
-                let mut out = Vec::new();
-                self.probe_into(stream, chunk, times, &mut |b| {
-                    out.push(b);
-                    Ok(())
-                })?;
-                Ok(out)
-            }
+            Prepared::Spread(s) => multi_gpu::gather_home(&self.gpu, stream, s.probe(vec![chunk.clone()], times)?),
         }
     }
 
