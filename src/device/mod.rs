@@ -276,6 +276,31 @@ impl Gpu {
         std::iter::once(Arc::clone(self)).chain(self.peers.iter().cloned()).collect()
     }
 
+    /// The device of the set that partition `partition` of a GPU operator runs on: the set's
+    /// devices in turn (`partition` mod their count), as a view whose peers are the set's other
+    /// devices in order after it, so that work started there (a multi-GPU join) still sees the
+    /// whole set. This device itself for one device or `partition` 0.
+    pub fn placed(self: &Arc<Self>, partition: usize) -> Arc<Gpu> {
+        let n = self.device_count();
+        let at = partition % n;
+        if at == 0 {
+            return Arc::clone(self);
+        }
+        let set = self.device_set();
+        let member = &set[at];
+        let peers = (1..n).map(|k| Arc::clone(&set[(at + k) % n])).collect();
+        Arc::new(Gpu {
+            device: Arc::clone(&member.device),
+            memory: Arc::clone(&member.memory),
+            settings: member.settings,
+            streams: member.streams,
+            copy_threads: Arc::clone(&member.copy_threads),
+            register_limit: member.register_limit,
+            pinned_limit: member.pinned_limit,
+            peers,
+        })
+    }
+
     /// The other devices of the session's set, in order.
     pub fn peers(&self) -> &[Arc<Gpu>] {
         &self.peers
@@ -694,5 +719,29 @@ mod tests {
         assert_eq!(b.memory().used(), 0);
         assert!(b.alloc(&b.stream(), 16 << 20, "test").is_ok(), "session b is not held to a's limit");
         drop(held);
+    }
+
+    /// Partitions are placed on a set's devices in turn, each placement seeing the whole set from
+    /// its own device (the others in order after it) and drawing on that device's budget.
+    #[test]
+    fn gpu_partitions_are_placed_on_the_set_in_turn() {
+        let _l = gpu_lock();
+        let Some(_) = gpu_or_skip("gpu_partitions_are_placed_on_the_set_in_turn") else { return };
+        let cfg =
+            GpuConfig { devices: "0,0,0".parse().unwrap(), memory_limit: "64M".parse().unwrap(), ..Default::default() };
+        let home = super::Gpu::for_session(&cfg, "test-session-placed").unwrap();
+        let labels = |g: &std::sync::Arc<super::Gpu>| g.device_set().iter().map(|d| d.label()).collect::<Vec<_>>();
+        assert_eq!(labels(&home), ["0", "0:1", "0:2"]);
+        assert_eq!(labels(&home.placed(1)), ["0:1", "0:2", "0"]);
+        assert_eq!(labels(&home.placed(5)), ["0:2", "0", "0:1"]);
+        assert_eq!(labels(&home.placed(3)), labels(&home));
+        let two = home.placed(2);
+        let held = two.alloc(&two.stream(), 4 << 20, "test").unwrap();
+        assert_eq!(two.memory().used(), 4 << 20);
+        assert_eq!(home.memory().used(), 0, "each device of the set has its own budget");
+        assert_eq!(home.placed(2).memory().used(), 4 << 20);
+        drop(held);
+        let one = super::Gpu::for_session(&GpuConfig::default(), "test-session-placed-one").unwrap();
+        assert!(std::sync::Arc::ptr_eq(&one.placed(7), &one), "one device: every partition at home");
     }
 }

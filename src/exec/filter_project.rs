@@ -26,7 +26,9 @@ use futures::StreamExt;
 use super::fuse::{self, FusedInput, PrefilterCounters};
 use super::join::gathered_input;
 use super::upload::ChunkUploader;
-use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream, single_child, timeline};
+use super::{
+    DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_stream, onto, partition_gpu, single_child, timeline,
+};
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::device::Gpu;
@@ -195,7 +197,7 @@ impl ExecutionPlan for GpuFilterProjectExec {
 impl GpuExec for GpuFilterProjectExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        let gpu = partition_gpu(&cfg, &context, partition)?;
         let b = || MetricBuilder::new(&self.metrics);
         let (upload_time, pack_time, project_time) = (
             b().subset_time("upload_time", partition),
@@ -243,7 +245,7 @@ impl GpuExec for GpuFilterProjectExec {
         // A GPU exec below hands over its batches on the device: only the kernels run.
         if let Some(child) = as_gpu_exec(&fused.input) {
             timeline::mark(&who, || "start (device input)".into());
-            let input = child.execute_device(partition, Arc::clone(&context))?;
+            let input = onto(child.execute_device(partition, Arc::clone(&context))?, &gpu);
             let columns = fused.projection.inputs.clone();
             let upload_schema = Arc::clone(&fused.projection.upload_schema);
             let out = input.then(move |b| {

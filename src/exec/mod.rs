@@ -95,6 +95,45 @@ pub fn execute_device_input(
     }
 }
 
+/// The device partition `partition` of a GPU operator runs on: with a device set and
+/// `gpu.devices_spread_partitions`, the set's devices in turn ([`Gpu::placed`]); otherwise the
+/// session's (home) device.
+pub(crate) fn partition_gpu(
+    cfg: &crate::config::GpuConfig,
+    context: &TaskContext,
+    partition: usize,
+) -> Result<Arc<crate::device::Gpu>> {
+    let home = crate::device::Gpu::for_session(cfg, &context.session_id())?;
+    Ok(match cfg.devices_spread_partitions {
+        true => home.placed(partition),
+        false => home,
+    })
+}
+
+/// `batches` on `gpu`: a batch another device of the set made is copied over (off the async
+/// executor's threads); one already there passes as it is.
+pub(crate) fn onto(batches: DeviceBatchStream, gpu: &Arc<crate::device::Gpu>) -> DeviceBatchStream {
+    if gpu.device_count() == 1 {
+        return batches;
+    }
+    let gpu = Arc::clone(gpu);
+    Box::pin(batches.then(move |b| {
+        let gpu = Arc::clone(&gpu);
+        async move {
+            let b = b?;
+            match b.gpu().same_device(&gpu) {
+                true => Ok(b),
+                false => {
+                    let rows = b.num_rows();
+                    let moved = blocking(move || b.to_device(&gpu)).await;
+                    timeline::mark("device move", || format!("{rows} rows copied from another device of the set"));
+                    moved
+                }
+            }
+        }
+    }))
+}
+
 /// The one child of a unary exec's `with_new_children`, or an internal error naming `exec`.
 pub(crate) fn single_child(mut children: Vec<Arc<dyn ExecutionPlan>>, exec: &str) -> Result<Arc<dyn ExecutionPlan>> {
     match children.pop() {

@@ -13,7 +13,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder,
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
 use futures::{Stream, StreamExt};
 
-use super::{DeviceBatchStream, GpuExec, blocking, download_all, download_stream, single_child};
+use super::{DeviceBatchStream, GpuExec, blocking, download_all, download_stream, partition_gpu, single_child};
 use crate::columns::{DeviceBatch, HostUpload};
 use crate::config::GpuConfig;
 use crate::device::Gpu;
@@ -83,7 +83,7 @@ impl ExecutionPlan for GpuUploadExec {
 impl GpuExec for GpuUploadExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        let gpu = partition_gpu(&cfg, &context, partition)?;
         let input = self.input.execute(partition, context)?;
         let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_uploaded", partition);
@@ -366,6 +366,39 @@ mod tests {
                 i += 1;
             }
             assert_eq!(i, parts[0].len());
+        }
+    }
+
+    /// Over a device set, partition p's batches go up to the set's device p mod n, and `onto`
+    /// brings a batch made on another device to the consumer's, rows unchanged.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpu_partitions_upload_to_the_sets_devices_in_turn() {
+        let _l = gpu_lock();
+        let Some(_gpu) = gpu_or_skip("gpu_partitions_upload_to_the_sets_devices_in_turn") else { return };
+        let (plan, parts) = source(fresh_seed("gpu_partitions_upload_to_the_sets_devices_in_turn"), 3, 4000);
+        let cfg = crate::config::GpuConfig {
+            devices: "0,0".parse().unwrap(),
+            devices_spread_partitions: true,
+            ..Default::default()
+        };
+        let ctx = gpu_session_context(SessionConfig::new().with_option_extension(cfg.clone()));
+        let upload = GpuUploadExec::new(plan);
+        let home = Gpu::for_session(&cfg, &ctx.session_id()).unwrap();
+        for (p, want) in parts.iter().enumerate() {
+            let on = ["0", "0:1"][p % 2];
+            let s = upload.execute_device(p, ctx.task_ctx()).unwrap();
+            let mut moved = crate::exec::onto(s, &home);
+            let mut i = 0;
+            while let Some(b) = futures::StreamExt::next(&mut moved).await {
+                let b = b.unwrap();
+                assert_eq!(b.gpu().label(), "0", "partition {p}: moved home from {on}");
+                assert_eq!(&b.download().unwrap(), &want[i]);
+                i += 1;
+            }
+            assert_eq!(i, want.len());
+            let mut s = upload.execute_device(p, ctx.task_ctx()).unwrap();
+            let first = futures::StreamExt::next(&mut s).await.unwrap().unwrap();
+            assert_eq!(first.gpu().label(), on, "partition {p}");
         }
     }
 

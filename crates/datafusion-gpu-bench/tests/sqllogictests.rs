@@ -1,5 +1,6 @@
-//! Runs every `sql-tests/*.slt` file twice, with the GPU rule enabled and disabled, against the
-//! same expected output (the sqllogictest crate's format, as DataFusion's own suite uses).
+//! Runs every `sql-tests/*.slt` file without the GPU rule, with it, and with it over two logical
+//! devices of one GPU (partitions spread over both), against the same expected output (the
+//! sqllogictest crate's format, as DataFusion's own suite uses).
 //!
 //! `DFG_SLT_COMPLETE=1 cargo test --release sql_tests` rewrites the expected results from the
 //! CPU run; review the diff before committing it.
@@ -14,7 +15,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 
 use datafusion_gpu::GpuConfig;
-use datafusion_gpu::config::PlacementSetting;
+use datafusion_gpu::config::{DevicesSetting, PlacementSetting};
 use datafusion_gpu::gpu_session_context;
 
 /// The two sessions every file runs in.
@@ -22,18 +23,26 @@ use datafusion_gpu::gpu_session_context;
 enum Mode {
     Cpu,
     Gpu,
+    /// The GPU rule over two logical devices of GPU 0 (`gpu.devices = '0,0'`), each GPU operator's
+    /// partitions spread over both.
+    GpuOnTwoDevices,
 }
 
 fn session(mode: Mode) -> SessionContext {
     let config = SessionConfig::new().with_target_partitions(4).with_batch_size(64);
     match mode {
         Mode::Cpu => SessionContext::new_with_config(config),
-        Mode::Gpu => {
+        Mode::Gpu | Mode::GpuOnTwoDevices => {
             let gpu = GpuConfig {
-                min_rows: 0,                         // small test tables must not stay on the CPU for their size
+                devices: match mode {
+                    Mode::GpuOnTwoDevices => DevicesSetting::List(vec![0, 0]),
+                    _ => DevicesSetting::One,
+                },
+                devices_spread_partitions: mode == Mode::GpuOnTwoDevices,
+                min_rows: 0, // small test tables must not stay on the CPU for their size
                 placement: PlacementSetting::Always, // nor for the cost model's estimate
-                fuse_filters: true,                  // filters below aggregates run on the GPU as well
-                cpu_fallback: false,                 // the GPU's own answers, no rerun on the CPU
+                fuse_filters: true, // filters below aggregates run on the GPU as well
+                cpu_fallback: false, // the GPU's own answers, no rerun on the CPU
                 ..Default::default()
             };
             gpu_session_context(config.with_option_extension(gpu))
@@ -139,12 +148,12 @@ async fn sql_tests_same_answers_with_and_without_the_gpu_rule() {
     }
     let mut failures = Vec::new();
     for f in &files {
-        for mode in [Mode::Cpu, Mode::Gpu] {
+        for mode in [Mode::Cpu, Mode::Gpu, Mode::GpuOnTwoDevices] {
             if let Err(e) = run_file(f, mode).await {
                 failures.push(e);
             }
         }
     }
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
-    eprintln!("sql-tests: {} files, each passed with the GPU rule on and off", files.len());
+    eprintln!("sql-tests: {} files, each passed with the GPU rule off, on, and on two logical devices", files.len());
 }

@@ -313,7 +313,10 @@ impl GpuAggregateExec {
                 (Arc::clone(&schema), columns.clone(), Arc::clone(&gpu), Arc::clone(&state_schema));
             async move {
                 let state = match r {
-                    Reduced::Device(state) => state,
+                    Reduced::Device(state) if state.gpu().same_device(&gpu) => state,
+                    // A partial partition spread to another device of the set (see
+                    // `gpu.devices_spread_partitions`): its state comes to the merge's device.
+                    Reduced::Device(state) => blocking(move || state.to_device(&gpu)).await?,
                     // DataFusion's partial states, in the layout of this exec's.
                     Reduced::Host(states) => {
                         let schema = states.first().map_or(state_schema, |b| b.schema());

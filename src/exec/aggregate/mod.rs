@@ -41,7 +41,6 @@ use crate::aggregate::{AggregateAlgorithmSetting, GroupIdMethod};
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::cost::aggregate::AggregateEstimate;
-use crate::device::Gpu;
 use datafusion::arrow::compute::concat_batches;
 use run::Reduced;
 
@@ -548,7 +547,7 @@ impl GpuExec for GpuAggregateExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let schema = self.schema();
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        let gpu = crate::exec::partition_gpu(&cfg, &context, partition)?;
         let part: futures::future::BoxFuture<'static, Result<Reduced>> =
             match (self.layout.device_output(&schema), &self.exchange) {
                 (None, _) => {

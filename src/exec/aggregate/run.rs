@@ -31,13 +31,17 @@ use crate::error::{gpu_error, recoverable_on_cpu};
 use crate::exec::fuse::{self, FusedInput, PrefilterCounters};
 use crate::exec::replay::{DeviceReplay, HandedStream, Replay};
 use crate::exec::upload::ChunkUploader;
-use crate::exec::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, rows_within_limit, timeline};
+use crate::exec::{
+    DeviceBatchStream, GpuExec, as_gpu_exec, blocking, onto, partition_gpu, rows_within_limit, timeline,
+};
 
 impl GpuAggregateExec {
     /// The input stream of `partition` (through the fused input when there is one).
     pub(super) fn execute_input(&self, partition: usize, context: &Arc<TaskContext>) -> Result<Input> {
         if let Some(DeviceInput { exec, columns, schema }) = self.device_input()? {
-            let batches = exec.execute_device(partition, Arc::clone(context))?;
+            let cfg = GpuConfig::from_options(context.session_config().options());
+            let gpu = partition_gpu(&cfg, context, partition)?;
+            let batches = onto(exec.execute_device(partition, Arc::clone(context))?, &gpu);
             return Ok(Input::Device { batches, columns, schema });
         }
         match &self.fused {
@@ -68,7 +72,7 @@ impl GpuAggregateExec {
     /// The work of one partition.
     pub(super) fn new_run(&self, partition: usize, context: &Arc<TaskContext>) -> Result<Run> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        let gpu = partition_gpu(&cfg, context, partition)?;
         // Under `auto` the plan's group count is often DataFusion's fallback (the input's rows,
         // without distinct counts): the first chunk runs the hash group-by, and the cost model
         // chooses again for the next chunks and merges from the group count it found.

@@ -24,7 +24,7 @@ use crate::device::Gpu;
 use crate::error::{CudaResultExt, recoverable_on_cpu};
 use crate::exec::cpu_join::CpuJoin;
 use crate::exec::upload::{ChunkUploader, batch_bytes};
-use crate::exec::{as_gpu_exec, blocking, download_all, rows_within_limit, timeline};
+use crate::exec::{as_gpu_exec, blocking, download_all, onto, rows_within_limit, timeline};
 use crate::join::triton::{SpillSizes, SpilledSide, fits_in_memory};
 use crate::join::{JoinBuild, JoinSpec, window_bound};
 
@@ -87,12 +87,13 @@ async fn read_host_partition(
 }
 
 /// Reads every listed partition of `plan` at once (each on its own task, so CPU children run in
-/// parallel), keeping the build columns, in partition order: device batches from a GPU child,
-/// else the host batches, which with `upload` also go up to the device as they arrive
+/// parallel), keeping the build columns, in partition order: device batches from a GPU child
+/// (on `gpu`, copied there from another device of the set), else the host batches, which with `upload` also go up to the device as they arrive
 /// ([`BuildInput::Uploaded`], when every partition's upload succeeded).
 pub(super) async fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     partitions: std::ops::Range<usize>,
+    gpu: &Arc<Gpu>,
     layout: &Arc<Layout>,
     context: &Arc<TaskContext>,
     metrics: &Metrics,
@@ -108,7 +109,7 @@ pub(super) async fn collect(
     if let Some(child) = as_gpu_exec(plan) {
         let mut tasks = Vec::new();
         for p in partitions {
-            let mut s = timed_input(child.execute_device(p, Arc::clone(context))?, metrics, None);
+            let mut s = timed_input(onto(child.execute_device(p, Arc::clone(context))?, gpu), metrics, None);
             let layout = Arc::clone(layout);
             tasks.push(SpawnedTask::spawn(async move {
                 let mut parts = Vec::new();
@@ -261,7 +262,7 @@ impl BuildJob {
         // Pipelined, host rows go up as they arrive, unless the plan already expects the build
         // to be partitioned into host memory (out of core).
         let upload = (self.cfg.pipelined_inputs && !self.planned_out_of_core).then(|| Arc::clone(&self.gpu));
-        let input = collect(&left, partitions, &self.layout, &self.context, &self.metrics, upload).await?;
+        let input = collect(&left, partitions, &self.gpu, &self.layout, &self.context, &self.metrics, upload).await?;
         self.metrics.mark(&self.metrics.build_input_at);
         self.prepare(input).await
     }

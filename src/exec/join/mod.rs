@@ -43,7 +43,6 @@ use super::{DeviceBatchStream, GpuExec, as_gpu_exec, blocking, download_for_cpu}
 use crate::columns::DeviceBatch;
 use crate::config::GpuConfig;
 use crate::cost::join::JoinEstimate;
-use crate::device::Gpu;
 use crate::join::{JoinAlgorithm, JoinBuild, JoinSpec, PhaseTimes};
 
 mod build;
@@ -673,7 +672,7 @@ enum Probe {
 impl GpuExec for GpuHashJoinExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
+        let gpu = stream::join_gpu(&cfg, &context, self.mode()?, partition)?;
         let out = self.execute_output(partition, context)?;
         // Rows DataFusion's join made on the host go up to the GPU parent, batch by batch.
         Ok(Box::pin(out.then(move |o| {

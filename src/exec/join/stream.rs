@@ -32,7 +32,9 @@ use crate::error::recoverable_on_cpu;
 use crate::exec::cpu_join::CpuJoin;
 use crate::exec::task_stream::TaskStream;
 use crate::exec::upload::ChunkUploader;
-use crate::exec::{DeviceBatchStream, as_gpu_exec, blocking, download_for_cpu, rows_within_limit, timeline};
+use crate::exec::{
+    DeviceBatchStream, as_gpu_exec, blocking, download_for_cpu, onto, partition_gpu, rows_within_limit, timeline,
+};
 use crate::join::triton::Arrival;
 use crate::join::{JoinBuild, PhaseTimes};
 
@@ -415,7 +417,7 @@ async fn sides_at_run_time(
     partitions: std::ops::Range<usize>,
     mut probe: DeviceBatchStream,
 ) -> Result<(Built, Probe, PartitionRun)> {
-    let input = collect(&left, partitions, &job.layout, &job.context, &job.metrics, None).await?;
+    let input = collect(&left, partitions, &job.gpu, &job.layout, &job.context, &job.metrics, None).await?;
     job.metrics.mark(&job.metrics.build_input_at);
     let parts = match input {
         BuildInput::Device(parts) => parts,
@@ -464,6 +466,21 @@ async fn sides_at_run_time(
     Ok((job.prepare(BuildInput::Device(parts)).await?, Probe::Device(probe), run))
 }
 
+/// The device a join partition runs on: a `CollectLeft` join's every partition shares one build,
+/// on the home device; a `Partitioned` join's partitions are spread like their inputs
+/// ([`partition_gpu`]).
+pub(super) fn join_gpu(
+    cfg: &GpuConfig,
+    context: &TaskContext,
+    mode: PartitionMode,
+    partition: usize,
+) -> Result<Arc<Gpu>> {
+    match mode {
+        PartitionMode::Partitioned => partition_gpu(cfg, context, partition),
+        _ => Gpu::for_session(cfg, &context.session_id()),
+    }
+}
+
 impl GpuHashJoinExec {
     /// The output of partition `partition`: device batches, and host ones where DataFusion's
     /// join finished the work.
@@ -473,9 +490,9 @@ impl GpuHashJoinExec {
         context: Arc<TaskContext>,
     ) -> Result<Pin<Box<dyn Stream<Item = Result<JoinOutput>> + Send>>> {
         let cfg = GpuConfig::from_options(context.session_config().options());
-        let gpu = Gpu::for_session(&cfg, &context.session_id())?;
         let hj = self.hash_join()?;
         let mode = self.mode()?;
+        let gpu = join_gpu(&cfg, &context, mode, partition)?;
         let (left, right) = (Arc::clone(hj.left()), Arc::clone(hj.right()));
         let probe_partitions = right.output_partitioning().partition_count();
         let build_partitions = match mode {
@@ -515,7 +532,7 @@ impl GpuHashJoinExec {
         // A GPU child hands over its device batches directly (no download and upload between
         // two GPU operators); any other child is read as host batches and uploaded in chunks.
         let probe = match as_gpu_exec(&right) {
-            Some(gpu_child) => Probe::Device(gpu_child.execute_device(partition, Arc::clone(&context))?),
+            Some(gpu_child) => Probe::Device(onto(gpu_child.execute_device(partition, Arc::clone(&context))?, &gpu)),
             None => Probe::Host(right.execute(partition, Arc::clone(&context))?),
         };
         let probe = probe_input(probe, &cfg, planned_out_of_core, &metrics);

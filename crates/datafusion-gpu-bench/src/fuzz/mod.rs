@@ -62,6 +62,11 @@ pub struct FuzzOptions {
     /// printing its repro first: replays a failure a longer run reported.
     #[arg(long)]
     pub only: Option<usize>,
+    /// A further setting of the session with the rule, KEY=VALUE (repeatable), set after the
+    /// fuzzer's own: e.g. gpu.devices=0,0 and gpu.devices_spread_partitions=true spread every
+    /// query's GPU partitions over two logical devices of GPU 0.
+    #[arg(long = "gpu-set", value_name = "KEY=VALUE")]
+    pub gpu_set: Vec<String>,
     /// Show a progress bar (set by the CLI when stderr is a terminal).
     #[arg(skip)]
     pub progress: bool,
@@ -187,15 +192,21 @@ async fn set(ctx: &SessionContext, sql: &str) -> Result<()> {
     ctx.sql(sql).await?.collect().await.map(|_| ())
 }
 
-/// The GPU session's settings for one query, as SQL.
-fn gpu_settings(shape: Shape, memory_limit: &str) -> Vec<String> {
-    vec![
+/// The GPU session's settings for one query, as SQL: the fuzzer's, then `extra` (`KEY=VALUE`).
+fn gpu_settings(shape: Shape, memory_limit: &str, extra: &[String]) -> Vec<String> {
+    let mut sql = vec![
         "SET gpu.cost.min_rows = 0".to_string(),
         "SET gpu.placement = 'always'".to_string(),
         format!("SET gpu.batch_rows = {}", shape.gpu_batch_rows),
         format!("SET gpu.join.window_rows = {}", shape.gpu_batch_rows),
         format!("SET gpu.memory.limit = '{memory_limit}'"),
-    ]
+    ];
+    for s in extra {
+        if let Some((key, value)) = s.split_once('=') {
+            sql.push(format!("SET {} = '{}'", key.trim(), value.trim().replace('\'', "''")));
+        }
+    }
+    sql
 }
 
 /// How a query ran with the rule: whether its plan had a GPU operator, whether DataFusion's
@@ -257,7 +268,7 @@ fn repro(
         format!("-- datafusion-gpu fuzz --seed {} : query {index} (replay: datafusion-gpu -f THIS_FILE)\n", opts.seed);
     let _ = writeln!(r, "SET datafusion.execution.target_partitions = {};", shape.partitions);
     let _ = writeln!(r, "SET datafusion.execution.batch_size = {};", shape.batch_size);
-    for s in gpu_settings(shape, memory_limit) {
+    for s in gpu_settings(shape, memory_limit, &opts.gpu_set) {
         let _ = writeln!(r, "{s};");
     }
     for t in tables {
@@ -271,6 +282,9 @@ fn repro(
 /// its file); the report holds them all.
 pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
     let start = Instant::now();
+    if let Some(bad) = opts.gpu_set.iter().find(|s| !s.contains('=')) {
+        return Err(DataFusionError::Configuration(format!("--gpu-set takes KEY=VALUE, not '{bad}'")));
+    }
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let mut report = FuzzReport { no_gpu: probe::device_count().err().map(|e| e.reason), ..Default::default() };
     if let Some(dir) = &opts.repro_dir {
@@ -329,7 +343,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                     continue;
                 }
             };
-            for s in gpu_settings(shape, memory_limit) {
+            for s in gpu_settings(shape, memory_limit, &opts.gpu_set) {
                 set(&gpu, &s).await?;
             }
             let (kind, detail) = match gpu_answer(&gpu, &sql, timeout).await {
@@ -388,14 +402,15 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
 mod tests {
     use super::*;
 
-    /// A short fuzz run with fresh tables and queries: no query may differ from DataFusion or
-    /// fail only with the rule (on a GPU machine the operators run there; without one this
-    /// checks the rule's planning).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn fuzz_queries_match_the_cpu() {
+    /// A short fuzz run (60 queries over small tables, `gpu_set` added to the rule's session)
+    /// with fresh tables and queries, seeded for `test`: no query may differ from DataFusion or
+    /// fail only with the rule.
+    async fn short_run_matches_the_cpu(test: &str, gpu_set: &[&str]) {
         let _g = datafusion_gpu::testing::gpu_lock();
-        let seed = datafusion_gpu::testing::fresh_seed("fuzz_queries_match_the_cpu");
-        let opts = FuzzOptions { queries: 60, seed, max_rows: 300, queries_per_tables: 20, ..Default::default() };
+        let seed = datafusion_gpu::testing::fresh_seed(test);
+        let gpu_set = gpu_set.iter().map(|s| s.to_string()).collect();
+        let opts =
+            FuzzOptions { queries: 60, seed, max_rows: 300, queries_per_tables: 20, gpu_set, ..Default::default() };
         let report = run(&opts).await.expect("the fuzzer runs");
         println!("{}\n{}", report.summary(seed), report.closing_line());
         if probe::device_count().is_ok() {
@@ -405,6 +420,22 @@ mod tests {
             report.failures.iter().map(|f| format!("{:?}: {}\n{}\n{}", f.kind, f.sql, f.detail, f.repro)).collect();
         assert!(failures.is_empty(), "{}", failures.join("\n\n"));
         assert!(report.compared > report.queries / 2, "{}", report.summary(seed));
+    }
+
+    /// On a GPU machine the operators run there; without one this checks the rule's planning.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fuzz_queries_match_the_cpu() {
+        short_run_matches_the_cpu("fuzz_queries_match_the_cpu", &[]).await;
+    }
+
+    /// Over two logical devices of GPU 0 (`gpu.devices = '0,0'`) with
+    /// `gpu.devices_spread_partitions` on: every GPU operator's partitions spread over both,
+    /// batches copied between them where a consumer runs on the other (a CollectLeft join's
+    /// probes, an aggregate exchange's states).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fuzz_queries_match_the_cpu_with_partitions_on_two_devices() {
+        let settings = ["gpu.devices=0,0", "gpu.devices_spread_partitions=true"];
+        short_run_matches_the_cpu("fuzz_queries_match_the_cpu_with_partitions_on_two_devices", &settings).await;
     }
 
     /// `--only N` draws the run's tables and queries up to N and runs query N alone.
