@@ -179,7 +179,7 @@ impl Device {
 /// One GPU as one session sees it: the shared device with the session's settings (its memory
 /// budget under `gpu.memory.limit`, streams, staging size, transfer threads, host registration
 /// limit). Sessions with different `gpu.` settings in one process do not change each other's.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Gpu {
     device: Arc<Device>,
     memory: Arc<MemoryBudget>,
@@ -287,18 +287,8 @@ impl Gpu {
             return Arc::clone(self);
         }
         let set = self.device_set();
-        let member = &set[at];
         let peers = (1..n).map(|k| Arc::clone(&set[(at + k) % n])).collect();
-        Arc::new(Gpu {
-            device: Arc::clone(&member.device),
-            memory: Arc::clone(&member.memory),
-            settings: member.settings,
-            streams: member.streams,
-            copy_threads: Arc::clone(&member.copy_threads),
-            register_limit: member.register_limit,
-            pinned_limit: member.pinned_limit,
-            peers,
-        })
+        Arc::new(Gpu { peers, ..Gpu::clone(&set[at]) })
     }
 
     /// The other devices of the session's set, in order.

@@ -268,7 +268,7 @@ impl GpuAggregateExec {
             let mut run = partial.new_run(i, context)?;
             // One exec does both stages: the partial's work shows in this exec's metrics.
             run.metrics = Metrics::new(&self.metrics, i);
-            let input = partial.execute_input(i, context)?;
+            let input = partial.execute_input(i, context, &run.gpu)?;
             tasks.push(SpawnedTask::spawn(async move { run.reduce_or_cpu(input).await }));
         }
         // Every partition's partial stage chooses the GPU or (a small input) the CPU as it

@@ -504,7 +504,7 @@ impl ExecutionPlan for GpuAggregateExec {
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, flatten_batches(batches))));
         }
         let run = self.new_run(partition, &context)?;
-        let input = self.execute_input(partition, &context)?;
+        let input = self.execute_input(partition, &context, &run.gpu)?;
         let batches = futures::stream::once(run.run(input));
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, flatten_batches(batches))))
     }
@@ -581,7 +581,7 @@ impl GpuExec for GpuAggregateExec {
                 }
                 (Some(columns), None) => {
                     let run = self.new_run(partition, &context)?;
-                    let input = self.execute_input(partition, &context)?;
+                    let input = self.execute_input(partition, &context, &run.gpu)?;
                     Box::pin(async move { run.run_for_device(input, &columns, &schema).await })
                 }
             };

@@ -36,12 +36,11 @@ use crate::exec::{
 };
 
 impl GpuAggregateExec {
-    /// The input stream of `partition` (through the fused input when there is one).
-    pub(super) fn execute_input(&self, partition: usize, context: &Arc<TaskContext>) -> Result<Input> {
+    /// The input stream of `partition` (through the fused input when there is one); device
+    /// batches come to `gpu`, the device its run works on.
+    pub(super) fn execute_input(&self, partition: usize, context: &Arc<TaskContext>, gpu: &Arc<Gpu>) -> Result<Input> {
         if let Some(DeviceInput { exec, columns, schema }) = self.device_input()? {
-            let cfg = GpuConfig::from_options(context.session_config().options());
-            let gpu = partition_gpu(&cfg, context, partition)?;
-            let batches = onto(exec.execute_device(partition, Arc::clone(context))?, &gpu);
+            let batches = onto(exec.execute_device(partition, Arc::clone(context))?, gpu);
             return Ok(Input::Device { batches, columns, schema });
         }
         match &self.fused {

@@ -88,8 +88,9 @@ async fn read_host_partition(
 
 /// Reads every listed partition of `plan` at once (each on its own task, so CPU children run in
 /// parallel), keeping the build columns, in partition order: device batches from a GPU child
-/// (on `gpu`, copied there from another device of the set), else the host batches, which with `upload` also go up to the device as they arrive
-/// ([`BuildInput::Uploaded`], when every partition's upload succeeded).
+/// (on `gpu`, copied there from another device of the set), else the host batches, which with
+/// `upload` also go up to the device as they arrive ([`BuildInput::Uploaded`], when every
+/// partition's upload succeeded).
 pub(super) async fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     partitions: std::ops::Range<usize>,
