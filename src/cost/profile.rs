@@ -39,8 +39,10 @@ pub struct Profile {
     /// Devices in the session's set (`gpu.devices`), which the multi-GPU join spreads over.
     #[serde(default = "one_device")]
     pub devices: usize,
-    /// Copy bandwidth between two devices of the set, bytes/s (`doctor` measures it); 0 when
-    /// unmeasured, priced then at the host link's `h2d` (what copies through host memory get).
+    /// Copy bandwidth between two devices of the set, bytes/s: the slowest pair's, measured when a
+    /// session opens a set of several devices (`device::peer::set_bandwidth`; `doctor` prints
+    /// the whole matrix); 0 when unmeasured, priced then at the host link's `h2d` (what copies
+    /// through host memory get).
     #[serde(default)]
     pub peer_bandwidth: f64,
     /// The fitted coefficient of each feature of each model, by model name (see
@@ -56,6 +58,12 @@ impl Profile {
     /// This profile for a session whose device set holds `devices` devices.
     pub fn for_devices(self, devices: usize) -> Profile {
         Profile { devices: devices.max(1), ..self }
+    }
+
+    /// This profile with the copy bandwidth between its set's devices measured at `bandwidth`
+    /// (bytes/s; a value that is not positive leaves it as it was).
+    pub fn with_peer_bandwidth(self, bandwidth: f64) -> Profile {
+        if bandwidth > 0.0 { Profile { peer_bandwidth: bandwidth, ..self } } else { self }
     }
 
     /// The bandwidth the model prices copies between devices at.

@@ -174,3 +174,50 @@ pub fn measure_bandwidth(from: &Gpu, to: &Gpu, bytes: usize, rounds: usize) -> R
 pub fn bandwidth_matrix(set: &[&Gpu], bytes: usize, rounds: usize) -> Result<Vec<Vec<f64>>> {
     set.iter().map(|from| set.iter().map(|to| measure_bandwidth(from, to, bytes, rounds)).collect()).collect()
 }
+
+/// The slowest copy bandwidth between two devices of `set`, bytes per second: 64 MiB copies
+/// each way between every pair, the median of three, measured once per process for each set
+/// (a few milliseconds). The cost model prices the multi-GPU join's exchanges at it. Logical
+/// devices of one GPU copy within that GPU, and are measured so.
+pub fn set_bandwidth(set: &[Arc<Gpu>]) -> Result<f64> {
+    static MEASURED: OnceLock<Mutex<std::collections::HashMap<Vec<String>, f64>>> = OnceLock::new();
+    let key: Vec<String> = set.iter().map(|g| g.label()).collect();
+    let cache = MEASURED.get_or_init(|| Mutex::new(std::collections::HashMap::new()));
+    if let Some(bw) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(*bw);
+    }
+    let mut slowest = f64::INFINITY;
+    for (i, from) in set.iter().enumerate() {
+        for (j, to) in set.iter().enumerate() {
+            if i != j {
+                slowest = slowest.min(measure_bandwidth(from, to, 64 << 20, 3)?);
+            }
+        }
+    }
+    if !slowest.is_finite() {
+        return Err(gpu_error("measuring the copy bandwidth of a set of one device"));
+    }
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, slowest);
+    Ok(slowest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DevicesSetting, GpuConfig};
+    use crate::testing::{gpu_lock, gpu_or_skip};
+
+    /// Two logical devices of one GPU copy at the device's copy speed (far above any host
+    /// link); the figure is measured once and then reused.
+    #[test]
+    fn gpu_set_bandwidth_is_measured_once_per_set() {
+        let _l = gpu_lock();
+        let Some(_gpu) = gpu_or_skip("gpu_set_bandwidth_is_measured_once_per_set") else { return };
+        let cfg = GpuConfig { devices: DevicesSetting::List(vec![0, 0]), ..GpuConfig::default() };
+        let set = Gpu::for_config(&cfg).expect("a device set").device_set();
+        let first = set_bandwidth(&set).expect("a measurement");
+        assert!(first > 100e9, "copies between logical devices at {:.1} GB/s", first / 1e9);
+        assert_eq!(set_bandwidth(&set).expect("a measurement"), first);
+        assert!(set_bandwidth(&set[..1]).is_err());
+    }
+}

@@ -183,7 +183,16 @@ impl GpuOptimizerRule {
         // The cost model's profile of this device (only with a device and gpu.placement = cost).
         let profile = match (&gpu, cfg.placement) {
             (Some(g), PlacementSetting::Cost) => {
-                Some(Arc::new(profile::load(g.info(), &cfg.profile_dir).for_devices(g.device_count())))
+                let devices = g.device_count();
+                let mut p = profile::load(g.info(), &cfg.profile_dir).for_devices(devices);
+                // With several devices, the copies between them priced at their measured speed.
+                if devices > 1 {
+                    match crate::device::peer::set_bandwidth(&g.device_set()) {
+                        Ok(bandwidth) => p = p.with_peer_bandwidth(bandwidth),
+                        Err(e) => log::warn!("pricing copies between devices at the host link's speed: {e}"),
+                    }
+                }
+                Some(Arc::new(p))
             }
             _ => None,
         };
