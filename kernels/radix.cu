@@ -265,17 +265,17 @@ SCATTER_MULTI(radix_scatter_multi_k64_i8, u64, 8)
 // ---------------------------------------------------------------------------------------------
 // Partition boundaries (the partitioned hash join's and the partition group-by's).
 
-// Partition p of keys sorted by their low `bits` bits occupies [offsets[p], offsets[p + 1]).
+// Partition p of keys sorted by their bits [shift, shift + bits) occupies [offsets[p], offsets[p + 1]).
 template <typename K>
-__device__ __forceinline__ void radix_boundaries(const K* __restrict__ keys, u64 n, u32 bits, u32* __restrict__ offsets) {
+__device__ __forceinline__ void radix_boundaries(const K* __restrict__ keys, u64 n, u32 bits, u32 shift, u32* __restrict__ offsets) {
     const u64 parts = 1ull << bits;
     const u64 mask = parts - 1;
     for (u64 i = global_thread_id(); i <= n; i += grid_stride()) {
-        const u64 here = i < n ? ((u64)keys[i] & mask) : parts;
-        const long long prev = i > 0 ? (long long)((u64)keys[i - 1] & mask) : -1;
+        const u64 here = i < n ? (((u64)keys[i] >> shift) & mask) : parts;
+        const long long prev = i > 0 ? (long long)(((u64)keys[i - 1] >> shift) & mask) : -1;
         for (long long p = prev + 1; p <= (long long)here; p++) offsets[p] = (u32)i;
     }
 }
 
-extern "C" __global__ void radix_boundaries_k32(const u32* keys, u64 n, u32 bits, u32* offsets) { radix_boundaries<u32>(keys, n, bits, offsets); }
-extern "C" __global__ void radix_boundaries_k64(const u64* keys, u64 n, u32 bits, u32* offsets) { radix_boundaries<u64>(keys, n, bits, offsets); }
+extern "C" __global__ void radix_boundaries_k32(const u32* keys, u64 n, u32 bits, u32 shift, u32* offsets) { radix_boundaries<u32>(keys, n, bits, shift, offsets); }
+extern "C" __global__ void radix_boundaries_k64(const u64* keys, u64 n, u32 bits, u32 shift, u32* offsets) { radix_boundaries<u64>(keys, n, bits, shift, offsets); }

@@ -133,3 +133,62 @@ impl Drop for HostRegistry {
         }
     }
 }
+
+/// A host vector page-locked in place for every context of the process
+/// (`CU_MEMHOSTREGISTER_PORTABLE`), so that each device of a set copies to and from it at the
+/// link's pinned speed (the chunkset join's relations, `join::chunksets`). It is unregistered
+/// before its memory is freed, and cannot grow (it hands out slices only). When the host refuses
+/// to lock it, it stays pageable, and copies run at the pageable rate ([`PinnedVec::is_pinned`]).
+pub struct PinnedVec<T: Copy> {
+    data: Vec<T>,
+    pinned: bool,
+}
+
+impl<T: Copy> PinnedVec<T> {
+    /// Page-locks `data` for every context (`ctx` is bound for the call).
+    pub fn new(ctx: &CudaContext, data: Vec<T>) -> PinnedVec<T> {
+        let bytes = std::mem::size_of_val(data.as_slice());
+        let pinned = bytes > 0
+            && ctx.bind_to_thread().is_ok()
+            // SAFETY: the range is the vector's own initialised memory, which lives (unmoved: the
+            // vector never grows) until `drop` unregisters it.
+            && unsafe {
+                sys::cuMemHostRegister_v2(data.as_ptr() as *mut _, bytes, sys::CU_MEMHOSTREGISTER_PORTABLE)
+            } == sys::CUresult::CUDA_SUCCESS;
+        PinnedVec { data, pinned }
+    }
+
+    /// Whether the memory is page-locked.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+}
+
+impl<T: Copy> std::ops::Deref for PinnedVec<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.data
+    }
+}
+
+impl<T: Copy> std::ops::DerefMut for PinnedVec<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.data
+    }
+}
+
+impl<T: Copy> std::fmt::Debug for PinnedVec<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedVec({} items, pinned: {})", self.data.len(), self.pinned)
+    }
+}
+
+impl<T: Copy> Drop for PinnedVec<T> {
+    fn drop(&mut self) {
+        if self.pinned {
+            // SAFETY: registered in `new` at this address; no copy uses it any more (its users
+            // synchronise their streams before they let go of the borrow).
+            unsafe { sys::cuMemHostUnregister(self.data.as_mut_ptr() as *mut _) };
+        }
+    }
+}

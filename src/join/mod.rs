@@ -15,6 +15,7 @@
 //! A build side whose state would not fit under the memory limit is joined out of core,
 //! partition by partition through pinned host memory ([`triton`]).
 
+pub mod chunksets;
 pub mod filter;
 pub use crate::primitives::keys;
 pub use crate::primitives::materialize;

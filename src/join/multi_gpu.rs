@@ -14,8 +14,8 @@
 //! sides is sorted globally (by key word).
 //!
 //! What differs from the paper: the inputs are a query's device batches rather than chunksets
-//! of host memory (a join too large for the set's memory runs out of core on one device
-//! instead, `join::triton`), a range's rows are never split between devices (one hot key stays
+//! of host memory (the chunkset form is [`super::chunksets`], not yet used by the SQL path: a
+//! query's join too large for the set's memory runs out of core on one device, `join::triton`), a range's rows are never split between devices (one hot key stays
 //! on one device), and the per-device match is `smj_bounds` (a binary search per warp) rather
 //! than a merge path.
 
@@ -162,7 +162,7 @@ fn gather_piece(batch: &DeviceBatch, split: &Split, rows: Range<usize>) -> Resul
 
 /// Runs `f(i, item)` for every item on a thread of its own (one per device), returning the
 /// results in order; the first error wins.
-fn on_each<T: Send, R: Send>(items: Vec<T>, f: impl Fn(usize, T) -> Result<R> + Sync) -> Result<Vec<R>> {
+pub(crate) fn on_each<T: Send, R: Send>(items: Vec<T>, f: impl Fn(usize, T) -> Result<R> + Sync) -> Result<Vec<R>> {
     if items.len() == 1 {
         return items.into_iter().enumerate().map(|(i, t)| f(i, t)).collect();
     }

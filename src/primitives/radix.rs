@@ -308,14 +308,35 @@ pub fn boundaries(
     bits: u32,
     width: KeyWidth,
 ) -> Result<DeviceBuffer> {
+    digit_boundaries(gpu, stream, keys, n, bits, 0, width)
+}
+
+/// The `2^bits + 1` offsets of `n` key words sorted by their bits `[shift, shift + bits)` (an
+/// MSB digit when `shift + bits` is the width: the chunkset join's buckets).
+pub fn digit_boundaries(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    keys: &DeviceBuffer,
+    n: u64,
+    bits: u32,
+    shift: u32,
+    width: KeyWidth,
+) -> Result<DeviceBuffer> {
+    if shift + bits > width.bits() {
+        return Err(gpu_error(format!(
+            "partition offsets of bits {shift}..{} of a {}-bit key",
+            shift + bits,
+            width.bits()
+        )));
+    }
     let parts = 1usize << bits;
     let out = gpu.alloc(stream, (parts + 1) * 4, "partition offsets")?;
-    // radix_boundaries_kX(keys, n, bits, offsets): one thread per position 0..=n
+    // radix_boundaries_kX(keys, n, bits, shift, offsets): one thread per position 0..=n
     gpu.launch_n(
         stream,
         width.kernel(kernel::RADIX_BOUNDARIES),
         n + 1,
-        &[ptr(keys, stream), KArg::U64(n), KArg::U32(bits), ptr(&out, stream)],
+        &[ptr(keys, stream), KArg::U64(n), KArg::U32(bits), KArg::U32(shift), ptr(&out, stream)],
     )?;
     Ok(out)
 }

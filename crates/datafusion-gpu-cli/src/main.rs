@@ -26,6 +26,7 @@ use datafusion_gpu::device::{Gpu, probe};
 use datafusion_gpu::distributed::{LocalWorkers, WorkerServer, WorkerUrls, distributed_session};
 use datafusion_gpu::{GpuConfig, SessionStateBuilderGpuExt, with_gpu_options};
 use datafusion_gpu_bench::bench::aggregate::{self, AggregateBenchOptions};
+use datafusion_gpu_bench::bench::chunksets::{self, ChunksetBenchOptions};
 use datafusion_gpu_bench::bench::join::{self, JoinBenchOptions};
 use datafusion_gpu_bench::bench::multi_gpu::{self, MultiGpuBenchOptions};
 use datafusion_gpu_bench::bench::primitives;
@@ -153,6 +154,10 @@ enum BenchCommand {
     /// The multi-GPU sort-merge join (Maltenberger et al. 2025) over 1, 2 and 4 devices: the copy
     /// bandwidth between them, each phase's time and the speedup per device count.
     MultiGpu(MultiGpuBenchOptions),
+    /// The out-of-core multi-GPU sort-merge join (Maltenberger et al. 2025, chunksets): relations in
+    /// host memory sorted chunkset by chunkset across 1, 2 and 4 devices, merged on the CPU and
+    /// matched pair by pair; each phase's time and the speedup per device count.
+    Chunksets(ChunksetBenchOptions),
     /// The group-by workload of Wu et al. 2025 on device-resident data: every GPU group-by algorithm
     /// with its phases over a sweep of group counts, the bandwidth floor, and DataFusion's CPU
     /// aggregate on the same data.
@@ -400,6 +405,11 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
         }
         Some(Command::Bench { which: BenchCommand::MultiGpu(opts) }) => {
             let report = multi_gpu::run(&opts).map_err(|e| e.to_string())?;
+            println!("{report}");
+            Ok(())
+        }
+        Some(Command::Bench { which: BenchCommand::Chunksets(opts) }) => {
+            let report = chunksets::run(&opts).map_err(|e| e.to_string())?;
             println!("{report}");
             Ok(())
         }

@@ -1,6 +1,7 @@
 //! Benchmarks run by `datafusion-gpu bench ...`; results are recorded under `benches/results/`.
 
 pub mod aggregate;
+pub mod chunksets;
 pub mod join;
 pub mod multi_gpu;
 pub mod primitives;

@@ -83,7 +83,7 @@ pub struct MultiGpuReport {
 
 /// A bijection of u64 (splitmix64's finaliser): distinct row numbers give distinct keys spread
 /// over the whole key range.
-fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
@@ -211,16 +211,18 @@ fn join_once(
     Ok((build_times, probe, t.elapsed().as_secs_f64(), build.rows.clone(), out.into_inner()))
 }
 
-fn med(mut v: Vec<f64>) -> f64 {
+pub(crate) fn med(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-pub fn run(o: &MultiGpuBenchOptions) -> Result<MultiGpuReport> {
-    let ordinals: DevicesSetting = if o.ordinals.trim().is_empty() {
+/// The devices of `--ordinals` (empty: every GPU), their labels and the copy bandwidth between
+/// every pair (row: from, column to; 256 MiB copies, median of 5), printed to stderr.
+pub(crate) fn open_set(ordinals: &str) -> Result<(Vec<Arc<Gpu>>, Vec<String>, Vec<Vec<f64>>)> {
+    let ordinals: DevicesSetting = if ordinals.trim().is_empty() {
         DevicesSetting::All
     } else {
-        o.ordinals.parse().map_err(|e| gpu_error(format!("--ordinals: {e}")))?
+        ordinals.parse().map_err(|e| gpu_error(format!("--ordinals: {e}")))?
     };
     let all = Gpu::for_config(&GpuConfig { devices: ordinals, ..GpuConfig::default() })?.device_set();
     let refs: Vec<&Gpu> = all.iter().map(|g| g.as_ref()).collect();
@@ -230,6 +232,25 @@ pub fn run(o: &MultiGpuBenchOptions) -> Result<MultiGpuReport> {
     for (l, row) in labels.iter().zip(&peer_bandwidth) {
         eprintln!("  {l:>4}: {}", row.iter().map(|b| format!("{:7.1}", b / 1e9)).collect::<Vec<_>>().join(" "));
     }
+    Ok((all, labels, peer_bandwidth))
+}
+
+/// Writes the devices and the copy bandwidth between them, GB/s.
+pub(crate) fn write_bandwidths(f: &mut fmt::Formatter<'_>, labels: &[String], matrix: &[Vec<f64>]) -> fmt::Result {
+    writeln!(f, "devices {labels:?}; copy bandwidth between them, GB/s (row from, column to):")?;
+    for (l, row) in labels.iter().zip(matrix) {
+        writeln!(f, "  {l:>4}: {}", row.iter().map(|b| format!("{:7.1}", b / 1e9)).collect::<Vec<_>>().join(" "))?;
+    }
+    Ok(())
+}
+
+/// `secs` against the one-device time `base` of the same size ("-" without one).
+pub(crate) fn speedup(base: Option<f64>, secs: f64) -> String {
+    base.map_or("-".to_string(), |b| format!("{:.2}x", b / secs.max(1e-9)))
+}
+
+pub fn run(o: &MultiGpuBenchOptions) -> Result<MultiGpuReport> {
+    let (all, labels, peer_bandwidth) = open_set(&o.ordinals)?;
     let mut rows = Vec::new();
     for &k in &o.log_rows {
         let n = 1u64 << k;
@@ -292,10 +313,7 @@ impl fmt::Display for MultiGpuReport {
             "multi-GPU sort-merge join, workload B (8-byte keys and payloads, |R| = |S|, FK), {}",
             self.device
         )?;
-        writeln!(f, "devices {:?}; copy bandwidth between them, GB/s (row from, column to):", self.labels)?;
-        for (l, row) in self.labels.iter().zip(&self.peer_bandwidth) {
-            writeln!(f, "  {l:>4}: {}", row.iter().map(|b| format!("{:7.1}", b / 1e9)).collect::<Vec<_>>().join(" "))?;
-        }
+        write_bandwidths(f, &self.labels, &self.peer_bandwidth)?;
         writeln!(
             f,
             "{:>5} {:>4} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
@@ -313,7 +331,7 @@ impl fmt::Display for MultiGpuReport {
         )?;
         for r in &self.rows {
             let base = self.rows.iter().find(|x| x.log_rows == r.log_rows && x.devices == 1).map(|x| x.join);
-            let speedup = base.map_or("-".to_string(), |b| format!("{:.2}x", b / r.join.max(1e-9)));
+            let speedup = speedup(base, r.join);
             writeln!(
                 f,
                 "{:>5} {:>4} {:>8.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8}",
