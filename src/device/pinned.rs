@@ -288,7 +288,10 @@ impl PinnedPool {
         }
         // Advice only: under `transparent_hugepage=never` it changes nothing.
         let _ = unsafe { libc::madvise(ptr, size, libc::MADV_HUGEPAGE) };
-        if unsafe { sys::cuMemHostRegister_v2(ptr, size, 0) } != sys::CUresult::CUDA_SUCCESS {
+        // Portable: pinned for every context, so that each device of a set copies it at the
+        // link's pinned speed (an out-of-core join's partitions go to the set's devices).
+        let portable = sys::CU_MEMHOSTREGISTER_PORTABLE;
+        if unsafe { sys::cuMemHostRegister_v2(ptr, size, portable) } != sys::CUresult::CUDA_SUCCESS {
             // SAFETY: the mapping made above.
             unsafe { libc::munmap(ptr, size) };
             return None;
@@ -313,7 +316,8 @@ impl PinnedPool {
         self.shared.ctx.bind_to_thread().map_err(|e| gpu_error(format!("binding the CUDA context: {e}")))?;
         // Plain page-locked memory: write-combined memory would make host reads of downloads slow.
         let t = std::time::Instant::now();
-        let ptr = unsafe { result::malloc_host(size, 0) }.map_err(|e| {
+        // Portable, as registered chunks are (see `new_registered_chunk`).
+        let ptr = unsafe { result::malloc_host(size, sys::CU_MEMHOSTALLOC_PORTABLE) }.map_err(|e| {
             gpu_error(format!(
                 "allocating {} of pinned host memory failed ({e}); the host may be short of lockable memory",
                 human_bytes(size as u64)

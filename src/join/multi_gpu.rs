@@ -15,7 +15,8 @@
 //!
 //! What differs from the paper: the inputs are a query's device batches rather than chunksets
 //! of host memory (the chunkset form is [`super::chunksets`], not yet used by the SQL path: a
-//! query's join too large for the set's memory runs out of core on one device, `join::triton`), a range's rows are never split between devices (one hot key stays
+//! query's join too large for the set's memory runs out of core, `join::triton`, its partitions
+//! dealt over the set's devices), a range's rows are never split between devices (one hot key stays
 //! on one device), and the per-device match is `smj_bounds` (a binary search per warp) rather
 //! than a merge path.
 

@@ -702,6 +702,7 @@ async fn check_out_of_core(
     algorithms: &[JoinAlgorithm],
     fraction: u64,
     sequential: bool,
+    devices: &DevicesSetting,
 ) -> Vec<String> {
     let (schema, cpu, want) = match cpu_answer(c, what).await {
         Ok(x) => x,
@@ -733,6 +734,7 @@ async fn check_out_of_core(
                 // Partitioned cases keep one join per partition, each under its share of the limit.
                 join_repartition: true,
                 cpu_fallback: false,
+                devices: devices.clone(),
                 ..Default::default()
             };
             let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));
@@ -767,6 +769,13 @@ async fn check_out_of_core(
                 }
             };
             let peak = gpu.memory().peak();
+            // With several devices, a device other than the home one joined some partitions.
+            if let [_, others @ ..] = gpu.device_set().as_slice()
+                && !others.is_empty()
+                && others.iter().all(|g| g.memory().peak() == 0)
+            {
+                return Err("no partition was joined on a device other than the home one".into());
+            }
             if let Partitioning::Hash(exprs, _) = gpu_plan.properties().output_partitioning() {
                 hash_partitioned(&parts, exprs)?;
             }
@@ -817,6 +826,38 @@ fn hash_partitioned(parts: &[Vec<RecordBatch>], exprs: &[Arc<dyn PhysicalExpr>])
 /// nothing here: with NULL = NULL the tables' 8% of NULL keys on each side would multiply into
 /// one probe group's output of far more than these limits, which fails with a memory-limit error
 /// (a group's output is materialized at once; see `join::triton`).
+/// The out-of-core join with its partitions dealt over two or three logical devices of one GPU
+/// (each device joining its own partitions side by side): every join type, CollectLeft and
+/// Partitioned, unique and skewed builds, against DataFusion; some partitions must have been
+/// joined on a device other than the home one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_join_out_of_core_over_logical_devices_matches_cpu() {
+    let _l = gpu_lock();
+    let Some(_gpu) = gpu_or_skip("gpu_join_out_of_core_over_logical_devices_matches_cpu") else { return };
+    let seed = fresh_seed("gpu_join_out_of_core_over_logical_devices_matches_cpu");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let mut joins = 0;
+    let types = vec![DataType::Int64];
+    for (ldist, rdist) in [(Dist::Unique, Dist::Unique), (Dist::Zipf(1.5), Dist::Unique)] {
+        let left = table(&mut rng, &types, ldist, 100_000, 100_000, true, "l");
+        let right = table(&mut rng, &types, rdist, 130_000, 100_000, false, "r");
+        for jt in JOIN_TYPES {
+            for (fraction, mode) in [(10, PartitionMode::CollectLeft), (4, PartitionMode::Partitioned)] {
+                // Two and three devices in turn, to keep the test within a minute.
+                let devices = DevicesSetting::List(vec![0; 2 + joins % 2]);
+                let c = JoinCase { mode, ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
+                let what = format!("[out of core on {devices} 1/{fraction} {ldist:?}/{rdist:?} {jt} {mode:?}]");
+                failures
+                    .extend(check_out_of_core(&c, &what, &[JoinAlgorithm::PhjGftr], fraction, false, &devices).await);
+                joins += 1;
+            }
+        }
+    }
+    let _ = writeln!(std::io::stderr(), "out-of-core joins over logical devices: {joins}, seed {seed}");
+    assert!(failures.is_empty(), "seed {seed}: {} of {joins} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_join_out_of_core_matches_cpu() {
     let _l = gpu_lock();
@@ -851,7 +892,8 @@ async fn gpu_join_out_of_core_matches_cpu() {
                     let c = JoinCase { mode, ..JoinCase::new(&left, &right, types.len(), jt, nulls) };
                     let what = format!("[out of core 1/{fraction} {kname} {ldist:?}/{rdist:?} {jt} {mode:?}]");
                     let t = std::time::Instant::now();
-                    failures.extend(check_out_of_core(&c, &what, &algorithms, fraction, false).await);
+                    failures
+                        .extend(check_out_of_core(&c, &what, &algorithms, fraction, false, &DevicesSetting::One).await);
                     let _ = writeln!(std::io::stderr(), "{what}: {:.1} s", t.elapsed().as_secs_f64());
                     joins += algorithms.len();
                 }
@@ -875,7 +917,10 @@ async fn gpu_join_out_of_core_matches_cpu() {
         });
         let c =
             JoinCase { filter: Some(filter), ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
-        failures.extend(check_out_of_core(&c, &format!("[out of core filter {jt}]"), &algorithms, 4, false).await);
+        failures.extend(
+            check_out_of_core(&c, &format!("[out of core filter {jt}]"), &algorithms, 4, false, &DevicesSetting::One)
+                .await,
+        );
         joins += algorithms.len();
     }
     // A probe side hash-partitioned on its keys: inner and right joins keep that partitioning, so
@@ -885,7 +930,15 @@ async fn gpu_join_out_of_core_matches_cpu() {
         let hashed = matches!(plan(&c).properties().output_partitioning(), Partitioning::Hash(..));
         assert_eq!(hashed, jt != JoinType::Full, "{jt}: the output partitioning checked is the probe side's");
         failures.extend(
-            check_out_of_core(&c, &format!("[out of core hash-partitioned probe {jt}]"), &algorithms, 10, false).await,
+            check_out_of_core(
+                &c,
+                &format!("[out of core hash-partitioned probe {jt}]"),
+                &algorithms,
+                10,
+                false,
+                &DevicesSetting::One,
+            )
+            .await,
         );
         joins += algorithms.len();
     }
@@ -897,7 +950,7 @@ async fn gpu_join_out_of_core_matches_cpu() {
         for hash_probe in [false, true] {
             let c = JoinCase { hash_probe, ..JoinCase::new(&left, &right, 1, jt, NullEquality::NullEqualsNothing) };
             let what = format!("[out of core, partitions read one after another, hashed probe {hash_probe} {jt}]");
-            failures.extend(check_out_of_core(&c, &what, &algorithms, 10, true).await);
+            failures.extend(check_out_of_core(&c, &what, &algorithms, 10, true, &DevicesSetting::One).await);
             joins += algorithms.len();
         }
     }

@@ -1,7 +1,8 @@
 //! The out-of-core join's driver: every probe stream partitions its rows into pinned host
 //! memory and hands them over; one driver then joins partition by partition, copying the next
 //! build chunk or probe group up while the current one is joined, and sends the output to the
-//! streams still reading.
+//! streams still reading. With a device set, the partitions are dealt to its devices, one
+//! driver loop per device side by side.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -257,6 +258,11 @@ impl OutOfCoreProbe {
     /// The build rows decided at the end are emitted by the last round only, which probes the
     /// rows earlier rounds kept again, its output of them discarded, so that every probe row
     /// decides them.
+    ///
+    /// With a device set (`gpu.devices`), the partitions are dealt to its devices in turn and
+    /// each device joins its own, side by side ([`Self::drive_on`]): every device copies its
+    /// partitions up over its own host link. A partition's build chunks and probe groups all
+    /// stay on one device, so each build row is decided there.
     pub(super) async fn drive(self, round: Round<Handover>) -> Result<()> {
         let sizes = self.ooc.sizes;
         let mut side = SpilledSide::new(Arc::clone(&self.layout.probe_schema), sizes.bits);
@@ -286,20 +292,56 @@ impl OutOfCoreProbe {
                 plan.push((step.clone(), Arc::clone(&groups)));
             }
         }
+        // Each device's share of the plan: whole partitions, dealt in turn.
+        let set = self.gpu.device_set();
+        let mut shares: Vec<Vec<(Step, Arc<Vec<Group>>)>> = set.iter().map(|_| Vec::new()).collect();
+        let mut dealt = 0usize;
+        for (i, item) in plan.into_iter().enumerate() {
+            if item.0.first && i > 0 {
+                dealt += 1;
+            }
+            shares[dealt % set.len()].push(item);
+        }
+        timeline::mark("out-of-core", || {
+            let steps: Vec<usize> = shares.iter().map(Vec::len).collect();
+            format!("driving steps {steps:?} on {} device(s)", set.len())
+        });
+        let outputs = tokio::sync::Mutex::new(outputs);
+        let drivers = set
+            .into_iter()
+            .zip(shares)
+            .filter(|(_, plan)| !plan.is_empty())
+            .map(|(gpu, plan)| self.drive_on(gpu, plan, Arc::clone(&side), &outputs, &discard, emit_build_rows));
+        futures::future::try_join_all(drivers).await?;
+        timeline::mark("out-of-core", || "driven to the end".into());
+        Ok(())
+    }
+
+    /// Joins the steps of `plan` (whole partitions, in order) on `gpu`: see [`Self::drive`].
+    async fn drive_on(
+        &self,
+        gpu: Arc<Gpu>,
+        plan: Vec<(Step, Arc<Vec<Group>>)>,
+        side: Arc<SpilledSide>,
+        outputs: &tokio::sync::Mutex<Outputs>,
+        discard: &[bool],
+        emit_build_rows: bool,
+    ) -> Result<()> {
+        let sizes = self.ooc.sizes;
+        let spec = Arc::clone(&self.layout.spec);
         let mut loads = Vec::new();
         for (step, groups) in &plan {
             loads.push((Load::Build, step.part, step.pieces.clone()));
             loads.extend(groups.iter().map(|g| (Load::Probe, step.part, g.pieces.clone())));
         }
-        timeline::mark("out-of-core", || format!("driving {} steps, {} uploads", plan.len(), loads.len()));
         let mut prefetch =
-            Prefetch::new(Arc::clone(&self.gpu), Arc::clone(&self.ooc), Arc::clone(&side), self.metrics.clone(), loads);
+            Prefetch::new(Arc::clone(&gpu), Arc::clone(&self.ooc), Arc::clone(&side), self.metrics.clone(), loads);
         // Probe flags of the current partition's groups, kept across its build chunks.
         let mut flags: Vec<Arc<DeviceBuffer>> = Vec::new();
         for (step, groups) in plan {
             let chunked = !(step.first && step.last);
             if step.first && chunked && spec.needs_probe_flags() {
-                let (gpu, side, groups) = (Arc::clone(&self.gpu), Arc::clone(&side), Arc::clone(&groups));
+                let (gpu, side, groups) = (Arc::clone(&gpu), Arc::clone(&side), Arc::clone(&groups));
                 let part = step.part;
                 flags = blocking(move || {
                     let stream = gpu.stream();
@@ -317,7 +359,7 @@ impl OutOfCoreProbe {
             }
             let build = {
                 let dev = prefetch.next(Load::Build).await?;
-                let (gpu, layout, m) = (Arc::clone(&self.gpu), Arc::clone(&self.layout), self.metrics.clone());
+                let (gpu, layout, m) = (Arc::clone(&gpu), Arc::clone(&self.layout), self.metrics.clone());
                 let (estimate, part) = (self.estimate.clone(), step.part);
                 let slot = gpu.spill_slot().await?;
                 blocking(move || {
@@ -345,10 +387,10 @@ impl OutOfCoreProbe {
             timeline::mark("out-of-core", || format!("partition {} built", step.part));
             for (h, group) in groups.iter().enumerate() {
                 let dev = prefetch.next(Load::Probe).await?;
-                let (gpu, build, m) = (Arc::clone(&self.gpu), Arc::clone(&build), self.metrics.clone());
+                let (gpu, build, m) = (Arc::clone(&gpu), Arc::clone(&build), self.metrics.clone());
                 let last = step.last;
                 let f = if chunked { flags.get(h).cloned() } else { None };
-                let slot = self.gpu.spill_slot().await?;
+                let slot = gpu.spill_slot().await?;
                 let out = blocking(move || {
                     let _slot = slot;
                     let stream = Arc::clone(dev.stream());
@@ -376,7 +418,7 @@ impl OutOfCoreProbe {
                 if discard.get(group.origin).copied().unwrap_or(false) {
                     continue;
                 }
-                if !outputs.send(self.route.then_some(group.origin), out).await {
+                if !outputs.lock().await.send(self.route.then_some(group.origin), out).await {
                     return Ok(());
                 }
                 timeline::mark("out-of-core", || format!("partition {} group {h} sent", step.part));
@@ -385,8 +427,8 @@ impl OutOfCoreProbe {
                 flags.clear();
             }
             if emit_build_rows {
-                let (gpu, m) = (Arc::clone(&self.gpu), self.metrics.clone());
-                let slot = self.gpu.spill_slot().await?;
+                let (gpu, m) = (Arc::clone(&gpu), self.metrics.clone());
+                let slot = gpu.spill_slot().await?;
                 let out = blocking(move || {
                     let _slot = slot;
                     let mut times = PhaseTimes::default();
@@ -397,12 +439,11 @@ impl OutOfCoreProbe {
                     Ok(out)
                 })
                 .await?;
-                if !outputs.send(None, out).await {
+                if !outputs.lock().await.send(None, out).await {
                     return Ok(());
                 }
             }
         }
-        timeline::mark("out-of-core", || "driven to the end".into());
         Ok(())
     }
 }
