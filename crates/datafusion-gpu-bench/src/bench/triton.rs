@@ -20,11 +20,11 @@ use futures::StreamExt;
 
 use super::join::{Config, collect_left_plan, relations};
 use super::median;
-use datafusion_gpu::config::{ByteSize, GpuConfig};
+use datafusion_gpu::config::{ByteSize, DevicesSetting, GpuConfig};
 use datafusion_gpu::cost::PlacementSetting;
 use datafusion_gpu::device::Gpu;
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
-use datafusion_gpu::error::Result;
+use datafusion_gpu::error::{Result, gpu_error};
 use datafusion_gpu::join::JoinAlgorithmSetting;
 use datafusion_gpu::join::triton::STATE_FACTOR;
 use datafusion_gpu::rule::GpuOptimizerRule;
@@ -48,6 +48,10 @@ pub struct TritonBenchOptions {
     /// Partitions of the probe side (and DataFusion's target partitions).
     #[arg(long, default_value_t = 16)]
     pub partitions: usize,
+    /// The session's device set (as gpu.devices: '0,1', 'all'); the out-of-core partitions are
+    /// joined on its devices in turn. Default: the one device.
+    #[arg(long, default_value = "")]
+    pub devices: String,
     #[command(flatten)]
     pub runs: super::BenchRuns,
 }
@@ -101,16 +105,24 @@ async fn run_once(
             .to_string();
         eprintln!("{shown}");
     }
-    let spilled = plan.metrics().and_then(|m| m.sum_by_name("spill_bytes")).map_or(0, |v| v.as_usize() as u64);
+    let spilled = tree_sum(&plan, "spill_bytes");
     Ok((secs, rows, spilled))
 }
 
-fn gpu_context(o: &TritonBenchOptions, limit: Option<u64>) -> SessionContext {
+/// The sum of metric `name` over `plan` and every node below it (the join need not be the root:
+/// a node that brings its output to the host can sit above it).
+fn tree_sum(plan: &Arc<dyn ExecutionPlan>, name: &str) -> u64 {
+    let own = plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize() as u64);
+    own + plan.children().into_iter().map(|c| tree_sum(c, name)).sum::<u64>()
+}
+
+fn gpu_context(o: &TritonBenchOptions, devices: &DevicesSetting, limit: Option<u64>) -> SessionContext {
     let cfg = GpuConfig {
         min_rows: 0,
         placement: PlacementSetting::Always,
         join_algorithm: o.algorithm,
         memory_limit: limit.map_or(ByteSize::Auto, ByteSize::Bytes),
+        devices: devices.clone(),
         ..Default::default()
     };
     gpu_session_context(SessionConfig::new().with_target_partitions(o.partitions).with_option_extension(cfg))
@@ -124,13 +136,17 @@ pub async fn run(gpu: &Arc<Gpu>, o: &TritonBenchOptions) -> Result<TritonReport>
     // The build columns (key and payload) in device layout, times the state factor.
     let state_bytes = r_rows * 8 * STATE_FACTOR;
     let in_bytes = (r_rows + s_rows) * 8;
+    let devices: DevicesSetting = match o.devices.trim() {
+        "" => DevicesSetting::One,
+        d => d.parse().map_err(|e| gpu_error(format!("--devices: {e}")))?,
+    };
     let mut rows = Vec::new();
     let mut settings: Vec<(String, Option<u64>)> = vec![("gpu in memory".into(), None)];
     for &f in &o.factors {
         settings.push((format!("gpu 1/{f}"), Some(state_bytes / f.max(1))));
     }
     for (name, limit) in settings {
-        let ctx = gpu_context(o, limit);
+        let ctx = gpu_context(o, &devices, limit);
         let mut runs = Vec::new();
         for i in 0..=o.runs.runs.max(1) {
             let last = i == o.runs.runs.max(1);
@@ -168,7 +184,7 @@ pub async fn run(gpu: &Arc<Gpu>, o: &TritonBenchOptions) -> Result<TritonReport>
         });
     }
     if let Some(bad) = rows.iter().find(|x| x.output_rows != rows[0].output_rows) {
-        return Err(datafusion_gpu::error::gpu_error(format!(
+        return Err(gpu_error(format!(
             "{} returned {} rows where {} returned {}",
             bad.name, bad.output_rows, rows[0].name, rows[0].output_rows
         )));
