@@ -409,7 +409,7 @@ async fn check_on(
                 .await
                 .map_err(|e| format!("{what} {a}: the GPU join failed: {e}"))?;
             let spread = a.multi_gpu() && !c.null_aware && matches!(devices, DevicesSetting::List(l) if l.len() > 1);
-            if spread && metric_sum(&gpu_plan, "exchange_time") == 0 {
+            if spread && crate::exec::metric_total(&gpu_plan, None, "exchange_time") == 0 {
                 return Err(format!("{what} {a}: no exchange between the devices {devices}"));
             }
             Ok(out)
@@ -684,12 +684,6 @@ async fn gpu_join_filters_match_cpu() {
     assert!(failures.is_empty(), "seed {seed}: {} joins differ:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// The sum of metric `name` over a plan's nodes.
-fn metric_sum(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
-    let own = plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize());
-    own + plan.children().iter().map(|c| metric_sum(c, name)).sum::<usize>()
-}
-
 /// Runs the case on the CPU, then on the GPU with each algorithm in turn under a memory limit of
 /// `1 / fraction` of the join's build state (its uploaded build columns, times the state factor),
 /// so that it runs out of core; checks the answer, that the out-of-core path ran, and that the
@@ -783,7 +777,7 @@ async fn check_out_of_core(
             if peak > limit {
                 return Err(format!("device memory peaked at {peak} bytes, over the limit of {limit}"));
             }
-            if metric_sum(&gpu_plan, "spill_partitions") == 0 {
+            if crate::exec::metric_total(&gpu_plan, None, "spill_partitions") == 0 {
                 return Err(format!("the join did not run out of core under a limit of {limit} bytes"));
             }
             Ok(batches)

@@ -25,6 +25,7 @@ use datafusion_gpu::cost::PlacementSetting;
 use datafusion_gpu::device::Gpu;
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
 use datafusion_gpu::error::{Result, gpu_error};
+use datafusion_gpu::exec::metric_total;
 use datafusion_gpu::join::JoinAlgorithmSetting;
 use datafusion_gpu::join::triton::STATE_FACTOR;
 use datafusion_gpu::rule::GpuOptimizerRule;
@@ -105,15 +106,8 @@ async fn run_once(
             .to_string();
         eprintln!("{shown}");
     }
-    let spilled = tree_sum(&plan, "spill_bytes");
+    let spilled = metric_total(&plan, None, "spill_bytes") as u64;
     Ok((secs, rows, spilled))
-}
-
-/// The sum of metric `name` over `plan` and every node below it (the join need not be the root:
-/// a node that brings its output to the host can sit above it).
-fn tree_sum(plan: &Arc<dyn ExecutionPlan>, name: &str) -> u64 {
-    let own = plan.metrics().and_then(|m| m.sum_by_name(name)).map_or(0, |v| v.as_usize() as u64);
-    own + plan.children().into_iter().map(|c| tree_sum(c, name)).sum::<u64>()
 }
 
 fn gpu_context(o: &TritonBenchOptions, devices: &DevicesSetting, limit: Option<u64>) -> SessionContext {
