@@ -489,6 +489,8 @@ pub fn match_sorted(
 /// The result of [`join`]: both relations sorted, and the matches between them.
 #[derive(Debug)]
 pub struct ChunksetJoin {
+    /// Rows of a chunk on each device, as given or as the devices' free memory allowed.
+    pub chunk_rows: u64,
     pub r: HostRelation,
     pub s: HostRelation,
     pub matches: Matches,
@@ -512,7 +514,7 @@ pub fn join(set: &[Arc<Gpu>], r: HostRelation, s: HostRelation, chunk_rows: Opti
     // A pair's keys up and its runs down take 16 bytes a row of S and 8 of R, three pairs in
     // flight: a pair of the chunk's size stays well within what the sort phase used.
     let matches = match_sorted(set, &r.keys, &s.keys, chunk_rows, &mut times)?;
-    Ok(ChunksetJoin { r, s, matches, times })
+    Ok(ChunksetJoin { chunk_rows, r, s, matches, times })
 }
 
 #[cfg(test)]

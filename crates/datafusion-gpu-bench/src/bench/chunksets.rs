@@ -97,8 +97,9 @@ fn relations(gpu: &Gpu, n: u64, seed: u64) -> Result<(HostRelation, HostRelation
     Ok((r, s, t.elapsed().as_secs_f64()))
 }
 
-/// One join of workload B's 2^k rows on `set`; the pinning time, phase times and matches.
-fn join_once(set: &[Arc<Gpu>], k: u32, chunk_rows: Option<u64>, seed: u64) -> Result<(f64, ChunksetTimes, u64)> {
+/// One join of workload B's 2^k rows on `set`; the pinning time, phase times, matches and the
+/// chunk rows the join used.
+fn join_once(set: &[Arc<Gpu>], k: u32, chunk_rows: Option<u64>, seed: u64) -> Result<(f64, ChunksetTimes, u64, u64)> {
     let n = 1u64 << k;
     let (r, s, pin) = relations(&set[0], n, seed)?;
     let out = chunksets::join(set, r, s, chunk_rows)?;
@@ -106,7 +107,7 @@ fn join_once(set: &[Arc<Gpu>], k: u32, chunk_rows: Option<u64>, seed: u64) -> Re
     if matches != n {
         return Err(gpu_error(format!("2^{k} on {} devices: {matches} matches, expected {n}", set.len())));
     }
-    Ok((pin, out.times, matches))
+    Ok((pin, out.times, matches, out.chunk_rows))
 }
 
 pub fn run(o: &ChunksetBenchOptions) -> Result<ChunksetReport> {
@@ -123,7 +124,7 @@ pub fn run(o: &ChunksetBenchOptions) -> Result<ChunksetReport> {
         for &k in &o.log_rows {
             let mut samples = Vec::new();
             for run in 0..o.runs.max(1) {
-                let (pin, t, matches) = join_once(set, k, chunk_rows, o.seed ^ run as u64)?;
+                let (pin, t, matches, chunk) = join_once(set, k, chunk_rows, o.seed ^ run as u64)?;
                 eprintln!(
                     "2^{k} on {g} device(s), run {run}: pin {pin:.2} s; {} + {} chunksets; sort {:.3} s (exchange \
                      {:.3}), merge {:.3} s, partition {:.3} s, join {:.3} s; {matches} matches",
@@ -135,17 +136,14 @@ pub fn run(o: &ChunksetBenchOptions) -> Result<ChunksetReport> {
                     t.partition.as_secs_f64(),
                     t.join.as_secs_f64(),
                 );
-                samples.push((pin, t, matches));
+                samples.push((pin, t, matches, chunk));
             }
-            let pick = |f: &dyn Fn(&(f64, ChunksetTimes, u64)) -> f64| med(samples.iter().map(f).collect());
+            let pick = |f: &dyn Fn(&(f64, ChunksetTimes, u64, u64)) -> f64| med(samples.iter().map(f).collect());
             let secs = |d: std::time::Duration| d.as_secs_f64();
-            let chunk = chunk_rows.unwrap_or_else(|| {
-                chunksets::chunk_rows_for(set.iter().map(|g| g.memory().available()).min().unwrap_or(0))
-            });
             rows.push(ChunksetRow {
                 log_rows: k,
                 devices: g,
-                chunk_rows: chunk,
+                chunk_rows: samples[0].3,
                 chunksets: samples[0].1.chunksets,
                 pin: pick(&|x| x.0),
                 sort: pick(&|x| secs(x.1.sort)),
