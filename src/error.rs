@@ -61,6 +61,53 @@ pub fn recoverable_on_cpu(e: &DataFusionError) -> bool {
     }
 }
 
+/// Rows on which a generated kernel's expression failed (128-bit decimal overflow, a cast past
+/// the target precision), by what DataFusion does with the same rows. `GpuQueryExec` answers
+/// either by running the query again on DataFusion's plan, so that the answer, or the error, is
+/// DataFusion's own; where it cannot (the output already went out), the error stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpressionFailure {
+    /// DataFusion evaluates the failing part on those rows and fails too.
+    Fails,
+    /// DataFusion evaluates the failing part on those rows only in some batches (the right side
+    /// of an `AND` or `OR` whose left side decides the row): whether it fails depends on how its
+    /// batches fall.
+    MayFail,
+}
+
+impl std::fmt::Display for ExpressionFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExpressionFailure::Fails => write!(
+                f,
+                "{GPU_PREFIX}Arithmetic overflow: Overflow happened on a decimal operation or cast evaluated on the \
+                 GPU, on a row where DataFusion evaluates it too"
+            ),
+            ExpressionFailure::MayFail => write!(
+                f,
+                "{GPU_PREFIX}an expression evaluated on the GPU overflowed on a row where DataFusion evaluates it only \
+                 in some batches (the right side of an AND or OR whose left side decides the row), and the query \
+                 could not run again on DataFusion's plan; run it with SET gpu.enable = false for DataFusion's answer"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ExpressionFailure {}
+
+/// The error of a kernel's failed rows ([`ExpressionFailure`]).
+pub fn expression_failure(kind: ExpressionFailure) -> DataFusionError {
+    DataFusionError::External(Box::new(kind))
+}
+
+/// The [`ExpressionFailure`] `e` comes from, also when shared or given context.
+pub fn expression_failure_of(e: &DataFusionError) -> Option<ExpressionFailure> {
+    match e.find_root() {
+        DataFusionError::External(x) => x.downcast_ref::<ExpressionFailure>().copied(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -82,5 +129,17 @@ mod tests {
         assert!(recoverable_on_cpu(&dict));
         assert!(!recoverable_on_cpu(&DataFusionError::ResourcesExhausted("the host pool is full".into())));
         assert!(!recoverable_on_cpu(&gpu_error("a kernel failed")));
+    }
+
+    /// An expression failure is found under context and sharing, and is no memory error.
+    #[test]
+    fn expression_failures_are_typed() {
+        let e = expression_failure(ExpressionFailure::MayFail);
+        assert_eq!(expression_failure_of(&e), Some(ExpressionFailure::MayFail));
+        let shared = DataFusionError::Shared(Arc::new(expression_failure(ExpressionFailure::Fails)));
+        assert_eq!(expression_failure_of(&shared.context("probing")), Some(ExpressionFailure::Fails));
+        assert!(!recoverable_on_cpu(&e));
+        assert_eq!(expression_failure_of(&gpu_error("x")), None);
+        assert!(e.to_string().contains("SET gpu.enable = false"), "{e}");
     }
 }

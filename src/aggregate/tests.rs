@@ -1166,9 +1166,11 @@ async fn gpu_aggregate_reads_null_dictionary_values_as_null() {
     assert!(failures.is_empty(), "seed {seed}: {} failures, first: {}", failures.len(), failures[0]);
 }
 
-/// An expression whose right side of AND / OR, or a later WHEN or THEN of a CASE, overflows
+/// An expression whose later WHEN or THEN of a CASE, or whose part a filter drops, overflows
 /// only on rows DataFusion never evaluates it for: the GPU answers as the CPU does, rather than
-/// raising the overflow.
+/// raising the overflow. The right side of AND / OR overflowing on rows the left side decides
+/// is a failure DataFusion's batches decide: the GPU plan alone answers as the CPU does or
+/// fails saying so, and with DataFusion's plan to run again (`gpu.memory.cpu_fallback`) answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_expressions_raise_errors_only_where_datafusion_evaluates() {
     let _g = gpu_lock();
@@ -1182,9 +1184,30 @@ async fn gpu_expressions_raise_errors_only_where_datafusion_evaluates() {
         .expect("decimal(38, 0)");
     let batch = RecordBatch::try_from_iter(vec![("k", Arc::new(k) as ArrayRef), ("d", Arc::new(d) as ArrayRef)])
         .expect("a batch");
-    let queries = [
+    let decided_by_batches = [
         "SELECT count(*) n FROM t WHERE k < 1000 AND d * d > 0",
         "SELECT count(*) n FROM t WHERE k >= 1000 OR d * d > 0",
+    ];
+    let cpu = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register(&cpu, &batch, 4);
+    for sql in decided_by_batches {
+        let want = cpu.sql(sql).await.unwrap().collect().await.expect("DataFusion answers");
+        for rerun in [false, true] {
+            let ctx = gpu_ctx(AggregateAlgorithmSetting::Hash, 4, 1 << 22);
+            ctx.sql(&format!("SET gpu.memory.cpu_fallback = {rerun}")).await.unwrap().collect().await.unwrap();
+            register(&ctx, &batch, 4);
+            match (ctx.sql(sql).await.unwrap().collect().await, rerun) {
+                (Ok(got), _) => {
+                    if let Some(f) = compare(&want, &got, sql) {
+                        panic!("rerun {rerun}: {f}");
+                    }
+                }
+                (Err(e), false) => assert!(e.to_string().contains("SET gpu.enable = false"), "{sql}: {e}"),
+                (Err(e), true) => panic!("{sql}: with a rerun the query failed: {e}"),
+            }
+        }
+    }
+    let queries = [
         "SELECT sum(CASE WHEN k < 1000 THEN d * d ELSE 0 END) s FROM t",
         "SELECT sum(CASE WHEN k >= 100000 THEN 0 WHEN d * d > 0 THEN 1 ELSE 2 END) s FROM t",
         "SELECT k % 3 g, sum(CASE WHEN k >= 100000 THEN d ELSE d * d END) s FROM t GROUP BY k % 3 ORDER BY g",

@@ -1,7 +1,9 @@
-//! `GpuQueryExec`: the root of a plan with GPU operators, which runs the query again on
-//! DataFusion's own plan when the GPU plan fails for want of device memory (see
+//! `GpuQueryExec`: the root of a plan with GPU operators (or of a write's input), which runs the
+//! query again on DataFusion's own plan when the GPU plan fails for want of device memory (see
 //! [`crate::error::recoverable_on_cpu`]) where no operator could finish its work on the CPU
-//! itself, so that such a query is answered as DataFusion answers it rather than failed.
+//! itself, so that such a query is answered as DataFusion answers it rather than failed; and when
+//! a GPU expression failed on some rows ([`crate::error::ExpressionFailure`]), so that the answer
+//! or the error is DataFusion's own.
 //!
 //! A rerun must not repeat or lose rows, so the output is held back until the GPU plan has
 //! finished (the usual case: most queries end in an aggregate, a sort or a limit) or until it
@@ -33,7 +35,7 @@ use futures::{SinkExt, StreamExt};
 use super::single_child;
 use super::task_stream::TaskStream;
 use crate::config::human_bytes;
-use crate::error::recoverable_on_cpu;
+use crate::error::{expression_failure_of, recoverable_on_cpu};
 
 /// Most output bytes held back while the GPU plan may still fail.
 pub const HOLD_BACK_BYTES: usize = 64 << 20;
@@ -82,10 +84,10 @@ impl GpuQueryExec {
 impl DisplayAs for GpuQueryExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match t {
-            DisplayFormatType::TreeRender => write!(f, "cpu_rerun=on device memory errors"),
+            DisplayFormatType::TreeRender => write!(f, "cpu_rerun=on device memory and expression errors"),
             _ => write!(
                 f,
-                "{QUERY_EXEC_NAME}: reruns on DataFusion's plan if device memory runs out (output held back up to {})",
+                "{QUERY_EXEC_NAME}: reruns on DataFusion's plan if device memory runs out or a GPU expression fails (output held back up to {})",
                 human_bytes(HOLD_BACK_BYTES as u64)
             ),
         }
@@ -202,13 +204,19 @@ async fn drive(
                 reservation.free();
                 tx.send(Ok(b)).await.map_err(|_| gone())?;
             }
-            Some(Err(e)) if !sending && recoverable_on_cpu(&e) => {
+            Some(Err(e)) if !sending && (recoverable_on_cpu(&e) || expression_failure_of(&e).is_some()) => {
                 // Dropping the GPU plan's stream stops its work and frees its device memory.
                 drop(gpu);
                 drop(held);
                 reservation.free();
                 metrics.reruns.add(1);
-                log::warn!("a query ran out of device memory on the GPU and runs again on DataFusion's plan: {e}");
+                match expression_failure_of(&e) {
+                    // DataFusion's plan gives its own answer or error for the failed rows.
+                    Some(_) => log::info!("a GPU expression failed; the query runs again on DataFusion's plan: {e}"),
+                    None => log::warn!(
+                        "a query ran out of device memory on the GPU and runs again on DataFusion's plan: {e}"
+                    ),
+                }
                 let plan = reset_plan_states(cpu)?;
                 let mut out = execute_stream(plan, context)?;
                 while let Some(b) = out.next().await {

@@ -150,8 +150,13 @@ fn integer_digits(dt: &DataType) -> Option<u8> {
     })
 }
 
-/// A generated value: its expression, validity, (strings) length, and the condition under which
-/// computing it failed (arrow returns an error there, e.g. decimal overflow).
+/// A generated value: its expression, validity, (strings) length, and whether computing it
+/// failed (arrow returns an error there, e.g. decimal overflow).
+///
+/// `err` is a C expression of type `u32`, a row's error severity: 0 none, [`MAY_FAIL`] where
+/// DataFusion evaluates the failing part on that row only in some batches (the right side of an
+/// `AND` or `OR` whose left side decides the row), [`FAILS`] where DataFusion always evaluates it
+/// and fails. `"false"` stands for an expression that never fails.
 #[derive(Debug, Clone)]
 pub struct Val {
     pub v: String,
@@ -160,6 +165,30 @@ pub struct Val {
     pub err: String,
     pub ty: Ty,
     pub dt: DataType,
+}
+
+/// A row's error severity ([`Val::err`]): DataFusion may fail on it, depending on its batches.
+pub const MAY_FAIL: u32 = 1;
+/// A row's error severity ([`Val::err`]): DataFusion fails on it.
+pub const FAILS: u32 = 2;
+
+/// `err` ([`Val::err`]) as a C `u32` expression.
+pub fn severity(err: &str) -> &str {
+    if err == "false" { "0u" } else { err }
+}
+
+/// The larger of two severities ([`Val::err`]).
+pub fn worse(a: &str, b: &str) -> String {
+    match (a, b) {
+        ("false", "false") => "false".into(),
+        ("false", e) | (e, "false") => e.to_string(),
+        (x, y) => format!("sev_max({x}, {y})"),
+    }
+}
+
+/// A C condition under which DataFusion fails, as a severity ([`Val::err`]).
+fn fails_if(cond: &str) -> String {
+    format!("(({cond}) ? 2u : 0u)")
 }
 
 /// How a generator reads a column of the expression's schema: the slot of the kernel's `cols`
@@ -233,6 +262,10 @@ __device__ __forceinline__ int date32_part(int days, int part) {
 }
 
 typedef unsigned __int128 u128;
+
+// Error severities of a row (see codegen.rs, Val::err): 0 none, 1 DataFusion may fail on it
+// (depending on how its batches fall), 2 DataFusion fails on it.
+__device__ __forceinline__ u32 sev_max(u32 a, u32 b) { return a > b ? a : b; }
 
 // Checked 128-bit arithmetic: the (wrapped) result, and whether it overflowed.
 __device__ __forceinline__ __int128 i128_add(__int128 a, __int128 b, bool* ovf) {
@@ -436,7 +469,7 @@ impl<'a> Gen<'a> {
         let err = if err == "false" {
             err
         } else {
-            let _ = writeln!(self.body, "        const bool err{t} = {err};");
+            let _ = writeln!(self.body, "        const u32 err{t} = {err};");
             format!("err{t}")
         };
         Val { v: format!("v{t}"), ok: format!("ok{t}"), len, err, ty, dt }
@@ -633,8 +666,8 @@ impl<'a> Gen<'a> {
                     let (ok, err) = match safe {
                         true => (format!("({} && fits{t})", a.ok), a.err),
                         false => {
-                            let over = format!("({} && !fits{t})", a.ok);
-                            let err = if a.err == "false" { over } else { format!("({} || {over})", a.err) };
+                            let over = fails_if(&format!("{} && !fits{t}", a.ok));
+                            let err = worse(&a.err, &over);
                             (a.ok, err)
                         }
                     };
@@ -675,11 +708,7 @@ impl<'a> Gen<'a> {
     }
 
     fn either_err(a: &Val, b: &Val) -> String {
-        match (a.err.as_str(), b.err.as_str()) {
-            ("false", "false") => "false".into(),
-            ("false", e) | (e, "false") => e.to_string(),
-            (x, y) => format!("({x} || {y})"),
-        }
+        worse(&a.err, &b.err)
     }
 
     fn binary(&mut self, b: &BinaryExpr) -> R<Val> {
@@ -726,14 +755,16 @@ impl<'a> Gen<'a> {
                 // Kleene logic: a definite FALSE (AND) or TRUE (OR) on either side decides.
                 let (lv, rv) = (format!("({} && {})", l.ok, l.v), format!("({} && {})", r.ok, r.v));
                 let (lf, rf) = (format!("({} && !{})", l.ok, l.v), format!("({} && !{})", r.ok, r.v));
-                // DataFusion evaluates the right side at most on the rows the left does not
-                // decide (and on every row of some batches), so the right side's errors count
-                // only there: a GPU error is then always one DataFusion would raise too.
+                // DataFusion evaluates the left side on every row, and the right side on every
+                // row the left does not decide; on the rows it decides, whether the right side
+                // runs depends on the whole batch (arrow's short-circuits: skipped when the left
+                // decides every row; for AND, run only on the left's TRUE rows when they are few
+                // and it has no NULLs). A right side's failure on such a row may or may not be
+                // DataFusion's.
                 let decided = if op == Operator::And { &lf } else { &lv };
-                let err = match (l.err.as_str(), r.err.as_str()) {
-                    (le, "false") => le.to_string(),
-                    ("false", re) => format!("(!{decided} && {re})"),
-                    (le, re) => format!("({le} || (!{decided} && {re}))"),
+                let err = match r.err.as_str() {
+                    "false" => l.err.clone(),
+                    re => worse(&l.err, &format!("({decided} ? ({re} != 0u ? 1u : 0u) : {re})")),
                 };
                 let (v, ok) = if op == Operator::And {
                     (format!("({lv} && {rv})"), format!("({lf} || {rf} || {both})"))
@@ -817,10 +848,7 @@ impl<'a> Gen<'a> {
         };
         // The arithmetic runs only where both operands are valid, as arrow's.
         let _ = writeln!(self.body, "        const __int128 dv{t} = {both} ? {v} : (__int128)0;");
-        let err = match Self::either_err(&l, &r).as_str() {
-            "false" => format!("ovf{t}"),
-            e => format!("({e} || ovf{t})"),
-        };
+        let err = worse(&Self::either_err(&l, &r), &fails_if(&format!("ovf{t}")));
         Ok(self.plain(Ty::I128, out, format!("dv{t}"), both, err))
     }
 
@@ -873,11 +901,17 @@ impl<'a> Gen<'a> {
             ok = format!("({cond} ? {} : {ok})", t.ok);
             err = match (t.err.as_str(), err.as_str()) {
                 ("false", "false") => "false".to_string(),
-                (te, rest) => format!("({cond} ? {te} : {rest})"),
+                (te, rest) => format!("({cond} ? {} : {})", severity(te), severity(rest)),
             };
-            if when_err != "false" {
-                err = format!("({when_err} || {err})");
+            err = worse(when_err, &err);
+        }
+        // The base expression (`CASE <base> WHEN ...`) is evaluated on every row; where it is
+        // NULL no WHEN is, and the row goes to the ELSE.
+        if let Some(b) = &base {
+            if err != otherwise.err {
+                err = format!("({} ? {} : {})", b.ok, severity(&err), severity(&otherwise.err));
             }
+            err = worse(&b.err, &err);
         }
         Ok(self.plain(ty, out, v, ok, err))
     }
@@ -1129,6 +1163,47 @@ mod tests {
         Ok(format!("{}{}\nvalue {} valid {}", g.globals, g.body, v.v, v.ok))
     }
 
+    /// The error severity (`Val::err`) of `e` over `schema`.
+    fn severity_of(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> String {
+        let mut read = |c: &Column| Ok(ColumnRead { slot: c.index(), row: "row".into() });
+        let mut g = Gen::new(schema, &mut read);
+        g.expr(e).unwrap().err
+    }
+
+    /// A CASE's base expression fails on every row it is evaluated on; a WHEN only where the base
+    /// is valid; AND and OR count their right side's failure as possible where their left side
+    /// decides the row, and as certain elsewhere.
+    #[test]
+    fn failures_count_where_datafusion_evaluates_the_failing_part() {
+        use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr};
+        let s = Schema::new(vec![
+            Field::new("x", DataType::Decimal128(38, 0), true),
+            Field::new("b", DataType::Boolean, true),
+        ]);
+        let x = col("x", &s).unwrap();
+        let square: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(Arc::clone(&x), Operator::Multiply, Arc::clone(&x)));
+        let zero = lit(ScalarValue::Decimal128(Some(0), 38, 0));
+        let case: Arc<dyn PhysicalExpr> =
+            Arc::new(CaseExpr::try_new(Some(Arc::clone(&square)), vec![(zero, lit(1i64))], Some(lit(2i64))).unwrap());
+        let base = severity_of(&square, &s);
+        assert!(base.starts_with("err"), "{base}");
+        let case_err = severity_of(&case, &s);
+        assert_ne!(case_err, "false", "the base's failure was dropped");
+        let mut read = |c: &Column| Ok(ColumnRead { slot: c.index(), row: "row".into() });
+        let mut g = Gen::new(&s, &mut read);
+        let v = g.expr(&case).unwrap();
+        assert!(g.body.contains("ovf") && g.body.contains("? 2u : 0u"), "{}\n{}", g.body, v.err);
+        assert_ne!(v.err, "false", "{}", g.body);
+        let gt = Arc::new(BinaryExpr::new(square, Operator::Gt, lit(ScalarValue::Decimal128(Some(0), 38, 0))));
+        let and: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(col("b", &s).unwrap(), Operator::And, gt));
+        let mut read = |c: &Column| Ok(ColumnRead { slot: c.index(), row: "row".into() });
+        let mut g = Gen::new(&s, &mut read);
+        let v = g.expr(&and).unwrap();
+        assert!(g.body.contains("? 1u : 0u)"), "the decided rows' failure is not a possible one:\n{}", g.body);
+        assert_ne!(v.err, "false");
+    }
+
     fn like_of(column: &str, pattern: &str, negated: bool, case_insensitive: bool) -> Arc<dyn PhysicalExpr> {
         let s = schema();
         let c = col(column, &s).unwrap();
@@ -1230,7 +1305,7 @@ mod tests {
         let bound = Gen::i128_const(10i128.pow(25));
         let strict = generate(&cast(DataType::Decimal128(38, 15), false), &s).unwrap();
         assert!(strict.contains(&format!(" < {bound} && ")) && strict.contains(&format!(" > -{bound};")), "{strict}");
-        assert!(strict.contains("const bool err") && strict.contains(" && !fits"), "{strict}");
+        assert!(strict.contains("const u32 err") && strict.contains(" && !fits"), "{strict}");
         let safe = generate(&cast(DataType::Decimal128(38, 15), true), &s).unwrap();
         assert!(safe.contains(" && fits") && !safe.contains("err"), "{safe}");
         let wide = generate(&cast(DataType::Decimal128(38, 4), false), &s).unwrap();

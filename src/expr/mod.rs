@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::error::DataFusionError;
 
 use crate::columns::DeviceColumn;
 use crate::device::{DeviceBuffer, Gpu};
@@ -50,13 +49,13 @@ pub fn upload_literals(gpu: &Gpu, stream: &Arc<CudaStream>, literals: &[u64]) ->
     crate::primitives::upload_slice(gpu, stream, literals, "kernel literals").map(Some)
 }
 
-/// The error arrow raises where a generated kernel flagged a failed row (128-bit decimal
-/// overflow), as DataFusion's own evaluation would fail.
-pub fn overflow_error() -> DataFusionError {
-    DataFusionError::ArrowError(
-        Box::new(datafusion::arrow::error::ArrowError::ArithmeticOverflow(
-            "Overflow happened on a Decimal128 operation evaluated on the GPU".into(),
-        )),
-        None,
-    )
+/// What a generated kernel's error flag says: the worst severity of its rows
+/// ([`codegen::Val::err`]); 0 when no row failed.
+pub fn expression_outcome(flag: u32) -> Result<()> {
+    use crate::error::{ExpressionFailure, expression_failure};
+    match flag {
+        0 => Ok(()),
+        codegen::MAY_FAIL => Err(expression_failure(ExpressionFailure::MayFail)),
+        _ => Err(expression_failure(ExpressionFailure::Fails)),
+    }
 }

@@ -19,8 +19,8 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 
-use super::codegen::{ColumnRead, DeferredLiteral, Gen, HELPERS, R, Ty, resolve_literals};
-use super::{overflow_error, upload_column_addresses, upload_literals};
+use super::codegen::{ColumnRead, DeferredLiteral, Gen, HELPERS, R, Ty, resolve_literals, severity, worse};
+use super::{expression_outcome, upload_column_addresses, upload_literals};
 use crate::columns::{DeviceColumn, is_supported};
 use crate::device::{DeviceBuffer, Gpu, KArg, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
@@ -98,19 +98,25 @@ impl DeviceProjection {
             };
             let mut g = Gen::new(input, &mut read);
             let mut keep = Vec::new();
-            let mut errs = Vec::new();
-            for p in predicates {
+            let mut failed = "false".to_string();
+            // The predicates are listed from the top filter down, and DataFusion evaluates each
+            // one on the rows the filters below it kept: a predicate's failure counts there.
+            for p in predicates.iter().rev() {
                 let v = g.expr(p)?;
                 if v.ty != Ty::Bool {
                     return not_impl_err!("the predicate `{p}` has type {}", v.dt);
                 }
-                keep.push(format!("({} && {})", v.ok, v.v));
                 if v.err != "false" {
-                    errs.push(v.err);
+                    let err = match keep.is_empty() {
+                        true => v.err.clone(),
+                        false => format!("(({}) ? {} : 0u)", keep.join(" && "), v.err),
+                    };
+                    failed = worse(&failed, &err);
                 }
+                keep.push(format!("({} && {})", v.ok, v.v));
             }
-            let may_fail = !errs.is_empty();
-            let failed = if errs.is_empty() { "false".to_string() } else { errs.join(" || ") };
+            let may_fail = failed != "false";
+            let failed = severity(&failed).to_string();
             // The source holds no SQL text: no names, and literals only as numbers and byte values,
             // so that nothing a query says reaches the compiler or the kernel cache as code.
             let source = format!(
@@ -120,12 +126,12 @@ impl DeviceProjection {
 {globals}
 extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, const u64* __restrict__ lits, u8* __restrict__ keep,
                                        u32* __restrict__ err) {{
-    bool failed = false;
+    u32 failed = 0;
     for (u64 k = global_thread_id(); k < n; k += grid_stride()) {{
 {body}        keep[k] = {keep};
-        failed |= {failed};
+        failed = sev_max(failed, {failed});
     }}
-    if (failed) *err = 1;
+    if (failed) atomicMax(err, failed);
 }}
 "#,
                 count = predicates.len(),
@@ -206,7 +212,7 @@ extern "C" __global__ void expr_filter(u64 n, const u64* __restrict__ cols, cons
             }
             let _ = writeln!(writes, "        }}");
             if v.err != "false" {
-                errs.push(format!("(in && {})", v.err));
+                errs.push(format!("(in ? {} : 0u)", v.err));
             }
             computed.push(e.to_string());
             plan.push(Some(Output::Computed { index: i, ty: v.ty, nullable }));
@@ -238,18 +244,18 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                                         const u64* __restrict__ lits, const u64* __restrict__ outs,
                                         u64* __restrict__ nulls, u32* __restrict__ err, u32 phase) {{
     const u32 lane = threadIdx.x & 31;
-    bool failed = false;
+    u32 failed = 0;
     for (u64 base = global_thread_id() - lane; base < n; base += grid_stride()) {{
         const u64 k = base + lane;
         const bool in = k < n;
         const u64 row = in ? (sel ? (u64)sel[k] : k) : (sel ? (u64)sel[0] : 0);
-{body}{writes}        failed |= {failed};
+{body}{writes}        failed = sev_max(failed, {failed});
     }}
-    if (failed) *err = 1;
+    if (failed) atomicMax(err, failed);
 }}
 "#,
                 count = computed.len(),
-                failed = if errs.is_empty() { "false".to_string() } else { errs.join(" || ") },
+                failed = severity(&errs.iter().fold("false".to_string(), |a, e| worse(&a, e))),
             );
             Some(Kernel { source, may_fail: !errs.is_empty(), literals, deferred })
         };
@@ -312,8 +318,8 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                             ptr(&err, stream),
                         ],
                     )?;
-                    if k.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
-                        return Err(overflow_error());
+                    if k.may_fail {
+                        expression_outcome(gpu.read::<u32>(stream, &err, 0, 1)?[0])?;
                     }
                 }
                 let (sel, m) = select_where(gpu, stream, &keep, n, 1)?;
@@ -420,8 +426,8 @@ extern "C" __global__ void expr_project(u64 n, const u32* __restrict__ sel, cons
                 launch(&outs, 1)?;
                 let counts = gpu.read::<u64>(stream, &nulls, 0, self.computed)?;
                 drop(kept);
-                if k.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
-                    return Err(overflow_error());
+                if k.may_fail {
+                    expression_outcome(gpu.read::<u32>(stream, &err, 0, 1)?[0])?;
                 }
                 for (col, nulls) in computed.iter_mut().zip(counts) {
                     if let Some(col) = col {

@@ -16,7 +16,7 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::joins::utils::ColumnIndex;
 
-use crate::expr::codegen::{ColumnRead, Gen, HELPERS, R, Ty};
+use crate::expr::codegen::{ColumnRead, Gen, HELPERS, R, Ty, severity};
 
 /// A column a filter reads: which side, and its index in that side's input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,8 +32,8 @@ pub struct FilterColumn {
 pub struct FilterCode {
     /// `join_filter(const u32* rb, const u32* rp, u64 n, const u64* cols, const u64* lits, u8* keep,
     /// u32* err)`: `cols` holds, per column, its values (or string offsets), its string bytes (or
-    /// 0) and its validity (or 0); `lits` the literals' values; `err` is set where arrow would
-    /// fail (decimal overflow).
+    /// 0) and its validity (or 0); `lits` the literals' values; `err` gets the worst error
+    /// severity of a pair ([`crate::expr::codegen::Val::err`]: decimal overflow, a failed cast).
     pub source: String,
     /// The values of its literals, read by the kernel from its `lits` parameter.
     pub literals: Vec<u64>,
@@ -76,17 +76,17 @@ pub fn generate(expr: &Arc<dyn PhysicalExpr>, schema: &Schema, indices: &[Column
 {globals}
 extern "C" __global__ void join_filter(const u32* __restrict__ rb, const u32* __restrict__ rp, u64 n, const u64* __restrict__ cols,
                                        const u64* __restrict__ lits, u8* __restrict__ keep, u32* __restrict__ err) {{
-    bool failed = false;
+    u32 failed = 0;
     for (u64 k = global_thread_id(); k < n; k += grid_stride()) {{
 {body}        keep[k] = {ok} && {v};
-        failed |= {e};
+        failed = sev_max(failed, {e});
     }}
-    if (failed) *err = 1;
+    if (failed) atomicMax(err, failed);
 }}
 "#,
         ok = top.ok,
         v = top.v,
-        e = top.err,
+        e = severity(&top.err),
     );
     Ok(FilterCode { source, literals, columns, may_fail })
 }

@@ -726,8 +726,8 @@ impl OneBuild {
                 ptr(&err, stream),
             ],
         )?;
-        if f.may_fail && gpu.read::<u32>(stream, &err, 0, 1)?[0] != 0 {
-            return Err(crate::expr::overflow_error());
+        if f.may_fail {
+            crate::expr::expression_outcome(gpu.read::<u32>(stream, &err, 0, 1)?[0])?;
         }
         Ok(keep)
     }

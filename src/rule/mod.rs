@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::config::ConfigOptions;
+use datafusion::datasource::sink::DataSinkExec;
 use datafusion::error::Result;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::AggregateExec;
@@ -44,12 +45,16 @@ impl GpuOptimizerRule {
 
 /// Removes annotations from an earlier run of the rule, so that running it again is idempotent.
 fn strip_annotations(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    // A plan the rule placed before: DataFusion's plan it kept for a rerun.
+    // A plan the rule placed before: DataFusion's plan it kept for a rerun (at the root, or as
+    // a write's input).
     let plan = match (plan.as_ref() as &dyn std::any::Any).downcast_ref::<GpuQueryExec>() {
         Some(q) => Arc::clone(q.cpu_plan()),
         None => plan,
     };
     plan.transform_up(|node| {
+        if let Some(q) = (node.as_ref() as &dyn std::any::Any).downcast_ref::<GpuQueryExec>() {
+            return Ok(Transformed::yes(Arc::clone(q.cpu_plan())));
+        }
         if let Some(child) = crate::exec::fallback::fallback_input(&node) {
             return Ok(Transformed::yes(child));
         }
@@ -104,19 +109,36 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         let fallback = cfg.cpu_fallback;
         let placed = self.place_enabled(Arc::clone(&plan), config, cfg)?;
         // With GPU operators in it, a query that runs out of device memory where no operator
-        // could finish on the CPU runs again on DataFusion's plan (not a plan that writes:
-        // a rerun would write twice).
+        // could finish on the CPU, or whose GPU expressions fail, runs again on DataFusion's
+        // plan. A write (`INSERT ... SELECT`) runs its input again, never itself: a rerun of
+        // the sink would write twice. A plan that writes anywhere else is not run again.
         let mut gpu_ops = false;
-        let mut writes = false;
+        let mut writes = 0usize;
         placed.apply(|n| {
             // (A cached scan alone hands its CPU parent host batches: no device work to rerun.)
             gpu_ops |= (crate::exec::as_gpu_exec(n).is_some() && n.name() != CACHED_SCAN_NAME) || on_the_gpu(n);
-            writes |= n.name() == "DataSinkExec";
+            writes += n.downcast_ref::<DataSinkExec>().is_some() as usize;
             Ok(TreeNodeRecursion::Continue)
         })?;
-        Ok(match fallback && gpu_ops && !writes {
-            true => Arc::new(GpuQueryExec::new(placed, plan)),
-            false => placed,
+        if !fallback || !gpu_ops {
+            return Ok(placed);
+        }
+        Ok(match (writes, sink_input(&placed), sink_input(&plan)) {
+            (0, _, _) => Arc::new(GpuQueryExec::new(placed, plan)),
+            (1, Some(gpu_input), Some(cpu_input)) => {
+                let input: Arc<dyn ExecutionPlan> = Arc::new(GpuQueryExec::new(gpu_input, cpu_input));
+                placed
+                    .transform_down(|n| match n.downcast_ref::<DataSinkExec>() {
+                        Some(_) => {
+                            let recompute = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                            let n = n.replace_children(vec![Arc::clone(&input)], recompute)?;
+                            Ok(Transformed::new(n, true, TreeNodeRecursion::Jump))
+                        }
+                        None => Ok(Transformed::no(n)),
+                    })?
+                    .data
+            }
+            _ => placed,
         })
     }
 
@@ -127,6 +149,20 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// The input of the one write (`DataSinkExec`) in `plan`.
+fn sink_input(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let mut input = None;
+    plan.apply(|n| {
+        if let Some(sink) = n.downcast_ref::<DataSinkExec>() {
+            input = Some(Arc::clone(sink.input()));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .ok()?;
+    input
 }
 
 impl GpuOptimizerRule {
@@ -167,7 +203,12 @@ impl GpuOptimizerRule {
         config: &ConfigOptions,
         cfg: GpuConfig,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let device = probe::check_ordinal(cfg.device).err().map(|e| FallbackReason::NoDevice(e.reason));
+        let listed = match &cfg.devices {
+            crate::config::DevicesSetting::List(l) => l.clone(),
+            _ => vec![cfg.home_device()],
+        };
+        let device =
+            listed.into_iter().find_map(|o| probe::check_ordinal(o).err()).map(|e| FallbackReason::NoDevice(e.reason));
         // The device memory the GPU operators may hold, to keep joins whose build would not fit
         // on the CPU (only with a device: without one every operator falls back anyway).
         // Opened only for what needs it: the default memory limit, and the cost model's profile.
