@@ -4,22 +4,30 @@
 //!
 //! An entry is one column of one partition of an in-memory table, cut into the device batches a
 //! scan hands out. It is found by the identity of the host arrays it was uploaded from (their
-//! buffers' addresses, offsets and lengths) and the batch size it was cut to: a table whose
-//! batches change (an `INSERT`, a table registered anew) has other arrays, so its scans miss and
-//! upload the new rows; the stale entry is evicted like any other. An entry holds the host arrays
-//! it was made from, so their memory cannot be freed and reused for other rows while it lives.
+//! buffers' addresses, offsets and lengths) and the batch size it was cut to. An entry holds the
+//! host arrays it was made from, so their memory cannot be freed and reused for other rows while
+//! it lives. Entries go:
 //!
-//! Entries are evicted least recently used first when an insertion would take the cache past the
-//! inserting session's limit (`gpu.table_cache.limit`). A query that still reads an evicted
-//! entry's columns keeps them until it is done.
+//! - when nothing but the cache holds their host arrays any more (the table was dropped or its
+//!   rows replaced): checked whenever the cache takes a column, is shown, or is asked for memory;
+//! - when a newer entry of the same batch size shares their first host array (rows were appended
+//!   to the table: its scan keys the column anew), as the newer one goes in;
+//! - when a table says its rows changed ([`TableCache::forget`], a `GpuCachedTable` after a write);
+//! - least recently used first when an insertion would take the cache past the inserting
+//!   session's limit (`gpu.table_cache.limit`);
+//! - least recently used first when a device memory reservation would not fit otherwise (the
+//!   cache is its device budget's [`Reclaim`]), those no running query reads.
+//!
+//! A query that still reads an evicted entry's columns keeps them until it is done.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use datafusion::arrow::array::{Array, ArrayData, ArrayRef};
 use datafusion::arrow::datatypes::DataType;
 
 use super::DeviceColumn;
+use crate::device::{MemoryBudget, Reclaim};
 
 /// What identifies a column's host rows: the host arrays' data type and, for each array, the
 /// addresses, offsets and lengths of its buffers (children included), with the rows per device
@@ -79,7 +87,29 @@ fn push_layout(data: &ArrayData, out: &mut Vec<usize>) {
 #[derive(Debug)]
 struct Column {
     chunks: Vec<Arc<DeviceColumn>>,
-    _host: Arc<[ArrayRef]>,
+    host: Arc<[ArrayRef]>,
+}
+
+impl Column {
+    /// Whether only the cache holds its host arrays: no table can scan those rows again.
+    fn orphaned(&self) -> bool {
+        Arc::strong_count(&self.host) == 1 && self.host.iter().all(|a| Arc::strong_count(a) == 1)
+    }
+
+    /// Whether no running query reads its device columns: evicting it frees their memory.
+    fn unread(&self) -> bool {
+        self.chunks.iter().all(|c| Arc::strong_count(c) == 1)
+    }
+
+    /// The identity of its first host array.
+    fn first_array(&self) -> Option<usize> {
+        self.host.first().map(array_identity)
+    }
+}
+
+/// The identity of a host array object (its address, which is its own while the cache holds it).
+fn array_identity(a: &ArrayRef) -> usize {
+    Arc::as_ptr(a) as *const () as usize
 }
 
 /// Counts a cache keeps, for `gpu_table_cache()` and the tests.
@@ -92,6 +122,11 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Columns not kept because they alone are larger than the limit they were offered under.
     pub refused: u64,
+    /// Entries dropped because their table's rows changed or went away.
+    pub invalidated: u64,
+    /// Entries dropped, and their bytes, to make room for a device memory reservation.
+    pub reclaimed: u64,
+    pub reclaimed_bytes: u64,
 }
 
 /// Values of `bytes` each under keys, evicted least recently used first past a limit.
@@ -147,6 +182,39 @@ impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
         true
     }
 
+    /// Removes every entry `drop_it` picks; returns them (to be dropped outside the cache's lock).
+    fn remove_where(&mut self, mut drop_it: impl FnMut(&K, &V) -> bool) -> Vec<V> {
+        let keys: Vec<K> = self.entries.iter().filter(|(k, (v, _, _))| drop_it(k, v)).map(|(k, _)| k.clone()).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some((v, bytes, _)) = self.entries.remove(&k) {
+                self.stats.bytes -= bytes;
+                out.push(v);
+            }
+        }
+        out
+    }
+
+    /// Removes the least recently used entries `may` allows until `bytes` are gone; returns
+    /// them and their bytes.
+    fn remove_oldest(&mut self, bytes: u64, may: impl Fn(&V) -> bool) -> (Vec<V>, u64) {
+        let mut candidates: Vec<(u64, K)> =
+            self.entries.iter().filter(|(_, (v, _, _))| may(v)).map(|(k, (_, _, used))| (*used, k.clone())).collect();
+        candidates.sort_by_key(|(used, _)| *used);
+        let (mut out, mut freed) = (Vec::new(), 0u64);
+        for (_, k) in candidates {
+            if freed >= bytes {
+                break;
+            }
+            if let Some((v, b, _)) = self.entries.remove(&k) {
+                self.stats.bytes -= b;
+                freed += b;
+                out.push(v);
+            }
+        }
+        (out, freed)
+    }
+
     fn clear(&mut self) {
         self.entries.clear();
         self.stats.bytes = 0;
@@ -166,6 +234,8 @@ fn caches() -> &'static Mutex<HashMap<usize, Arc<TableCache>>> {
 #[derive(Debug, Default)]
 pub struct TableCache {
     inner: Mutex<Lru<ColumnKey, Column>>,
+    /// The device budgets it was registered with as a [`Reclaim`] (their addresses).
+    watched: Mutex<Vec<usize>>,
 }
 
 impl TableCache {
@@ -187,6 +257,18 @@ impl TableCache {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Makes this cache give memory back when a reservation under `device` (a device's root
+    /// budget) would not fit otherwise; once per budget.
+    pub fn watch(self: &Arc<Self>, device: &Arc<MemoryBudget>) {
+        let id = Arc::as_ptr(device) as usize;
+        let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        if !watched.contains(&id) {
+            watched.push(id);
+            let me: Weak<TableCache> = Arc::downgrade(self);
+            device.add_reclaim(me);
+        }
+    }
+
     /// The device batches' columns cached under `key`, marked as just used; counts a hit or a miss.
     pub fn get(&self, key: &ColumnKey) -> Option<Vec<Arc<DeviceColumn>>> {
         self.lock().get(key).map(|c| c.chunks.clone())
@@ -194,10 +276,40 @@ impl TableCache {
 
     /// Keeps `chunks` (uploaded from `host`, their work complete) under `key`, evicting the least
     /// recently used entries while the cache would hold more than `limit` bytes. A column larger
-    /// than `limit` alone is not kept; returns whether it was.
+    /// than `limit` alone is not kept; returns whether it was. Entries whose tables are gone, and
+    /// those the new one supersedes (see the module's text), go first.
     pub fn insert(&self, key: ColumnKey, chunks: Vec<Arc<DeviceColumn>>, host: Arc<[ArrayRef]>, limit: u64) -> bool {
         let bytes: u64 = chunks.iter().map(|c| c.byte_size() as u64).sum();
-        self.lock().insert(key, Column { chunks, _host: host }, bytes, limit)
+        let arrays: HashSet<usize> = host.iter().map(array_identity).collect();
+        let mut lru = self.lock();
+        let gone = lru.remove_where(|k, c| {
+            c.orphaned()
+                || (k != &key && k.batch_rows == key.batch_rows && c.first_array().is_some_and(|a| arrays.contains(&a)))
+        });
+        lru.stats.invalidated += gone.len() as u64;
+        let kept = lru.insert(key, Column { chunks, host }, bytes, limit);
+        drop(lru);
+        drop(gone);
+        kept
+    }
+
+    /// Drops the entries under `keys`: the rows they were made from changed.
+    pub fn forget(&self, keys: &[ColumnKey]) {
+        let keys: HashSet<&ColumnKey> = keys.iter().collect();
+        let mut lru = self.lock();
+        let gone = lru.remove_where(|k, _| keys.contains(k));
+        lru.stats.invalidated += gone.len() as u64;
+        drop(lru);
+        drop(gone);
+    }
+
+    /// Drops the entries whose tables are gone; returns how many.
+    pub fn purge(&self) -> usize {
+        let mut lru = self.lock();
+        let gone = lru.remove_where(|_, c| c.orphaned());
+        lru.stats.invalidated += gone.len() as u64;
+        drop(lru);
+        gone.len()
     }
 
     /// Drops every entry (columns still read by a running query live until it is done).
@@ -205,8 +317,29 @@ impl TableCache {
         self.lock().clear();
     }
 
+    /// Its counts, after dropping the entries whose tables are gone.
     pub fn stats(&self) -> CacheStats {
+        self.purge();
         self.lock().stats()
+    }
+}
+
+impl Reclaim for TableCache {
+    /// Drops the entries whose tables are gone, then the least recently used ones no query
+    /// reads, until `bytes` of device memory are freed; returns the bytes freed.
+    fn reclaim(&self, bytes: u64) -> u64 {
+        let mut lru = self.lock();
+        let mut freed_bytes = 0u64;
+        let orphans = lru.remove_where(|_, c| c.orphaned() && c.unread());
+        lru.stats.invalidated += orphans.len() as u64;
+        freed_bytes += orphans.iter().flat_map(|c| &c.chunks).map(|c| c.byte_size() as u64).sum::<u64>();
+        let (evicted, freed) = lru.remove_oldest(bytes.saturating_sub(freed_bytes), Column::unread);
+        lru.stats.reclaimed += evicted.len() as u64;
+        lru.stats.reclaimed_bytes += freed;
+        drop(lru);
+        drop(orphans);
+        drop(evicted);
+        freed_bytes + freed
     }
 }
 
@@ -238,6 +371,39 @@ mod tests {
         assert_eq!(lru.stats().bytes, 60, "a and c both had to go");
         lru.clear();
         assert_eq!((lru.stats().entries, lru.stats().bytes), (0, 0));
+    }
+
+    /// An entry goes when only the cache holds its host arrays (its table was dropped), when a
+    /// newer entry of the same batch size shares its first array (rows were appended), and when
+    /// its table forgets it; an entry whose table lives stays.
+    #[test]
+    fn entries_of_dropped_or_changed_tables_go() {
+        use super::TableCache;
+        let cache = TableCache::default();
+        let array = |n: i64| -> ArrayRef { Arc::new(Int64Array::from_iter_values(0..n)) };
+        let (a, b) = (array(10), array(20));
+        // Table 1 holds `a`; table 2 holds `b`, then `b` and a new `c` after an append.
+        let key_a = ColumnKey::of(&[&a], 100);
+        assert!(cache.insert(key_a.clone(), Vec::new(), Arc::from(vec![Arc::clone(&a)]), 1 << 20));
+        let key_b = ColumnKey::of(&[&b], 100);
+        assert!(cache.insert(key_b.clone(), Vec::new(), Arc::from(vec![Arc::clone(&b)]), 1 << 20));
+        // The same rows cut for another batch size stay beside them.
+        let key_b_other = ColumnKey::of(&[&b], 7);
+        assert!(cache.insert(key_b_other.clone(), Vec::new(), Arc::from(vec![Arc::clone(&b)]), 1 << 20));
+        assert_eq!(cache.stats().entries, 3);
+        let c = array(5);
+        let key_bc = ColumnKey::of(&[&b, &c], 100);
+        assert!(cache.insert(key_bc.clone(), Vec::new(), Arc::from(vec![Arc::clone(&b), Arc::clone(&c)]), 1 << 20));
+        assert!(cache.get(&key_b).is_none(), "the appended table's old entry stayed");
+        assert!(cache.get(&key_b_other).is_some() && cache.get(&key_bc).is_some());
+        assert_eq!(cache.stats().invalidated, 1);
+        // Table 1 is dropped: its entry goes at the next look.
+        drop(a);
+        assert_eq!(cache.stats().entries, 2);
+        assert!(cache.get(&key_a).is_none());
+        cache.forget(&[key_bc.clone()]);
+        assert!(cache.get(&key_bc).is_none() && cache.get(&key_b_other).is_some());
+        assert_eq!(cache.stats().invalidated, 3);
     }
 
     /// The same arrays (or clones sharing their buffers) give the same key; other rows, another

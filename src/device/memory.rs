@@ -8,7 +8,8 @@
 //! waits for their releases. It fails (a `ResourcesExhausted` error, which the execs answer by
 //! going out of core or finishing on the CPU) only when it can never fit, or when nothing has
 //! been released for [`STALL`] while it waited (every holder is itself waiting), or after
-//! [`MOST_WAIT`].
+//! [`MOST_WAIT`]. Before it waits, what holds memory it can give back ([`Reclaim`]: the table
+//! cache's columns no query reads) is asked to free room.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -45,6 +46,13 @@ impl Room {
     }
 }
 
+/// Something holding device memory it can give back when a reservation would not fit otherwise
+/// (the table cache's columns no query reads).
+pub trait Reclaim: Send + Sync + std::fmt::Debug {
+    /// Frees about `bytes` of device memory if it can; returns the bytes freed.
+    fn reclaim(&self, bytes: u64) -> u64;
+}
+
 /// A byte budget: a device's, or a session's under its device's. Every [`DeviceBuffer`] holds a
 /// [`Reservation`] against one.
 #[derive(Debug)]
@@ -61,6 +69,9 @@ pub struct MemoryBudget {
     faults: std::sync::Mutex<Option<(String, usize)>>,
     /// Whether `faults` is set: requests take its lock only then.
     faulty: std::sync::atomic::AtomicBool,
+    /// What gives memory back under this budget when a reservation would not fit (a device's
+    /// budget only; a session's asks its device's).
+    reclaims: Mutex<Vec<std::sync::Weak<dyn Reclaim>>>,
 }
 
 impl MemoryBudget {
@@ -75,6 +86,7 @@ impl MemoryBudget {
             room: Arc::new(Room::default()),
             faults: std::sync::Mutex::new(None),
             faulty: std::sync::atomic::AtomicBool::new(false),
+            reclaims: Mutex::new(Vec::new()),
         }
     }
 
@@ -90,6 +102,7 @@ impl MemoryBudget {
             room: Arc::clone(&parent.room),
             faults: std::sync::Mutex::new(None),
             faulty: std::sync::atomic::AtomicBool::new(false),
+            reclaims: Mutex::new(Vec::new()),
         }
     }
 
@@ -138,6 +151,36 @@ impl MemoryBudget {
     /// Starts measuring the peak again from the bytes reserved now.
     pub fn reset_peak(&self) {
         self.peak.store(self.used(), Ordering::SeqCst);
+    }
+
+    /// Registers `r` to give memory back when a reservation under this budget's device would
+    /// not fit (held weakly: it goes when its owner does).
+    pub fn add_reclaim(&self, r: std::sync::Weak<dyn Reclaim>) {
+        match &self.parent {
+            Some(p) => p.add_reclaim(r),
+            None => self.reclaims.lock().unwrap_or_else(|e| e.into_inner()).push(r),
+        }
+    }
+
+    /// Asks what was registered with [`Self::add_reclaim`] to free memory for `bytes` more here;
+    /// returns whether anything was freed.
+    fn reclaim_for(&self, bytes: u64) -> bool {
+        if let Some(p) = &self.parent {
+            return p.reclaim_for(bytes);
+        }
+        let live: Vec<Arc<dyn Reclaim>> = {
+            let mut all = self.reclaims.lock().unwrap_or_else(|e| e.into_inner());
+            all.retain(|w| w.strong_count() > 0);
+            all.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        let mut freed = 0u64;
+        for r in live {
+            if freed >= bytes {
+                break;
+            }
+            freed += r.reclaim(bytes - freed);
+        }
+        freed > 0
     }
 
     /// Takes `bytes` here and up the chain if they fit everywhere now; nothing otherwise.
@@ -238,6 +281,10 @@ impl MemoryBudget {
             return Err(e);
         }
         if self.try_take(bytes) {
+            return Ok(Reservation { budget: Arc::clone(self), bytes });
+        }
+        // Cached columns no query reads make room before anyone waits or fails.
+        if bytes <= self.most() && self.reclaim_for(bytes.saturating_sub(self.available())) && self.try_take(bytes) {
             return Ok(Reservation { budget: Arc::clone(self), bytes });
         }
         if bytes > self.most() || most.is_zero() {

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use cudarc::driver::{CudaContext, CudaStream, LaunchConfig};
 
 pub use launch::{KArg, opt_ptr, ptr};
-pub use memory::{DeviceBuffer, MemoryBudget};
+pub use memory::{DeviceBuffer, MemoryBudget, Reclaim};
 pub use pinned::PinnedPool;
 pub use probe::{DeviceInfo, NoDevice};
 pub use transfer::StagingRing;

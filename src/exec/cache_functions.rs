@@ -6,13 +6,15 @@
 //!   `gpu.table_cache.host_image` ([`GpuCachedTable::with_host_image`]). Later queries read `t`'s
 //!   columns through the device's table cache (uploaded when a GPU operator first reads them). The
 //!   function answers one row: the table, its rows, partitions, host bytes, image bytes and those
-//!   of them in page-locked memory (`gpu.table_cache.host_image_pinned`). `t` is
-//!   then a snapshot: changes to its files are not seen until `gpu_uncache('t')`, as with Spark's
-//!   `CACHE TABLE`.
+//!   of them in page-locked memory (`gpu.table_cache.host_image_pinned`). Writes to `t`
+//!   (`INSERT`, `DELETE`, `UPDATE`) go to the table it replaced, after which `t` reads its rows
+//!   again; changes made to its files by others are not seen until `gpu_uncache('t')`, as with
+//!   Spark's `CACHE TABLE`.
 //! - `SELECT * FROM gpu_uncache('t')` registers the provider `gpu_cache` replaced again. The
 //!   device copies of its columns age out of the cache.
 //! - `SELECT * FROM gpu_table_cache()` shows each device's cache: columns, bytes, hits, misses,
-//!   evictions and refusals since the process started.
+//!   evictions, refusals, entries dropped because their tables changed or went away, and entries
+//!   given up to make room for device memory, since the process started.
 //!
 //! The work is done when the query runs, not when it is planned (an `EXPLAIN` caches nothing).
 
@@ -36,11 +38,10 @@ use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PhysicalExpr, PlanProperties,
-    collect_partitioned,
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties,
 };
 
-use super::cached_table::GpuCachedTable;
+use super::cached_table::{GpuCachedTable, collect_for_cache, scan_for_cache};
 use crate::columns::cache::TableCache;
 use crate::config::GpuConfig;
 
@@ -67,14 +68,25 @@ impl TableFunctionImpl for TableCacheFunction {
         if !args.exprs().is_empty() {
             return plan_err!("{TABLE_CACHE_FUNCTION}() takes no arguments");
         }
-        let names = ["device", "columns", "bytes", "hits", "misses", "evictions", "refused"];
+        let names =
+            ["device", "columns", "bytes", "hits", "misses", "evictions", "refused", "invalidated", "reclaimed"];
         let schema =
             Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::UInt64, false)).collect::<Vec<_>>()));
-        let rows: Vec<[u64; 7]> = TableCache::all()
+        let rows: Vec<[u64; 9]> = TableCache::all()
             .into_iter()
             .map(|(device, cache)| {
                 let s = cache.stats();
-                [device as u64, s.entries as u64, s.bytes, s.hits, s.misses, s.evictions, s.refused]
+                [
+                    device as u64,
+                    s.entries as u64,
+                    s.bytes,
+                    s.hits,
+                    s.misses,
+                    s.evictions,
+                    s.refused,
+                    s.invalidated,
+                    s.reclaimed,
+                ]
             })
             .collect();
         let columns: Vec<ArrayRef> = (0..names.len())
@@ -162,16 +174,8 @@ impl TableProvider for CacheCall {
         let action = match (self.uncache, cached) {
             (false, Some(table)) => Action::AlreadyCached(table),
             (false, None) => {
-                let input = provider.scan(state, None, &[], None).await?;
-                // The cached table's partitions are its later scans': a file scan is read in as
-                // many as the session's target, in byte ranges of its files, as DataFusion's
-                // planner splits one (a single Parquet file is otherwise one partition).
-                let config = state.config_options();
-                let target = config.execution.target_partitions;
-                let input = match input.output_partitioning().partition_count() < target {
-                    true => input.repartitioned(target, config)?.unwrap_or(input),
-                    false => input,
-                };
+                // The cached table's partitions are its later scans'.
+                let input = scan_for_cache(&provider, state).await?;
                 Action::Cache { provider, input }
             }
             (true, cached) => Action::Uncache(cached),
@@ -235,21 +239,6 @@ fn cached_row(table: &str, cached: &GpuCachedTable, status: &str) -> Vec<ArrayRe
     ]
 }
 
-/// `partitions` in at least `target` partitions where they have enough batches: batches of the
-/// fuller partitions dealt out in turn (a table's rows have no order a scan of it promises).
-fn spread(partitions: Vec<Vec<RecordBatch>>, target: usize) -> Vec<Vec<RecordBatch>> {
-    let batches: usize = partitions.iter().map(Vec::len).sum();
-    if partitions.len() >= target || batches <= partitions.len() {
-        return partitions;
-    }
-    let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); target.min(batches)];
-    let n = out.len();
-    for (i, b) in partitions.into_iter().flatten().enumerate() {
-        out[i % n].push(b);
-    }
-    out
-}
-
 /// `table` in `schema` replaced by `provider`.
 fn replace(schema: &Arc<dyn SchemaProvider>, table: &str, provider: Arc<dyn TableProvider>) -> Result<()> {
     schema.deregister_table(table)?;
@@ -268,9 +257,8 @@ impl GpuCacheTableExec {
         let one = |s: &str| Arc::new(StringArray::from(vec![s.to_string()])) as ArrayRef;
         Ok(match action {
             Action::Cache { provider, input } => {
-                let target = ctx.session_config().target_partitions();
                 let cfg = GpuConfig::from_options(ctx.session_config().options());
-                let partitions = spread(collect_partitioned(input, ctx).await?, target);
+                let partitions = collect_for_cache(input, ctx).await?;
                 let cached = GpuCachedTable::try_new(provider.schema(), partitions)?.replacing(provider);
                 // Made off the async runtime's threads: an image reads every column.
                 let cached = super::blocking(move || cached.with_configured_image(&cfg)).await?;

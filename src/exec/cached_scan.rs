@@ -102,7 +102,7 @@ impl GpuCachedScanExec {
             properties: Arc::clone(plan.properties()),
             partitions: Arc::new(memory.partitions().to_vec()),
             columns,
-            ordinal: cfg.device,
+            ordinal: cfg.home_device(),
             // Sorted partitions stay apart (see ScanLayouts).
             layouts: Arc::new(ScanLayouts::with_merge(
                 memory.partitions().len(),
@@ -133,7 +133,7 @@ impl GpuCachedScanExec {
             columns,
             schema,
             properties,
-            ordinal: cfg.device,
+            ordinal: cfg.home_device(),
             layouts,
             statistics: Mutex::new(statistics),
             one_partition: false,
@@ -288,6 +288,17 @@ impl ScanLayouts {
         work.par_iter().try_for_each(|(l, c)| l.make_image(*c, pin))
     }
 
+    /// The cache keys of the columns its scans have read so far.
+    pub(crate) fn keys(&self) -> Vec<ColumnKey> {
+        self.devices
+            .iter()
+            .filter_map(OnceLock::get)
+            .flat_map(|l| &l.columns)
+            .filter_map(OnceLock::get)
+            .map(|c| c.key.clone())
+            .collect()
+    }
+
     /// Host bytes the images made so far hold: all of them, and those in page-locked memory.
     pub(crate) fn image_bytes(&self) -> (usize, usize) {
         self.devices
@@ -416,6 +427,10 @@ impl PartitionLayout {
     /// pinned as [`ScanLayouts::make_images`] says. An image the pool has no room for stays in
     /// ordinary memory.
     fn make_image(&self, c: usize, pin: Option<(&Arc<PinnedPool>, u64)>) -> Result<()> {
+        // A partition without rows has nothing to lay out (and no columns to lay out by).
+        if self.batches.is_empty() {
+            return Ok(());
+        }
         let column = self.column(c)?;
         if column.images.get().is_none() {
             let Some(data_type) = column.arrays.first().map(|a| a.data_type().clone()) else { return Ok(()) };
@@ -457,13 +472,14 @@ pub(crate) fn chunk_rows(rows: usize, batch_rows: usize) -> Vec<usize> {
 /// uploaded (all the missing ones together) and offered to it under `limit`.
 fn load_partition(
     gpu: &Arc<Gpu>,
-    cache: &TableCache,
+    cache: &Arc<TableCache>,
     limit: u64,
     layout: &PartitionLayout,
     columns: &[usize],
     schema: &SchemaRef,
     upload_time: &Time,
 ) -> Result<Loaded> {
+    cache.watch(gpu.device_memory());
     let (batches, chunk_rows) = (&layout.batches, &layout.chunk_rows);
     if batches.is_empty() {
         return Ok(Loaded { batches: Vec::new(), hits: 0, misses: 0, uploaded_bytes: 0 });

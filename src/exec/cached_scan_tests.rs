@@ -61,8 +61,8 @@ fn gpu_cached_tables_give_datafusions_answers() {
             }
             .unwrap();
         }
-        // (A GpuCachedTable takes no INSERT.)
-        let runs: &[&str] = if cached_tables { &["cold", "warm"] } else { &["cold", "warm", "after an insert"] };
+        // (A GpuCachedTable's INSERT goes to the in-memory table of its batches, and it reads them again.)
+        let runs: &[&str] = &["cold", "warm", "after an insert"];
         rt.block_on(async {
             let mut uploaded = 0;
             for &run in runs {
@@ -100,7 +100,8 @@ fn gpu_cached_tables_give_datafusions_answers() {
                         uploaded = run_uploads;
                     }
                     "warm" => assert!(after.hits > before.hits),
-                    // The inserted rows make a's partitions other arrays: they are uploaded again.
+                    // The inserted rows make a's partitions other arrays: they are uploaded again (a
+                    // GpuCachedTable's old columns leave the cache when it reads its rows again).
                     _ => assert!(run_uploads > 0 && run_uploads <= uploaded, "{run_uploads} of {uploaded}"),
                 }
             }
@@ -336,5 +337,127 @@ fn gpu_cached_tables_with_host_images_give_datafusions_answers() {
             }
         });
     }
+    cache.clear();
+}
+
+/// 100 rounds of `CREATE TABLE`, a query, `INSERT`, a query and `DROP TABLE`, over a table
+/// replaced by `gpu_cache` (even rounds) or read through `gpu.table_cache` (odd rounds): each
+/// query gives DataFusion's answer, after each query the cache holds only the columns of the
+/// table as it is now, and after the last round nothing: the device memory in use is back where
+/// it started.
+#[test]
+fn rounds_of_writes_leave_only_live_columns_in_the_cache() {
+    const NAME: &str = "rounds_of_writes_leave_only_live_columns_in_the_cache";
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let seed = fresh_seed(NAME);
+    let cache = TableCache::of_device(gpu.info().ordinal);
+    cache.clear();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = SessionConfig::new().with_target_partitions(4);
+    let cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+    let cpu = SessionContext::new_with_config(config);
+    let session =
+        crate::device::Gpu::for_session(&GpuConfig::from_options(ctx.state().config_options()), &ctx.session_id())
+            .expect("the session's device");
+    let (start, start_device) = (session.memory().used(), gpu.device_memory().used());
+    let sql = "SELECT g, count(*), sum(d), min(k) FROM t WHERE k > 5 GROUP BY g";
+    rt.block_on(async {
+        for round in 0..100u64 {
+            let n = 20_000 + (seed % 1000) + round * 37;
+            let create = format!(
+                "CREATE TABLE t AS SELECT value AS k, value % 7 AS g, CAST(value AS DECIMAL(12, 2)) AS d, \
+                 CAST(value % 13 AS VARCHAR) AS s FROM range(0, {n})"
+            );
+            // (The table's columns are NOT NULL, as `range` makes them.)
+            let insert = format!("INSERT INTO t VALUES ({n}, 3, 1.25, 'é'), ({}, 4, -2.50, '')", n + 1);
+            let via_gpu_cache = round % 2 == 0;
+            for c in [&cpu, &ctx] {
+                c.sql(&create).await.unwrap().collect().await.unwrap();
+            }
+            ctx.sql(&format!("SET gpu.table_cache = {}", !via_gpu_cache)).await.unwrap().collect().await.unwrap();
+            if via_gpu_cache {
+                ctx.sql("SELECT * FROM gpu_cache('t')").await.unwrap().collect().await.unwrap();
+            }
+            for step in ["created", "inserted"] {
+                if step == "inserted" {
+                    for c in [&cpu, &ctx] {
+                        c.sql(&insert).await.unwrap().collect().await.unwrap();
+                    }
+                }
+                let (got, plan) = rows(&ctx, sql).await;
+                assert_eq!(got, rows(&cpu, sql).await.0, "round {round}, {step}, seed {seed}");
+                let read = metric_total(&plan, Some(CACHED_SCAN_NAME), "uploaded_columns")
+                    + metric_total(&plan, Some(CACHED_SCAN_NAME), "cached_columns");
+                let s = cache.stats();
+                assert!(read > 0, "round {round}, {step}: the scan read no cached column");
+                assert_eq!(s.entries, read, "round {round}, {step}: the cache holds other columns than t's: {s:?}");
+            }
+            for c in [&cpu, &ctx] {
+                c.sql("DROP TABLE t").await.unwrap().collect().await.unwrap();
+            }
+        }
+    });
+    let s = cache.stats();
+    eprintln!("after 100 rounds: {s:?}");
+    assert_eq!((s.entries, s.bytes), (0, 0), "{s:?}");
+    assert!(s.invalidated >= 200, "{s:?}");
+    assert_eq!(session.memory().used(), start, "the session's device memory in use");
+    assert_eq!(gpu.device_memory().used(), start_device, "the device's memory in use");
+}
+
+/// Cached columns no query reads make room for a query that needs the memory: the query runs on
+/// the GPU (nothing falls back, nothing runs again), and the cache counts what it gave back.
+#[test]
+fn cached_columns_make_room_for_a_query_that_needs_the_memory() {
+    const NAME: &str = "cached_columns_make_room_for_a_query_that_needs_the_memory";
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let seed = fresh_seed(NAME);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cache = TableCache::of_device(gpu.info().ordinal);
+    cache.clear();
+    // Two tables of 2M rows: a's columns stay in the cache, b's need the room they hold.
+    let a = partitions(&mut rng, 2_000_000, 4, 1_000_000);
+    let b = partitions(&mut rng, 2_000_000, 4, 1_000_000);
+    let cfg = GpuConfig {
+        min_rows: 0,
+        placement: PlacementSetting::Always,
+        memory_limit: ByteSize::Bytes(4 << 30),
+        table_cache: true,
+        table_cache_limit: ByteSize::Bytes(4 << 30),
+        ..GpuConfig::default()
+    };
+    let config = SessionConfig::new().with_target_partitions(4);
+    let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+    let cpu = SessionContext::new_with_config(config);
+    for (name, parts) in [("a", &a), ("b", &b)] {
+        for c in [&cpu, &ctx] {
+            c.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+        }
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let first = "SELECT g, count(*), sum(d), min(k), max(t) FROM a GROUP BY g";
+        let (got, _) = rows(&ctx, first).await;
+        assert_eq!(got, rows(&cpu, first).await.0, "seed {seed}");
+        let held = cache.stats();
+        assert!(held.bytes > 0, "a's columns were not cached: {held:?}");
+        // Room for a's cached columns and a third of them more: b's query needs the rest.
+        let limit = held.bytes + held.bytes / 3;
+        for setting in ["gpu.memory.limit", "gpu.table_cache.limit"] {
+            ctx.sql(&format!("SET {setting} = '{limit}'")).await.unwrap().collect().await.unwrap();
+        }
+        let second = "SELECT g, count(*), sum(d), min(k), max(t) FROM b GROUP BY g";
+        let (got, plan) = rows(&ctx, second).await;
+        assert_eq!(got, rows(&cpu, second).await.0, "seed {seed}");
+        let s = cache.stats();
+        eprintln!("cache after a: {held:?}; after b: {s:?}");
+        let shown = displayable(plan.as_ref()).indent(true).to_string();
+        assert_eq!(metric_total(&plan, None, "cpu_fallbacks"), 0, "{shown}");
+        assert_eq!(metric_total(&plan, None, "cpu_reruns"), 0, "{shown}");
+        assert!(s.reclaimed > 0 && s.reclaimed_bytes > 0, "nothing was given back: {s:?}\n{shown}");
+    });
     cache.clear();
 }

@@ -12,6 +12,8 @@ pub mod cached_scan;
 mod cached_scan_tests;
 pub mod cached_table;
 pub mod cpu_join;
+#[cfg(test)]
+mod expression_tests;
 pub mod fallback;
 pub mod filter_project;
 pub mod fuse;
@@ -206,6 +208,47 @@ impl HostTable {
         let statistics = compute_record_batch_statistics(partitions, schema, None);
         Ok(HostTable { partition_statistics, statistics })
     }
+}
+
+/// `partitions` as batches of `schema`: a batch whose fields differ from the table's only in
+/// nullability or metadata (as DataFusion's in-memory table takes them from an `INSERT ...
+/// SELECT`) is given the table's fields, its arrays shared; one of other names or types is an
+/// error naming `what`.
+pub(crate) fn conformed_batches(
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    partitions: Vec<Vec<datafusion::arrow::record_batch::RecordBatch>>,
+    what: &str,
+) -> Result<Vec<Vec<datafusion::arrow::record_batch::RecordBatch>>> {
+    use datafusion::arrow::record_batch::RecordBatch;
+    partitions
+        .into_iter()
+        .map(|p| {
+            p.into_iter()
+                .map(|b| {
+                    if b.schema().fields() == schema.fields() {
+                        return Ok(b);
+                    }
+                    let same = b.schema().fields().len() == schema.fields().len()
+                        && b.schema()
+                            .fields()
+                            .iter()
+                            .zip(schema.fields())
+                            .all(|(x, y)| x.name() == y.name() && x.data_type().equals_datatype(y.data_type()));
+                    if !same {
+                        return datafusion::common::plan_err!(
+                            "a batch of schema {} for a {what} of schema {schema}: the columns' names or types differ",
+                            b.schema()
+                        );
+                    }
+                    RecordBatch::try_new(Arc::clone(schema), b.columns().to_vec()).map_err(|e| {
+                        DataFusionError::Plan(format!(
+                            "a batch for a {what} of schema {schema} does not fit its columns: {e}"
+                        ))
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The schema and rows of table `name` registered in `ctx`, read with DataFusion in as many
