@@ -561,6 +561,16 @@ impl GpuConfig {
     pub fn from_options(options: &datafusion::config::ConfigOptions) -> GpuConfig {
         options.extensions.get::<GpuConfig>().cloned().unwrap_or_default()
     }
+
+    /// The CUDA ordinal of the session's home device, where its GPU operators run: the first
+    /// of `gpu.devices` (GPU 0 for `all`), or `gpu.device` when that lists none.
+    pub fn home_device(&self) -> usize {
+        match &self.devices {
+            DevicesSetting::One => self.device,
+            DevicesSetting::All => 0,
+            DevicesSetting::List(l) => l.first().copied().unwrap_or(self.device),
+        }
+    }
 }
 
 /// `docs/options.md`: every `gpu.*` option with its default and meaning, from the declarations

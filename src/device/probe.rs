@@ -39,7 +39,7 @@ pub fn check_ordinal(ordinal: usize) -> Result<(), NoDevice> {
     let n = device_count()?;
     if ordinal >= n {
         return Err(no_device(format!(
-            "gpu.device = {ordinal}, but the driver reports {n} device(s) (ordinals 0..{n})"
+            "GPU {ordinal} (gpu.device or gpu.devices) does not exist: the driver reports {n} device(s) (ordinals 0..{n})"
         )));
     }
     Ok(())

@@ -17,8 +17,9 @@
 //! - a [`GpuUploadExec`]: nothing but itself; without a device its input as it is.
 //! - a [`StageClockExec`] (the time a stage takes): nothing but itself.
 //!
-//! Without a usable device, each comes back as its DataFusion nodes, the top one in a
-//! [`CpuFallbackExec`] that says why. A [`CpuFallbackExec`] itself never reaches the codec:
+//! Without a usable device, or where the receiving settings do not let the GPU exec be built
+//! again, each comes back as its DataFusion nodes, the top one in a [`CpuFallbackExec`] that says
+//! why: the stage runs on the CPU rather than fails. A [`CpuFallbackExec`] itself never reaches the codec:
 //! DataFusion sees through it (its downcasts reach the CPU node it wraps), so the CPU node is
 //! sent, without the reasons. The table cache's and resident tables' scans are not carried:
 //! encoding one fails with its name (a distributed session turns the table cache off).
@@ -100,6 +101,13 @@ fn over_input(plan: Arc<dyn ExecutionPlan>, input: &Arc<dyn ExecutionPlan>) -> R
 /// used, with why.
 fn without_device(node: Arc<dyn ExecutionPlan>, why: &DataFusionError) -> Arc<dyn ExecutionPlan> {
     Arc::new(CpuFallbackExec::new(node, vec![FallbackReason::NoDevice(why.to_string())]))
+}
+
+/// `node` (the DataFusion nodes of a GPU exec) on the CPU of a process that could not build the
+/// GPU exec again under its own settings, with why: the stage runs, as DataFusion would run it.
+fn not_rebuilt(node: Arc<dyn ExecutionPlan>, why: impl std::fmt::Display) -> Arc<dyn ExecutionPlan> {
+    let reason = format!("the GPU exec sent for it could not be built again on this worker: {why}");
+    Arc::new(CpuFallbackExec::new(node, vec![FallbackReason::Unsupported(reason)]))
 }
 
 /// The one input a node was sent with.
@@ -240,8 +248,10 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                     Err(e) => return Ok(without_device(join, &e)),
                 };
                 let profile = Arc::new(profile::load(gpu.info(), &cfg.profile_dir));
-                let exec = GpuHashJoinExec::try_new(join, &cfg)?;
-                Ok(Arc::new(exec.with_decisions(decisions, profile)))
+                match GpuHashJoinExec::try_new(Arc::clone(&join), &cfg) {
+                    Ok(exec) => Ok(Arc::new(exec.with_decisions(decisions, profile))),
+                    Err(e) => Ok(not_rebuilt(join, crate::error::reason(&e))),
+                }
             }
             Encoded::Aggregate { node, decisions, filters, priced } => {
                 let input = single(inputs, "GpuAggregateExec")?;
@@ -251,13 +261,15 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                     Err(e) => return Ok(without_device(agg, &e)),
                 };
                 let profile = Arc::new(profile::load(gpu.info(), &cfg.profile_dir));
-                let mut exec = GpuAggregateExec::try_new(agg, &cfg)?;
+                let mut exec = match GpuAggregateExec::try_new(Arc::clone(&agg), &cfg) {
+                    Ok(exec) => exec,
+                    Err(e) => return Ok(not_rebuilt(agg, crate::error::reason(&e))),
+                };
                 if decisions.fused {
                     exec = exec.with_fused_input(filters);
                     if !reads(exec.fused_input(), &input) {
-                        return internal_err!(
-                            "a GPU aggregate's fused filters and projections were not taken in again as sent"
-                        );
+                        let why = "its fused filters and projections were not taken in again as sent";
+                        return Ok(not_rebuilt(agg, why));
                     }
                 }
                 if priced {
@@ -272,13 +284,12 @@ impl PhysicalExtensionCodec for GpuPlanCodec {
                     Ok(gpu) => gpu,
                     Err(e) => return Ok(without_device(top, &e)),
                 };
-                let exec = match GpuFilterProjectExec::try_new(&top, filters)? {
-                    Some(exec) if reads(Some(exec.fused()), &input) => exec,
-                    _ => {
-                        return internal_err!(
-                            "filters and projections sent for the GPU were not taken in again as sent"
-                        );
+                let exec = match GpuFilterProjectExec::try_new(&top, filters) {
+                    Ok(Some(exec)) if reads(Some(exec.fused()), &input) => exec,
+                    Ok(_) => {
+                        return Ok(not_rebuilt(top, "its filters and projections were not taken in again as sent"));
                     }
+                    Err(e) => return Ok(not_rebuilt(top, crate::error::reason(&e))),
                 };
                 Ok(Arc::new(match priced {
                     true => exec.with_priced_upload(&cfg, &gpu, &profile::load(gpu.info(), &cfg.profile_dir)),
@@ -309,6 +320,32 @@ mod tests {
     use super::*;
     use crate::cost::Profile;
     use crate::rule::costing::join_estimate;
+
+    /// Filters sent for the GPU that the receiving process cannot take in again come back as
+    /// DataFusion's filter with the reason, not as an error that fails the stage.
+    #[test]
+    fn a_fusion_that_cannot_be_built_again_stays_on_the_cpu() {
+        use datafusion::physical_expr::expressions::{col, like, lit};
+        use datafusion::physical_plan::displayable;
+        use datafusion::physical_plan::filter::FilterExec;
+        use datafusion_proto::physical_plan::DefaultPhysicalProtoConverter;
+        let _l = crate::testing::gpu_lock();
+        if crate::testing::gpu_or_skip("a_fusion_that_cannot_be_built_again_stays_on_the_cpu").is_none() {
+            return;
+        }
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+        let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));
+        // `_` in a LIKE pattern has no GPU kernel: the fusion is refused where it is rebuilt.
+        let predicate = like(false, false, col("s", &schema).unwrap(), lit("a_b%"), &schema).unwrap();
+        let top: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, Arc::clone(&input)).unwrap());
+        let converter = DefaultPhysicalProtoConverter {};
+        let node = plan_to_bytes(&top, &GpuPlanCodec, &converter).unwrap();
+        let bytes = serde_json::to_vec(&Encoded::FilterProject { node, filters: true, priced: false }).unwrap();
+        let ctx = SessionContext::new();
+        let back = GpuPlanCodec.try_decode(&bytes, &[input], &ctx.task_ctx(), &converter).expect("decodes");
+        let shown = displayable(back.as_ref()).one_line().to_string();
+        assert!(shown.contains("CpuFallbackExec") && shown.contains("could not be built again"), "{shown}");
+    }
 
     /// A join's decisions with the cost model's estimate survive their bytes: the join rebuilt
     /// from them under the same profile shows the same algorithm, reason and notes.

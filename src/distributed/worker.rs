@@ -39,8 +39,17 @@ pub fn gpu_options_from_headers(mut cfg: GpuConfig, headers: &HeaderMap) -> Resu
     Ok(cfg)
 }
 
+/// A worker's `gpu.` settings: the coordinator's `coordinator`, on `device` alone when the worker
+/// was given one (whatever set the coordinator's `gpu.devices` lists).
+fn on_device(coordinator: GpuConfig, device: Option<usize>) -> GpuConfig {
+    match device {
+        Some(d) => GpuConfig { device: d, devices: crate::config::DevicesSetting::One, ..coordinator },
+        None => coordinator,
+    }
+}
+
 /// A worker whose sessions decode GPU execs: the coordinator's `gpu.` settings, on device
-/// `device` when given (else the coordinator's `gpu.device`). With `link_gbps`, what it reads
+/// `device` alone when given (else the coordinator's `gpu.device` and `gpu.devices`). With `link_gbps`, what it reads
 /// from other workers comes through a [`Link`] of that many Gb/s (see `crate::distributed::link`).
 pub fn gpu_worker(device: Option<usize>, link_gbps: Option<f64>) -> Result<Worker> {
     let channels = link_gbps.map(Link::gbit_per_second).transpose()?.map(LinkedChannels::new);
@@ -48,11 +57,8 @@ pub fn gpu_worker(device: Option<usize>, link_gbps: Option<f64>) -> Result<Worke
         let channels = channels.clone();
         async move {
             let mut config = with_gpu_options(ctx.builder.config().take().unwrap_or_else(SessionConfig::new));
-            let mut gpu = gpu_options_from_headers(GpuConfig::from_options(config.options()), &ctx.headers)?;
-            if let Some(d) = device {
-                gpu.device = d;
-            }
-            config.options_mut().extensions.insert(gpu);
+            let gpu = gpu_options_from_headers(GpuConfig::from_options(config.options()), &ctx.headers)?;
+            config.options_mut().extensions.insert(on_device(gpu, device));
             let builder = ctx.builder.with_config(config).with_distributed_user_codec(GpuPlanCodec);
             Ok(match channels {
                 Some(channels) => builder.with_distributed_channel_resolver(channels).build(),
@@ -204,5 +210,23 @@ impl WorkerUrls {
 impl datafusion_distributed::WorkerResolver for WorkerUrls {
     fn get_urls(&self) -> Result<Vec<Url>> {
         Ok(self.0.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DevicesSetting;
+
+    /// A worker given `--device 1` runs there alone under a coordinator's device list; without
+    /// one it keeps the coordinator's settings.
+    #[test]
+    fn a_worker_given_a_device_runs_on_it_alone() {
+        let coordinator = GpuConfig { devices: DevicesSetting::List(vec![0, 1]), ..GpuConfig::default() };
+        let mine = on_device(coordinator.clone(), Some(1));
+        assert_eq!((mine.home_device(), &mine.devices), (1, &DevicesSetting::One));
+        let theirs = on_device(coordinator, None);
+        assert_eq!(theirs.home_device(), 0);
+        assert_eq!(theirs.devices, DevicesSetting::List(vec![0, 1]));
     }
 }

@@ -339,10 +339,10 @@ impl GpuExec for GpuTableScanExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
         let ordinal = self.data.gpu.info().ordinal;
-        if cfg.device != ordinal {
+        if cfg.home_device() != ordinal {
             return Err(DataFusionError::Plan(format!(
-                "a table resident on GPU {ordinal} is scanned by a session on GPU {} (gpu.device): set gpu.device = {ordinal}, or make the table resident on that device",
-                cfg.device
+                "a table resident on GPU {ordinal} is scanned by a session on GPU {} (gpu.device, or the first of gpu.devices): set gpu.device = {ordinal} and gpu.devices = '' (or list GPU {ordinal} first), or make the table resident on that device",
+                cfg.home_device()
             )));
         }
         let Some(batches) = self.data.partitions.get(partition) else {
