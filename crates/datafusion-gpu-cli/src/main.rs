@@ -96,10 +96,11 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Differential fuzzing: random tables and join / aggregate / filter / subquery queries, each
-    /// run by DataFusion alone and with every eligible operator forced onto the GPU under a
-    /// rotating gpu.memory.limit; prints every mismatch, GPU-only error, panic or hang with a
-    /// self-contained repro, and exits non-zero when there is one.
+    /// Differential fuzzing: random tables (in memory, through the table cache, or gpu_cache'd)
+    /// and random queries and writes, each run by DataFusion alone and with every eligible
+    /// operator forced onto the GPU under a rotating gpu.memory.limit; prints every mismatch,
+    /// answer where DataFusion fails, GPU-only error, panic or hang with a self-contained repro,
+    /// and exits non-zero when there is one.
     Fuzz(FuzzOptions),
     /// Serve as a worker of distributed queries (DataFusion Distributed over Arrow Flight): a
     /// coordinator started with `--workers` (or `bench ... --workers`) sends it stage plans,

@@ -1,9 +1,18 @@
-//! The differential fuzzer (`datafusion-gpu fuzz`): random tables and random join, aggregate,
-//! filter and subquery queries, each run by DataFusion alone and with the GPU rule forcing every
-//! eligible operator onto the GPU (`gpu.cost.min_rows = 0`, `gpu.placement = always`) under a
-//! rotating `gpu.memory.limit`. A query whose answers differ, or that fails, panics or hangs only
-//! with the rule, is reported with a self-contained repro: the settings, `CREATE TABLE`
-//! statements that rebuild the data, and the query.
+//! The differential fuzzer (`datafusion-gpu fuzz`): random tables and random queries and writes,
+//! each run by DataFusion alone and with the GPU rule forcing every eligible operator onto the
+//! GPU (`gpu.cost.min_rows = 0`, `gpu.placement = always`) under a rotating `gpu.memory.limit`.
+//! A query whose answers differ (in order where its ORDER BY fixes one), that fails, panics or
+//! hangs only with the rule, or that the rule answers where DataFusion fails, is reported with a
+//! self-contained repro: the settings, `CREATE TABLE` statements that rebuild the data, the
+//! writes run since, and the query.
+//!
+//! Each set of tables is read by the rule's session in one of three ways: as in-memory tables,
+//! through the device's table cache (`gpu.table_cache`, its batch size drawn, in one-partition
+//! regions or not), or replaced by `gpu_cache('t')`; some sets run over two logical devices of
+//! GPU 0, some hold a table of over a million rows (queried alone, some queries handing out more
+//! rows than the rule's root holds back). Between queries, writes (`INSERT ... SELECT`, `DELETE`,
+//! `UPDATE`) and `DROP TABLE` with the table made again change the tables on both sides; some
+//! queries run in two sessions of the rule at once.
 //!
 //! Without a GPU the rule leaves every operator on the CPU, and the run checks only that
 //! planning with the rule keeps DataFusion's answers.
@@ -11,6 +20,7 @@
 pub mod queries;
 pub mod tables;
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +34,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::tpch::compare::compare;
+use crate::tpch::compare::{compare, compare_in_order};
 use datafusion_gpu::device::probe;
 use datafusion_gpu::exec::metric_total;
 use datafusion_gpu::exec::task_stream::panic_message;
@@ -34,7 +44,7 @@ use datafusion_gpu::session::{gpu_session_context, with_gpu_options};
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "fuzz")]
 pub struct FuzzOptions {
-    /// Queries to run.
+    /// Queries to run (writes between them not counted).
     #[arg(long, default_value_t = 1000)]
     pub queries: usize,
     /// Seed of the tables and queries (the same seed replays the same run).
@@ -46,6 +56,12 @@ pub struct FuzzOptions {
     /// Rows of the larger tables.
     #[arg(long, default_value_t = 1500)]
     pub max_rows: usize,
+    /// Rows of the large table some sets of tables hold (0: none).
+    #[arg(long, default_value_t = 1_200_000)]
+    pub large_rows: usize,
+    /// Share of the sets of tables that hold the large table.
+    #[arg(long, default_value_t = 0.05)]
+    pub large_share: f64,
     /// Queries over each set of tables before new tables are drawn.
     #[arg(long, default_value_t = 25)]
     pub queries_per_tables: usize,
@@ -58,8 +74,9 @@ pub struct FuzzOptions {
     /// Stop after this many failures (0: run every query).
     #[arg(long, default_value_t = 0)]
     pub max_failures: usize,
-    /// Run only query N of this seed's run (its tables and query are drawn as in the whole run),
-    /// printing its repro first: replays a failure a longer run reported.
+    /// Run only query N of this seed's run (its tables, writes and query are drawn and the
+    /// writes run as in the whole run), printing its repro first: replays a failure a longer run
+    /// reported.
     #[arg(long)]
     pub only: Option<usize>,
     /// A further setting of the session with the rule, KEY=VALUE (repeatable), set after the
@@ -67,6 +84,9 @@ pub struct FuzzOptions {
     /// query's GPU partitions over two logical devices of GPU 0.
     #[arg(long = "gpu-set", value_name = "KEY=VALUE")]
     pub gpu_set: Vec<String>,
+    /// Stop drawing queries after this many seconds (0: none); the report counts those run.
+    #[arg(long, default_value_t = 0)]
+    pub time_limit: u64,
     /// Show a progress bar (set by the CLI when stderr is a terminal).
     #[arg(skip)]
     pub progress: bool,
@@ -83,6 +103,8 @@ impl Default for FuzzOptions {
 pub enum FailureKind {
     /// Both answered, with different rows.
     Mismatch,
+    /// DataFusion failed; the run with the rule answered.
+    GpuAnswer,
     /// DataFusion answered; the run with the rule returned an error.
     GpuError,
     /// The run with the rule panicked.
@@ -100,7 +122,7 @@ pub struct Failure {
     pub sql: String,
     pub memory_limit: String,
     pub detail: String,
-    /// Settings, tables and query, runnable in `datafusion-gpu -f`.
+    /// Settings, tables, writes and query, runnable in `datafusion-gpu -f`.
     pub repro: String,
 }
 
@@ -110,14 +132,19 @@ pub struct FuzzReport {
     pub queries: usize,
     /// Queries both sides answered and whose answers were compared.
     pub compared: usize,
-    /// Queries DataFusion itself rejected or failed (not compared; the rule may answer or fail).
+    /// Queries DataFusion itself rejected or failed, and the rule did too.
     pub cpu_errors: usize,
+    /// Writes run on both sides between queries (each compared as a query is).
+    pub writes: usize,
     /// Queries whose plan with the rule had at least one GPU operator.
     pub on_gpu: usize,
-    /// Queries answered by DataFusion's plan after the GPU plan ran out of device memory.
+    /// Queries answered by DataFusion's plan after the GPU plan ran out of device memory or a
+    /// GPU expression failed.
     pub cpu_reruns: usize,
     /// Queries where some operator's work went to DataFusion's operator for want of device memory.
     pub cpu_fallbacks: usize,
+    /// Queries (writes included) per feature they exercise, for the record.
+    pub features: BTreeMap<&'static str, usize>,
     pub failures: Vec<Failure>,
     /// Why no GPU was used, when none was.
     pub no_gpu: Option<String>,
@@ -129,18 +156,22 @@ impl FuzzReport {
         self.failures.iter().filter(|f| f.kind == kind).count()
     }
 
-    /// The run in one line: seed, counts of each outcome, time.
+    /// The run in a few lines: seed, counts of each outcome, time, and the features covered.
     pub fn summary(&self, seed: u64) -> String {
+        let features: Vec<String> = self.features.iter().map(|(f, n)| format!("{f} {n}")).collect();
         format!(
-            "seed {seed}: {} queries, {} compared, {} with GPU operators ({} with an operator's work finished on \
-             the CPU, {} run again on the CPU), {} mismatches, {} GPU-only errors, {} panics, {} hangs, {} rejected \
-             by DataFusion itself; {:.1} s{}",
+            "seed {seed}: {} queries and {} writes, {} compared, {} with GPU operators ({} with an operator's work \
+             finished on the CPU, {} run again on the CPU), {} mismatches, {} answered where DataFusion fails, {} \
+             GPU-only errors, {} panics, {} hangs, {} rejected by DataFusion and the rule alike; {:.1} s{}\n\
+             features: {}",
             self.queries,
+            self.writes,
             self.compared,
             self.on_gpu,
             self.cpu_fallbacks,
             self.cpu_reruns,
             self.count(FailureKind::Mismatch),
+            self.count(FailureKind::GpuAnswer),
             self.count(FailureKind::GpuError),
             self.count(FailureKind::GpuPanic),
             self.count(FailureKind::GpuHang),
@@ -149,33 +180,110 @@ impl FuzzReport {
             match &self.no_gpu {
                 Some(why) => format!("; no GPU: {why}"),
                 None => String::new(),
-            }
+            },
+            features.join(", ")
         )
     }
 
     /// The closing line, as test runners count: `fuzz: N passed, N failed`.
     pub fn closing_line(&self) -> String {
         let failed = self.failures.len();
-        format!("fuzz: {} passed, {failed} failed", self.queries - failed)
+        format!("fuzz: {} passed, {failed} failed", (self.queries + self.writes).saturating_sub(failed))
+    }
+
+    fn saw(&mut self, feature: &'static str) {
+        *self.features.entry(feature).or_default() += 1;
     }
 }
 
-/// Session settings both sides share, drawn per table set.
-#[derive(Debug, Clone, Copy)]
+/// The features a statement exercises, read off its text (for the record's coverage).
+fn features_of(sql: &str) -> Vec<&'static str> {
+    let s = sql.to_ascii_uppercase();
+    let checks: [(&'static str, bool); 22] = [
+        ("join", s.contains(" JOIN ")),
+        ("group by", s.contains("GROUP BY")),
+        ("having", s.contains("HAVING")),
+        ("order by", s.contains("ORDER BY") && !s.contains(" OVER (")),
+        ("limit", s.contains(" LIMIT ")),
+        ("offset", s.contains(" OFFSET ")),
+        ("distinct", s.contains("SELECT DISTINCT")),
+        ("count distinct", s.contains("COUNT(DISTINCT")),
+        ("union", s.contains(" UNION ")),
+        ("window", s.contains(" OVER (")),
+        ("cte", s.starts_with("WITH ")),
+        ("subquery", s.contains("(SELECT ")),
+        ("case with a base", s.match_indices("CASE ").any(|(i, _)| !s[i + 5..].starts_with("WHEN"))),
+        ("case", s.contains("CASE WHEN")),
+        ("cast", s.contains("CAST(")),
+        ("try_cast", s.contains("TRY_CAST(")),
+        ("substr", s.contains("SUBSTR")),
+        ("date_part", s.contains("DATE_PART(") || s.contains("EXTRACT(")),
+        ("like with _", (s.contains(" LIKE '") || s.contains(" ILIKE '")) && s.contains('_')),
+        ("ilike", s.contains(" ILIKE ")),
+        ("insert", s.starts_with("INSERT ")),
+        ("delete or update", s.starts_with("DELETE ") || s.starts_with("UPDATE ")),
+    ];
+    checks.into_iter().filter(|(_, on)| *on).map(|(f, _)| f).collect()
+}
+
+/// How the rule's session holds a set of tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    /// In-memory tables, read by DataFusion's scans.
+    Memory,
+    /// In-memory tables through the device's table cache (`gpu.table_cache = true`).
+    TableCache,
+    /// Each table replaced by `gpu_cache('t')`.
+    GpuCache,
+}
+
+/// Session settings both sides share, and how the rule's session holds the tables, drawn per
+/// table set.
+#[derive(Debug, Clone)]
 struct Shape {
     partitions: usize,
     batch_size: usize,
     gpu_batch_rows: usize,
+    storage: Storage,
+    /// Settings of the rule's session for this set, as `SET` statements.
+    settings: Vec<String>,
 }
 
-fn contexts(shape: Shape) -> (SessionContext, SessionContext) {
-    let config = || {
+impl Shape {
+    fn draw(rng: &mut StdRng) -> Shape {
+        let storage = match rng.random_range(0..10) {
+            0..=3 => Storage::Memory,
+            4..=6 => Storage::TableCache,
+            _ => Storage::GpuCache,
+        };
+        let mut settings = Vec::new();
+        if storage == Storage::TableCache {
+            settings.push("SET gpu.table_cache = true".to_string());
+        }
+        if storage != Storage::Memory {
+            let rows = [100usize, 1000, 1 << 26][rng.random_range(0..3)];
+            settings.push(format!("SET gpu.table_cache.batch_rows = {rows}"));
+            settings.push(format!("SET gpu.table_cache.one_partition = {}", rng.random_bool(0.7)));
+        }
+        if rng.random_bool(0.1) {
+            settings.push("SET gpu.devices = '0,0'".to_string());
+            settings.push(format!("SET gpu.devices_spread_partitions = {}", rng.random_bool(0.5)));
+        }
+        Shape {
+            partitions: rng.random_range(1..=4),
+            batch_size: [7usize, 64, 1000, 8192][rng.random_range(0..4)],
+            gpu_batch_rows: [100usize, 1000, 1 << 20][rng.random_range(0..3)],
+            storage,
+            settings,
+        }
+    }
+
+    fn config(&self) -> SessionConfig {
         SessionConfig::new()
-            .with_target_partitions(shape.partitions)
-            .with_batch_size(shape.batch_size)
+            .with_target_partitions(self.partitions)
+            .with_batch_size(self.batch_size)
             .with_information_schema(false)
-    };
-    (SessionContext::new_with_config(config()), gpu_session_context(with_gpu_options(config())))
+    }
 }
 
 fn register(ctx: &SessionContext, t: &tables::Table, partitions: usize) -> Result<()> {
@@ -188,12 +296,26 @@ fn register(ctx: &SessionContext, t: &tables::Table, partitions: usize) -> Resul
     Ok(())
 }
 
+/// `t` registered in the rule's session as `shape` holds it.
+async fn register_gpu(ctx: &SessionContext, t: &tables::Table, shape: &Shape) -> Result<()> {
+    register(ctx, t, shape.partitions)?;
+    if shape.storage == Storage::GpuCache {
+        set(ctx, &gpu_cache_sql(&t.name)).await?;
+    }
+    Ok(())
+}
+
+fn gpu_cache_sql(table: &str) -> String {
+    format!("SELECT * FROM gpu_cache('{table}')")
+}
+
 async fn set(ctx: &SessionContext, sql: &str) -> Result<()> {
     ctx.sql(sql).await?.collect().await.map(|_| ())
 }
 
-/// The GPU session's settings for one query, as SQL: the fuzzer's, then `extra` (`KEY=VALUE`).
-fn gpu_settings(shape: Shape, memory_limit: &str, extra: &[String]) -> Vec<String> {
+/// The GPU session's settings for one query, as SQL: the fuzzer's, the table set's, then
+/// `extra` (`KEY=VALUE`).
+fn gpu_settings(shape: &Shape, memory_limit: &str, extra: &[String]) -> Vec<String> {
     let mut sql = vec![
         "SET gpu.cost.min_rows = 0".to_string(),
         "SET gpu.placement = 'always'".to_string(),
@@ -201,6 +323,7 @@ fn gpu_settings(shape: Shape, memory_limit: &str, extra: &[String]) -> Vec<Strin
         format!("SET gpu.join.window_rows = {}", shape.gpu_batch_rows),
         format!("SET gpu.memory.limit = '{memory_limit}'"),
     ];
+    sql.extend(shape.settings.iter().cloned());
     for s in extra {
         if let Some((key, value)) = s.split_once('=') {
             sql.push(format!("SET {} = '{}'", key.trim(), value.trim().replace('\'', "''")));
@@ -256,26 +379,158 @@ async fn gpu_answer(ctx: &SessionContext, sql: &str, timeout: Duration) -> GpuOu
     }
 }
 
-fn repro(
+/// Rows of a table past which its repro does not spell it out (`--only` replays it instead).
+const REPRO_ROWS: usize = 20_000;
+
+/// What a repro holds: the run's settings, the tables as first made, what was run since.
+struct Script<'a> {
+    opts: &'a FuzzOptions,
+    shape: &'a Shape,
+    tables: &'a [tables::Table],
+    /// The writes and `DROP TABLE`s run on this set of tables so far, as SQL.
+    history: &'a [String],
+}
+
+impl Script<'_> {
+    fn repro(&self, index: usize, memory_limit: &str, sql: &str) -> Result<String> {
+        let opts = self.opts;
+        let mut r = format!(
+            "-- datafusion-gpu fuzz --seed {} --only {index} (replay this file with datafusion-gpu -f THIS_FILE)\n",
+            opts.seed
+        );
+        let _ = writeln!(r, "SET datafusion.execution.target_partitions = {};", self.shape.partitions);
+        let _ = writeln!(r, "SET datafusion.execution.batch_size = {};", self.shape.batch_size);
+        for s in gpu_settings(self.shape, memory_limit, &opts.gpu_set) {
+            let _ = writeln!(r, "{s};");
+        }
+        for t in self.tables {
+            let _ = writeln!(r, "{}", self.create(t)?);
+        }
+        for h in self.history {
+            let _ = writeln!(r, "{h};");
+        }
+        let _ = writeln!(r, "{sql};");
+        Ok(r)
+    }
+
+    /// The statements that make `t` as the rule's session has it.
+    fn create(&self, t: &tables::Table) -> Result<String> {
+        let mut sql = match t.rows() > REPRO_ROWS {
+            true => format!(
+                "-- {}: {} rows, too many to spell out: `datafusion-gpu fuzz --seed {} --only N` replays the run",
+                t.name,
+                t.rows(),
+                self.opts.seed
+            ),
+            false => t.create_sql()?,
+        };
+        if self.shape.storage == Storage::GpuCache {
+            let _ = write!(sql, "\n{};", gpu_cache_sql(&t.name));
+        }
+        Ok(sql)
+    }
+}
+
+/// What one statement gave on each side, compared.
+enum Verdict {
+    /// The same answer; how the rule ran it.
+    Same(Ran),
+    /// Both failed.
+    BothFailed,
+    Fail(FailureKind, String),
+}
+
+/// Compares the rule's outcome with DataFusion's `expected` (rows, or its error).
+fn judge(expected: &Result<Vec<RecordBatch>>, got: GpuOutcome, ordered: bool) -> Verdict {
+    match (expected, got) {
+        (Ok(want), GpuOutcome::Answer(rows, ran)) => {
+            let same = match ordered {
+                true => compare_in_order(want, &rows),
+                false => compare(want, &rows),
+            };
+            match same {
+                Ok(()) => Verdict::Same(ran),
+                Err(diff) => Verdict::Fail(FailureKind::Mismatch, diff),
+            }
+        }
+        (Err(e), GpuOutcome::Answer(rows, _)) => {
+            let n: usize = rows.iter().map(RecordBatch::num_rows).sum();
+            Verdict::Fail(FailureKind::GpuAnswer, format!("DataFusion fails ({e}); the rule answered {n} rows"))
+        }
+        (Err(_), GpuOutcome::Error(_)) => Verdict::BothFailed,
+        (Ok(_), GpuOutcome::Error(e)) => Verdict::Fail(FailureKind::GpuError, e.to_string()),
+        (_, GpuOutcome::Panic(m)) => Verdict::Fail(FailureKind::GpuPanic, m),
+        (_, GpuOutcome::Hang) => Verdict::Fail(FailureKind::GpuHang, "no answer within the timeout".into()),
+    }
+}
+
+impl FuzzReport {
+    /// Counts a query's verdict in its session (the first, when it ran in two).
+    fn count_query(&mut self, v: &Verdict) {
+        match v {
+            Verdict::Same(ran) => {
+                self.compared += 1;
+                self.on_gpu += ran.on_gpu as usize;
+                self.cpu_fallbacks += ran.fallbacks as usize;
+                self.cpu_reruns += ran.rerun as usize;
+            }
+            Verdict::BothFailed => self.cpu_errors += 1,
+            Verdict::Fail(..) => {}
+        }
+    }
+}
+
+/// Records a failed statement: printed with its repro (or the repro's file), and in the report.
+fn record_failure(
     opts: &FuzzOptions,
-    index: usize,
-    shape: Shape,
-    memory_limit: &str,
-    tables: &[tables::Table],
-    sql: &str,
-) -> Result<String> {
-    let mut r =
-        format!("-- datafusion-gpu fuzz --seed {} : query {index} (replay: datafusion-gpu -f THIS_FILE)\n", opts.seed);
-    let _ = writeln!(r, "SET datafusion.execution.target_partitions = {};", shape.partitions);
-    let _ = writeln!(r, "SET datafusion.execution.batch_size = {};", shape.batch_size);
-    for s in gpu_settings(shape, memory_limit, &opts.gpu_set) {
-        let _ = writeln!(r, "{s};");
+    script: &Script<'_>,
+    report: &mut FuzzReport,
+    bar: &indicatif::ProgressBar,
+    (index, memory_limit, sql): (usize, &str, &str),
+    (kind, detail): (FailureKind, String),
+) -> Result<()> {
+    let text = script.repro(index, memory_limit, sql)?;
+    let where_ = match &opts.repro_dir {
+        Some(dir) => {
+            let path = dir.join(format!("fuzz-{}-{index}.sql", opts.seed));
+            std::fs::write(&path, &text)?;
+            format!("repro: {}", path.display())
+        }
+        None => format!("repro:\n{text}"),
+    };
+    bar.suspend(|| {
+        println!(
+            "FAILED query {index} ({kind:?}, gpu.memory.limit = {memory_limit}): {sql}\n  {}\n  {where_}",
+            detail.lines().take(6).collect::<Vec<_>>().join("\n  ")
+        )
+    });
+    report.failures.push(Failure {
+        kind,
+        index,
+        sql: sql.to_string(),
+        memory_limit: memory_limit.to_string(),
+        detail,
+        repro: text,
+    });
+    bar.set_message(format!("{} failed", report.failures.len()));
+    Ok(())
+}
+
+/// The tables of one set: three small ones, and sometimes the large one (`t3`, its keys from a
+/// wide domain, queried alone).
+fn draw_tables(rng: &mut StdRng, opts: &FuzzOptions, shape: &mut Shape) -> Result<Vec<tables::Table>> {
+    let key_domain = [4i64, 50, 1000][rng.random_range(0..3)];
+    let mut out = (0..3)
+        .map(|i| tables::random_table(rng, &format!("t{i}"), opts.max_rows, key_domain, shape.batch_size))
+        .collect::<Result<Vec<_>>>()?;
+    if opts.large_rows > 0 && rng.random_bool(opts.large_share.clamp(0.0, 1.0)) {
+        let n = opts.large_rows;
+        out.push(tables::table_of_rows(rng, "t3", n, (n as i64 / 2).max(1), shape.batch_size.max(1000))?);
+        // Windows of a few hundred rows over a million rows are thousands of kernel chains a
+        // query: the large table's sets read device batches of at least 64 K rows.
+        shape.gpu_batch_rows = shape.gpu_batch_rows.max(1 << 16);
     }
-    for t in tables {
-        let _ = writeln!(r, "{}", t.create_sql()?);
-    }
-    let _ = writeln!(r, "{sql};");
-    Ok(r)
+    Ok(out)
 }
 
 /// Runs the fuzzer. Failures are printed as they are found (with their repro, or the path of
@@ -290,7 +545,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
     if let Some(dir) = &opts.repro_dir {
         std::fs::create_dir_all(dir)?;
     }
-    // With --only N, the run draws queries 0..=N and runs the last.
+    // With --only N, the run draws queries 0..=N (running the writes between them) and runs the last.
     let queries = opts.only.map_or(opts.queries, |n| n + 1);
     let bar = match opts.progress {
         true => indicatif::ProgressBar::new(queries as u64),
@@ -307,87 +562,142 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
     let timeout = Duration::from_secs(opts.timeout_s.max(1));
     let mut index = 0usize;
     while index < queries {
-        let shape = Shape {
-            partitions: rng.random_range(1..=4),
-            batch_size: [7usize, 64, 1000, 8192][rng.random_range(0..4)],
-            gpu_batch_rows: [100usize, 1000, 1 << 20][rng.random_range(0..3)],
-        };
-        let key_domain = [4i64, 50, 1000][rng.random_range(0..3)];
-        let tables = (0..3)
-            .map(|i| tables::random_table(&mut rng, &format!("t{i}"), opts.max_rows, key_domain, shape.batch_size))
-            .collect::<Result<Vec<_>>>()?;
-        let (cpu, gpu) = contexts(shape);
+        let mut shape = Shape::draw(&mut rng);
+        let tables = draw_tables(&mut rng, opts, &mut shape)?;
+        let cpu = SessionContext::new_with_config(shape.config());
+        let gpu = gpu_session_context(with_gpu_options(shape.config()));
+        // The first settings, so that gpu_cache() makes its tables under the set's.
+        for s in gpu_settings(&shape, &limits[index % limits.len()], &opts.gpu_set) {
+            set(&gpu, &s).await?;
+        }
         for t in &tables {
             register(&cpu, t, shape.partitions)?;
-            register(&gpu, t, shape.partitions)?;
+            register_gpu(&gpu, t, &shape).await?;
         }
+        let mut history: Vec<String> = Vec::new();
         for _ in 0..opts.queries_per_tables.max(1) {
             if index >= queries {
                 break;
             }
-            let sql = queries::query(&mut rng, &tables);
+            // Now and then a write, or a table dropped and made again, on both sides first.
+            if rng.random_bool(0.15) {
+                let t = &tables[rng.random_range(0..tables.len().min(3))];
+                let memory_limit = &limits[index % limits.len()];
+                for s in gpu_settings(&shape, memory_limit, &opts.gpu_set) {
+                    set(&gpu, &s).await?;
+                }
+                if rng.random_bool(0.2) {
+                    // DROP TABLE, then the table made again from its first rows.
+                    let drop = format!("DROP TABLE {}", t.name);
+                    set(&cpu, &drop).await?;
+                    set(&gpu, &drop).await?;
+                    register(&cpu, t, shape.partitions)?;
+                    register_gpu(&gpu, t, &shape).await?;
+                    let script = Script { opts, shape: &shape, tables: &tables, history: &history };
+                    let made = format!("{drop};\n{}", script.create(t)?.trim_end_matches(';'));
+                    history.push(made);
+                    report.saw("drop and create");
+                } else {
+                    let sql = queries::write(&mut rng, t);
+                    report.writes += 1;
+                    for f in features_of(&sql) {
+                        report.saw(f);
+                    }
+                    report.saw(match shape.storage {
+                        Storage::Memory => "write to an in-memory table",
+                        Storage::TableCache => "write to a table cache table",
+                        Storage::GpuCache => "write to a gpu_cache table",
+                    });
+                    let expected = answer(&cpu, &sql).await.map(|(rows, _)| rows);
+                    let got = gpu_answer(&gpu, &sql, timeout).await;
+                    if let Verdict::Fail(kind, detail) = judge(&expected, got, false) {
+                        let script = Script { opts, shape: &shape, tables: &tables, history: &history };
+                        record_failure(opts, &script, &mut report, &bar, (index, memory_limit, &sql), (kind, detail))?;
+                    }
+                    history.push(sql);
+                }
+            }
+            // The large table is queried alone (a join of it could be billions of rows).
+            let small = &tables[..tables.len().min(3)];
+            let query = match tables.iter().find(|t| t.rows() > opts.max_rows) {
+                Some(big) => match rng.random_range(0..100) {
+                    0..=3 => queries::large_output(&mut rng, big),
+                    4..=39 => queries::single_table(&mut rng, big),
+                    _ => queries::query(&mut rng, small),
+                },
+                None => queries::query(&mut rng, small),
+            };
             let memory_limit = &limits[index % limits.len()];
             index += 1;
             bar.inc(1);
+            let at = index - 1;
+            let two_sessions = rng.random_bool(0.08);
             match opts.only {
-                Some(n) if n != index - 1 => continue,
-                Some(_) => println!("{}", repro(opts, index - 1, shape, memory_limit, &tables, &sql)?),
+                Some(n) if n != at => continue,
+                Some(_) => {
+                    let script = Script { opts, shape: &shape, tables: &tables, history: &history };
+                    println!("{}", script.repro(at, memory_limit, &query.sql)?);
+                }
                 None => {}
             }
             report.queries += 1;
-            let expected = match answer(&cpu, &sql).await {
-                Ok((rows, _)) => rows,
-                Err(e) => {
-                    log::debug!("DataFusion rejects fuzz query {}: {sql}: {e}", index - 1);
-                    report.cpu_errors += 1;
-                    continue;
-                }
-            };
-            for s in gpu_settings(shape, memory_limit, &opts.gpu_set) {
+            for f in features_of(&query.sql) {
+                report.saw(f);
+            }
+            report.saw(match shape.storage {
+                Storage::Memory => "in-memory tables",
+                Storage::TableCache => "table cache",
+                Storage::GpuCache => "gpu_cache tables",
+            });
+            if shape.settings.iter().any(|s| s.contains("gpu.devices =")) {
+                report.saw("two logical devices");
+            }
+            if tables.iter().any(|t| t.rows() > opts.max_rows && query.sql.contains(&format!("{} ", t.name))) {
+                report.saw("a table of over a million rows");
+            }
+            let expected = answer(&cpu, &query.sql).await.map(|(rows, _)| rows);
+            if let Err(e) = &expected {
+                log::debug!("DataFusion rejects fuzz query {at}: {}: {e}", query.sql);
+            }
+            if let Ok(rows) = &expected
+                && rows.iter().map(RecordBatch::get_array_memory_size).sum::<usize>()
+                    > datafusion_gpu::exec::query::HOLD_BACK_BYTES
+            {
+                report.saw("output past the rule's hold-back");
+            }
+            for s in gpu_settings(&shape, memory_limit, &opts.gpu_set) {
                 set(&gpu, &s).await?;
             }
-            let (kind, detail) = match gpu_answer(&gpu, &sql, timeout).await {
-                GpuOutcome::Answer(rows, ran) => {
-                    report.compared += 1;
-                    report.on_gpu += ran.on_gpu as usize;
-                    report.cpu_fallbacks += ran.fallbacks as usize;
-                    report.cpu_reruns += ran.rerun as usize;
-                    match compare(&expected, &rows) {
-                        Ok(()) => continue,
-                        Err(diff) => (FailureKind::Mismatch, diff),
+            let verdicts = match two_sessions {
+                false => vec![judge(&expected, gpu_answer(&gpu, &query.sql, timeout).await, query.ordered)],
+                true => {
+                    // A second session of the rule over the same tables, the two queries at once.
+                    report.saw("two sessions at once");
+                    let other = gpu_session_context(with_gpu_options(shape.config()));
+                    for s in gpu_settings(&shape, memory_limit, &opts.gpu_set) {
+                        set(&other, &s).await?;
                     }
+                    for t in &tables {
+                        if let Ok(p) = gpu.table_provider(t.name.as_str()).await {
+                            other.register_table(t.name.as_str(), p)?;
+                        }
+                    }
+                    let (a, b) =
+                        tokio::join!(gpu_answer(&gpu, &query.sql, timeout), gpu_answer(&other, &query.sql, timeout));
+                    vec![judge(&expected, a, query.ordered), judge(&expected, b, query.ordered)]
                 }
-                GpuOutcome::Error(e) => (FailureKind::GpuError, e.to_string()),
-                GpuOutcome::Panic(m) => (FailureKind::GpuPanic, m),
-                GpuOutcome::Hang => (FailureKind::GpuHang, format!("no answer within {} s", timeout.as_secs())),
             };
-            let text = repro(opts, index - 1, shape, memory_limit, &tables, &sql)?;
-            let failure = Failure {
-                kind,
-                index: index - 1,
-                sql: sql.clone(),
-                memory_limit: memory_limit.clone(),
-                detail: detail.clone(),
-                repro: text.clone(),
-            };
-            let where_ = match &opts.repro_dir {
-                Some(dir) => {
-                    let path = dir.join(format!("fuzz-{}-{}.sql", opts.seed, index - 1));
-                    std::fs::write(&path, &text)?;
-                    format!("repro: {}", path.display())
+            if let Some(first) = verdicts.first() {
+                report.count_query(first);
+            }
+            for v in verdicts {
+                if let Verdict::Fail(kind, detail) = v {
+                    let script = Script { opts, shape: &shape, tables: &tables, history: &history };
+                    record_failure(opts, &script, &mut report, &bar, (at, memory_limit, &query.sql), (kind, detail))?;
                 }
-                None => format!("repro:\n{text}"),
-            };
-            bar.suspend(|| {
-                println!(
-                    "FAILED query {} ({kind:?}, gpu.memory.limit = {memory_limit}): {sql}\n  {}\n  {where_}",
-                    index - 1,
-                    detail.lines().take(6).collect::<Vec<_>>().join("\n  ")
-                )
-            });
-            report.failures.push(failure);
-            bar.set_message(format!("{} failed", report.failures.len()));
-            if opts.max_failures > 0 && report.failures.len() >= opts.max_failures {
+            }
+            let out_of_time = opts.time_limit > 0 && start.elapsed().as_secs() >= opts.time_limit;
+            if out_of_time || (opts.max_failures > 0 && report.failures.len() >= opts.max_failures) {
                 index = queries;
                 break;
             }
@@ -409,8 +719,15 @@ mod tests {
         let _g = datafusion_gpu::testing::gpu_lock();
         let seed = datafusion_gpu::testing::fresh_seed(test);
         let gpu_set = gpu_set.iter().map(|s| s.to_string()).collect();
-        let opts =
-            FuzzOptions { queries: 60, seed, max_rows: 300, queries_per_tables: 20, gpu_set, ..Default::default() };
+        let opts = FuzzOptions {
+            queries: 60,
+            seed,
+            max_rows: 300,
+            large_rows: 0,
+            queries_per_tables: 20,
+            gpu_set,
+            ..Default::default()
+        };
         let report = run(&opts).await.expect("the fuzzer runs");
         println!("{}\n{}", report.summary(seed), report.closing_line());
         if probe::device_count().is_ok() {
@@ -443,8 +760,15 @@ mod tests {
     async fn only_runs_one_query_of_the_run() {
         let _g = datafusion_gpu::testing::gpu_lock();
         let seed = datafusion_gpu::testing::fresh_seed("only_runs_one_query_of_the_run");
-        let opts =
-            FuzzOptions { queries: 3, seed, max_rows: 50, queries_per_tables: 4, only: Some(6), ..Default::default() };
+        let opts = FuzzOptions {
+            queries: 3,
+            seed,
+            max_rows: 50,
+            large_rows: 0,
+            queries_per_tables: 4,
+            only: Some(6),
+            ..Default::default()
+        };
         let report = run(&opts).await.expect("the fuzzer runs");
         assert_eq!(report.queries, 1, "{}", report.summary(seed));
         assert_eq!(report.compared + report.cpu_errors, 1, "{}", report.summary(seed));

@@ -1,5 +1,6 @@
 //! Compares two query results as the benchmark runner and the tests require: the same schema
-//! types and the same rows in any order, exactly for integers, decimals, strings and dates, and
+//! types and the same rows in any order ([`compare`]) or in the same order ([`compare_in_order`],
+//! for a query whose ORDER BY fixes it), exactly for integers, decimals, strings and dates, and
 //! within 1e-9 relative for floating-point columns (whose sums depend on the order of addition).
 
 use std::cmp::Ordering;
@@ -47,6 +48,12 @@ fn is_float(dt: &DataType) -> bool {
 }
 
 fn rows(batches: &[RecordBatch]) -> Result<Vec<Row>, String> {
+    let mut out = rows_in_order(batches)?;
+    out.sort_by(row_cmp);
+    Ok(out)
+}
+
+fn rows_in_order(batches: &[RecordBatch]) -> Result<Vec<Row>, String> {
     let options = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for batch in batches {
@@ -85,7 +92,6 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<Row>, String> {
             out.push(row);
         }
     }
-    out.sort_by(row_cmp);
     Ok(out)
 }
 
@@ -106,6 +112,16 @@ fn show(c: &Cell) -> String {
 
 /// `Ok` when `actual` holds the same rows as `expected`; otherwise the first difference found.
 pub fn compare(expected: &[RecordBatch], actual: &[RecordBatch]) -> Result<(), String> {
+    compare_rows(expected, actual, false)
+}
+
+/// `Ok` when `actual` holds the same rows as `expected` in the same order; otherwise the first
+/// difference found.
+pub fn compare_in_order(expected: &[RecordBatch], actual: &[RecordBatch]) -> Result<(), String> {
+    compare_rows(expected, actual, true)
+}
+
+fn compare_rows(expected: &[RecordBatch], actual: &[RecordBatch], in_order: bool) -> Result<(), String> {
     let types = |b: &[RecordBatch]| {
         b.first().map(|b| b.schema().fields().iter().map(|f| f.data_type().clone()).collect::<Vec<_>>())
     };
@@ -119,7 +135,11 @@ pub fn compare(expected: &[RecordBatch], actual: &[RecordBatch]) -> Result<(), S
         .or(actual.first())
         .map(|b| b.schema().fields().iter().map(|f| f.name().clone()).collect())
         .unwrap_or_default();
-    let (e, a) = (rows(expected)?, rows(actual)?);
+    let (e, a) = match in_order {
+        true => (rows_in_order(expected)?, rows_in_order(actual)?),
+        false => (rows(expected)?, rows(actual)?),
+    };
+    let what = if in_order { "row" } else { "sorted row" };
     if e.len() != a.len() {
         return Err(format!("{} rows on the CPU, {} with the GPU rule", e.len(), a.len()));
     }
@@ -133,7 +153,7 @@ pub fn compare(expected: &[RecordBatch], actual: &[RecordBatch]) -> Result<(), S
             };
             if !same {
                 let name = names.get(c).map_or("?", |s| s.as_str());
-                return Err(format!("sorted row {i}, column '{name}': CPU {}, GPU {}", show(x), show(y)));
+                return Err(format!("{what} {i}, column '{name}': CPU {}, GPU {}", show(x), show(y)));
             }
         }
     }
@@ -166,6 +186,16 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn rows_in_another_order_differ_in_order() {
+        let a = batch(&[Some(1), Some(2)], &["x", "y"], &[1.0, 2.0], &[10, 20]);
+        let b = batch(&[Some(2), Some(1)], &["y", "x"], &[2.0, 1.0], &[20, 10]);
+        assert!(compare(&[a.clone()], &[b.clone()]).is_ok());
+        let e = compare_in_order(&[a.clone()], &[b]).unwrap_err();
+        assert!(e.starts_with("row 0"), "{e}");
+        assert!(compare_in_order(&[a.clone()], &[a]).is_ok());
     }
 
     #[test]
