@@ -67,7 +67,8 @@ pub fn recoverable_on_cpu(e: &DataFusionError) -> bool {
 /// DataFusion's own; where it cannot (the output already went out), the error stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpressionFailure {
-    /// DataFusion evaluates the failing part on those rows and fails too.
+    /// DataFusion evaluates the failing part on those rows and fails too (unless its plan stops
+    /// before them, as at a LIMIT).
     Fails,
     /// DataFusion evaluates the failing part on those rows only in some batches (the right side
     /// of an `AND` or `OR` whose left side decides the row): whether it fails depends on how its
@@ -81,7 +82,7 @@ impl std::fmt::Display for ExpressionFailure {
             ExpressionFailure::Fails => write!(
                 f,
                 "{GPU_PREFIX}Arithmetic overflow: Overflow happened on a decimal operation or cast evaluated on the \
-                 GPU, on a row where DataFusion evaluates it too"
+                 GPU, on a row DataFusion's plan evaluates too (unless it stops early, at a LIMIT)"
             ),
             ExpressionFailure::MayFail => write!(
                 f,

@@ -62,6 +62,31 @@ pub struct GpuCachedTable {
     replaced: bool,
     /// The host image made for the rows, made again for the rows after a write.
     image: Arc<Mutex<Option<ImageRequest>>>,
+    /// Writes to the source so far, and which of them `rows` has read (see [`Generations`]).
+    generations: Arc<Generations>,
+}
+
+/// A cached table's writes and reloads, so that its rows are never older than its source's
+/// after a write: each write to the source counts one up when it is planned (an in-memory
+/// table's DELETE and UPDATE change the rows then) and when it has run; a reload reads the
+/// count first and, once its rows are in, marks that many as read, unless a later reload
+/// marked more. A scan that finds writes unread reloads first. Reloads run one at a time.
+#[derive(Debug, Default)]
+struct Generations {
+    written: std::sync::atomic::AtomicU64,
+    read: std::sync::atomic::AtomicU64,
+    reloading: tokio::sync::Mutex<()>,
+}
+
+impl Generations {
+    fn wrote(&self) {
+        self.written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn unread(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.read.load(SeqCst) < self.written.load(SeqCst)
+    }
 }
 
 /// A [`GpuCachedTable`]'s host image: its batch rows, and whether it is page-locked.
@@ -134,6 +159,7 @@ impl GpuCachedTable {
             source,
             replaced: false,
             image: Arc::new(Mutex::new(None)),
+            generations: Arc::new(Generations::default()),
         })
     }
 
@@ -221,9 +247,16 @@ impl GpuCachedTable {
         self.current().image_bytes().1
     }
 
-    /// Reads the rows from the source again (after a write to it, in the writing session
-    /// `state`), with the host image the table had; the cache forgets the old rows' columns.
-    async fn reload(&self, state: &SessionState, context: Arc<TaskContext>) -> Result<()> {
+    /// Reads the rows from the source again (after a write to it, in session `state`), with the
+    /// host image the table had; the cache forgets the old rows' columns. Nothing to do when no
+    /// write is unread.
+    async fn reload(&self, state: &dyn Session, context: Arc<TaskContext>) -> Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let _one_at_a_time = self.generations.reloading.lock().await;
+        let written = self.generations.written.load(SeqCst);
+        if self.generations.read.load(SeqCst) >= written {
+            return Ok(());
+        }
         let input = scan_for_cache(&self.source, state).await?;
         let partitions = collect_for_cache(input, Arc::clone(&context)).await?;
         let schema = Arc::clone(&self.schema);
@@ -242,6 +275,7 @@ impl GpuCachedTable {
         })
         .await?;
         let old = std::mem::replace(&mut *self.rows.write().unwrap_or_else(|e| e.into_inner()), Arc::new(rows));
+        self.generations.read.fetch_max(written, SeqCst);
         let stale = old.layouts.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|l| l.keys());
         if let Some(keys) = stale {
             for (_, cache) in TableCache::all() {
@@ -251,12 +285,19 @@ impl GpuCachedTable {
         Ok(())
     }
 
-    /// `write` (the source's plan of a write) followed by this table's reload.
+    /// `write` (the source's plan of a write) followed by this table's reload. The write counts
+    /// now already: a source may have changed its rows while planning it.
     fn after_write(&self, state: &dyn Session, write: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        self.generations.wrote();
         let Some(state) = state.as_any().downcast_ref::<SessionState>() else {
             return internal_err!("a write to a GpuCachedTable needs a DataFusion SessionState");
         };
         Ok(Arc::new(CachedTableWriteExec { write, table: self.clone(), state: Arc::new(state.clone()) }))
+    }
+
+    /// Counts a write to the source that has run.
+    fn wrote(&self) {
+        self.generations.wrote();
     }
 }
 
@@ -326,6 +367,11 @@ impl TableProvider for GpuCachedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        // Writes to the source this table has not read yet (a reload that failed, a DELETE
+        // planned but not run): read them first.
+        if self.generations.unread() {
+            self.reload(state, state.task_ctx()).await?;
+        }
         let rows = self.current();
         let columns = projection.cloned().unwrap_or_else(|| (0..self.schema.fields().len()).collect());
         // A column without a device layout is read by DataFusion's own scan.
@@ -461,8 +507,11 @@ impl ExecutionPlan for CachedTableWriteExec {
         let (table, state) = (self.table.clone(), Arc::clone(&self.state));
         let schema = self.write.schema();
         let answer = futures::stream::once(async move {
-            let batches: Vec<RecordBatch> = written.collect::<Vec<_>>().await.into_iter().collect::<Result<_>>()?;
-            table.reload(&state, context).await?;
+            let batches: Result<Vec<RecordBatch>> = written.collect::<Vec<_>>().await.into_iter().collect();
+            // Counted whether the write succeeded or not: it may have changed some rows.
+            table.wrote();
+            let batches = batches?;
+            table.reload(state.as_ref(), context).await?;
             Ok::<_, DataFusionError>(futures::stream::iter(batches.into_iter().map(Ok)))
         })
         .map(|s| match s {
@@ -541,6 +590,14 @@ mod tests {
             for q in check {
                 assert_eq!(lines(&ctx, q).await, lines(&plain, q).await, "after {w}: {q}");
             }
+        }
+        // An in-memory source deletes while the DELETE is planned: planned and never run, it
+        // still changed the rows, and the table reads them again at its next scan.
+        for c in [&ctx, &plain] {
+            c.sql("DELETE FROM t WHERE k = 3").await.unwrap().create_physical_plan().await.unwrap();
+        }
+        for q in check {
+            assert_eq!(lines(&ctx, q).await, lines(&plain, q).await, "after a DELETE planned only: {q}");
         }
         // An empty table caches too, and takes rows.
         run(&ctx, "CREATE TABLE e (x INT)").await.unwrap();

@@ -28,6 +28,7 @@ use crate::config::GpuConfig;
 use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, fmt_seconds, profile};
 use crate::device::{Gpu, probe};
 use crate::exec::cached_scan::{CACHED_SCAN_NAME, cache_memory_scans};
+use crate::exec::cached_table::CachedTableWriteExec;
 use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::query::GpuQueryExec;
 use crate::exec::{CpuFallbackExec, GpuAggregateExec, GpuCachedScanExec, GpuHashJoinExec};
@@ -111,20 +112,22 @@ impl PhysicalOptimizerRule for GpuOptimizerRule {
         // With GPU operators in it, a query that runs out of device memory where no operator
         // could finish on the CPU, or whose GPU expressions fail, runs again on DataFusion's
         // plan. A write (`INSERT ... SELECT`) runs its input again, never itself: a rerun of
-        // the sink would write twice. A plan that writes anywhere else is not run again.
+        // the sink would write twice. A plan that writes anywhere else, or otherwise (a cached
+        // table's MERGE), is not run again.
         let mut gpu_ops = false;
-        let mut writes = 0usize;
+        let (mut sinks, mut other_writes) = (0usize, 0usize);
         placed.apply(|n| {
             // (A cached scan alone hands its CPU parent host batches: no device work to rerun.)
             gpu_ops |= (crate::exec::as_gpu_exec(n).is_some() && n.name() != CACHED_SCAN_NAME) || on_the_gpu(n);
-            writes += n.downcast_ref::<DataSinkExec>().is_some() as usize;
+            sinks += n.downcast_ref::<DataSinkExec>().is_some() as usize;
+            other_writes += n.downcast_ref::<CachedTableWriteExec>().is_some() as usize;
             Ok(TreeNodeRecursion::Continue)
         })?;
         if !fallback || !gpu_ops {
             return Ok(placed);
         }
-        Ok(match (writes, sink_input(&placed), sink_input(&plan)) {
-            (0, _, _) => Arc::new(GpuQueryExec::new(placed, plan)),
+        Ok(match (sinks, sink_input(&placed), sink_input(&plan)) {
+            (0, _, _) if other_writes == 0 => Arc::new(GpuQueryExec::new(placed, plan)),
             (1, Some(gpu_input), Some(cpu_input)) => {
                 let input: Arc<dyn ExecutionPlan> = Arc::new(GpuQueryExec::new(gpu_input, cpu_input));
                 placed

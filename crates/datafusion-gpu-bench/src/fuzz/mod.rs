@@ -415,15 +415,15 @@ impl Script<'_> {
 
     /// The statements that make `t` as the rule's session has it.
     fn create(&self, t: &tables::Table) -> Result<String> {
-        let mut sql = match t.rows() > REPRO_ROWS {
-            true => format!(
+        if t.rows() > REPRO_ROWS {
+            return Ok(format!(
                 "-- {}: {} rows, too many to spell out: `datafusion-gpu fuzz --seed {} --only N` replays the run",
                 t.name,
                 t.rows(),
                 self.opts.seed
-            ),
-            false => t.create_sql()?,
-        };
+            ));
+        }
+        let mut sql = t.create_sql()?;
         if self.shape.storage == Storage::GpuCache {
             let _ = write!(sql, "\n{};", gpu_cache_sql(&t.name));
         }
@@ -613,6 +613,8 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                     if let Verdict::Fail(kind, detail) = judge(&expected, got, false) {
                         let script = Script { opts, shape: &shape, tables: &tables, history: &history };
                         record_failure(opts, &script, &mut report, &bar, (index, memory_limit, &sql), (kind, detail))?;
+                        // The two sides' tables may differ now: new tables are drawn.
+                        break;
                     }
                     history.push(sql);
                 }
