@@ -65,7 +65,8 @@ pub struct FuzzOptions {
     /// Queries over each set of tables before new tables are drawn.
     #[arg(long, default_value_t = 25)]
     pub queries_per_tables: usize,
-    /// Seconds a query may run with the GPU rule before it counts as a hang.
+    /// Seconds a query may run with the GPU rule before it counts as a hang (or four times
+    /// DataFusion's own time for it, where that is longer).
     #[arg(long = "timeout", default_value_t = 120)]
     pub timeout_s: u64,
     /// Write each failure's repro to FOLDER/fuzz-<seed>-<query>.sql instead of printing it.
@@ -109,7 +110,7 @@ pub enum FailureKind {
     GpuError,
     /// The run with the rule panicked.
     GpuPanic,
-    /// The run with the rule did not finish within the timeout.
+    /// The run with the rule did not finish within the timeout (or four times DataFusion's time).
     GpuHang,
 }
 
@@ -362,6 +363,15 @@ enum GpuOutcome {
     Hang,
 }
 
+/// DataFusion's answer to `sql`, and how long the rule's run of it may take before it counts as
+/// a hang: `timeout`, or four times DataFusion's own time where that is longer (a query that
+/// is slow on the CPU too is no hang of the GPU's).
+async fn timed_answer(ctx: &SessionContext, sql: &str, timeout: Duration) -> (Result<Vec<RecordBatch>>, Duration) {
+    let start = Instant::now();
+    let expected = answer(ctx, sql).await.map(|(rows, _)| rows);
+    (expected, timeout.max(start.elapsed() * 4))
+}
+
 /// `sql` with the rule, in a task of its own (a panic is reported, not propagated), within `timeout`.
 async fn gpu_answer(ctx: &SessionContext, sql: &str, timeout: Duration) -> GpuOutcome {
     let (ctx, sql) = (ctx.clone(), sql.to_string());
@@ -527,8 +537,10 @@ fn draw_tables(rng: &mut StdRng, opts: &FuzzOptions, shape: &mut Shape) -> Resul
         let n = opts.large_rows;
         out.push(tables::table_of_rows(rng, "t3", n, (n as i64 / 2).max(1), shape.batch_size.max(1000))?);
         // Windows of a few hundred rows over a million rows are thousands of kernel chains a
-        // query: the large table's sets read device batches of at least 64 K rows.
+        // query, and DataFusion's own operators take minutes over batches of 7 rows: the large
+        // table's sets read device batches of at least 64 K rows and batches of at least 1000.
         shape.gpu_batch_rows = shape.gpu_batch_rows.max(1 << 16);
+        shape.batch_size = shape.batch_size.max(1000);
     }
     Ok(out)
 }
@@ -608,8 +620,8 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                         Storage::TableCache => "write to a table cache table",
                         Storage::GpuCache => "write to a gpu_cache table",
                     });
-                    let expected = answer(&cpu, &sql).await.map(|(rows, _)| rows);
-                    let got = gpu_answer(&gpu, &sql, timeout).await;
+                    let (expected, allowed) = timed_answer(&cpu, &sql, timeout).await;
+                    let got = gpu_answer(&gpu, &sql, allowed).await;
                     if let Verdict::Fail(kind, detail) = judge(&expected, got, false) {
                         let script = Script { opts, shape: &shape, tables: &tables, history: &history };
                         record_failure(opts, &script, &mut report, &bar, (index, memory_limit, &sql), (kind, detail))?;
@@ -657,7 +669,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
             if tables.iter().any(|t| t.rows() > opts.max_rows && query.sql.contains(&format!("{} ", t.name))) {
                 report.saw("a table of over a million rows");
             }
-            let expected = answer(&cpu, &query.sql).await.map(|(rows, _)| rows);
+            let (expected, allowed) = timed_answer(&cpu, &query.sql, timeout).await;
             if let Err(e) = &expected {
                 log::debug!("DataFusion rejects fuzz query {at}: {}: {e}", query.sql);
             }
@@ -671,7 +683,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                 set(&gpu, &s).await?;
             }
             let verdicts = match two_sessions {
-                false => vec![judge(&expected, gpu_answer(&gpu, &query.sql, timeout).await, query.ordered)],
+                false => vec![judge(&expected, gpu_answer(&gpu, &query.sql, allowed).await, query.ordered)],
                 true => {
                     // A second session of the rule over the same tables, the two queries at once.
                     report.saw("two sessions at once");
@@ -685,7 +697,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                         }
                     }
                     let (a, b) =
-                        tokio::join!(gpu_answer(&gpu, &query.sql, timeout), gpu_answer(&other, &query.sql, timeout));
+                        tokio::join!(gpu_answer(&gpu, &query.sql, allowed), gpu_answer(&other, &query.sql, allowed));
                     vec![judge(&expected, a, query.ordered), judge(&expected, b, query.ordered)]
                 }
             };
