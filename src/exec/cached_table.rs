@@ -285,17 +285,17 @@ impl GpuCachedTable {
         Ok(())
     }
 
-    /// `write` (the source's plan of a write) followed by this table's reload. The write counts
-    /// now already: a source may have changed its rows while planning it.
+    /// `write` (the source's plan of a write) followed by this table's reload. The callers count
+    /// the write before they ask the source for its plan: an in-memory source changes its rows
+    /// while planning a DELETE or an UPDATE, some of them even when the planning then fails.
     fn after_write(&self, state: &dyn Session, write: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        self.generations.wrote();
         let Some(state) = state.as_any().downcast_ref::<SessionState>() else {
             return internal_err!("a write to a GpuCachedTable needs a DataFusion SessionState");
         };
         Ok(Arc::new(CachedTableWriteExec { write, table: self.clone(), state: Arc::new(state.clone()) }))
     }
 
-    /// Counts a write to the source that has run.
+    /// Counts a write to the source: one being planned, or one that has run.
     fn wrote(&self) {
         self.generations.wrote();
     }
@@ -409,11 +409,13 @@ impl TableProvider for GpuCachedTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.wrote();
         let write = self.source.insert_into(state, input, insert_op).await?;
         self.after_write(state, write)
     }
 
     async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> Result<Arc<dyn ExecutionPlan>> {
+        self.wrote();
         let write = self.source.delete_from(state, filters).await?;
         self.after_write(state, write)
     }
@@ -424,11 +426,13 @@ impl TableProvider for GpuCachedTable {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.wrote();
         let write = self.source.update(state, assignments, filters).await?;
         self.after_write(state, write)
     }
 
     async fn truncate(&self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        self.wrote();
         let write = self.source.truncate(state).await?;
         self.after_write(state, write)
     }
@@ -441,6 +445,7 @@ impl TableProvider for GpuCachedTable {
         on: Expr,
         clauses: Vec<MergeIntoClause>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.wrote();
         let write = self.source.merge_into(state, source, merge_schema, on, clauses).await?;
         self.after_write(state, write)
     }
@@ -599,6 +604,21 @@ mod tests {
         for q in check {
             assert_eq!(lines(&ctx, q).await, lines(&plain, q).await, "after a DELETE planned only: {q}");
         }
+        // An in-memory source updates partition by partition while the UPDATE is planned: one
+        // that fails in one partition (the cast of 'x') has changed the other, and the cached
+        // table reads that.
+        for c in [&ctx, &plain] {
+            let make = "CREATE TABLE u AS SELECT value AS k, CASE WHEN value = 9999 THEN 'x' ELSE '1' END AS v, \
+                        0 AS w FROM range(0, 10000)";
+            run(c, make).await.unwrap();
+        }
+        run(&ctx, "SELECT * FROM gpu_cache('u')").await.unwrap();
+        let failing = "UPDATE u SET w = CAST(v AS INT)";
+        for c in [&ctx, &plain] {
+            assert!(run(c, failing).await.is_err(), "{failing} did not fail");
+        }
+        let q = "SELECT sum(w), count(*) FROM u";
+        assert_eq!(lines(&ctx, q).await, lines(&plain, q).await, "after a failed UPDATE: {q}");
         // An empty table caches too, and takes rows.
         run(&ctx, "CREATE TABLE e (x INT)").await.unwrap();
         run(&ctx, "SELECT * FROM gpu_cache('e')").await.unwrap();
