@@ -61,6 +61,23 @@ pub fn recoverable_on_cpu(e: &DataFusionError) -> bool {
     }
 }
 
+/// Whether `e` is an evaluation error of one of DataFusion's own operators (an overflow, a
+/// division by zero, a failed cast): in a plan with GPU operators, those operators hand on batches
+/// cut otherwise than DataFusion's plan would, and an `AND`, `OR` or `CASE` of DataFusion's
+/// evaluates its failing part on the rows of a batch only where the batch's other rows need it. So
+/// the error may be one DataFusion's plan never raises; `GpuQueryExec` runs the query again on that
+/// plan, whose answer or error is DataFusion's own.
+pub fn cpu_evaluation_error(e: &DataFusionError) -> bool {
+    use datafusion::arrow::error::ArrowError;
+    match e.find_root() {
+        DataFusionError::ArrowError(a, _) => matches!(
+            a.as_ref(),
+            ArrowError::ArithmeticOverflow(_) | ArrowError::DivideByZero | ArrowError::CastError(_)
+        ),
+        _ => false,
+    }
+}
+
 /// Rows on which a generated kernel's expression failed (128-bit decimal overflow, a cast past
 /// the target precision), by what DataFusion does with the same rows. `GpuQueryExec` answers
 /// either by running the query again on DataFusion's plan, so that the answer, or the error, is
@@ -142,5 +159,17 @@ mod tests {
         assert!(!recoverable_on_cpu(&e));
         assert_eq!(expression_failure_of(&gpu_error("x")), None);
         assert!(e.to_string().contains("SET gpu.enable = false"), "{e}");
+    }
+    /// DataFusion's evaluation errors are told from the rest, under context.
+    #[test]
+    fn cpu_evaluation_errors_are_overflows_divisions_and_casts() {
+        use datafusion::arrow::error::ArrowError;
+        let arrow = |a: ArrowError| DataFusionError::ArrowError(Box::new(a), None);
+        assert!(cpu_evaluation_error(&arrow(ArrowError::ArithmeticOverflow("1 * 2".into())).context("filter")));
+        assert!(cpu_evaluation_error(&arrow(ArrowError::DivideByZero)));
+        assert!(cpu_evaluation_error(&arrow(ArrowError::CastError("'x' to Int32".into()))));
+        assert!(!cpu_evaluation_error(&arrow(ArrowError::InvalidArgumentError("schema".into()))));
+        assert!(!cpu_evaluation_error(&gpu_error("x")));
+        assert!(!cpu_evaluation_error(&device_memory_error("x")));
     }
 }

@@ -35,7 +35,7 @@ use futures::{SinkExt, StreamExt};
 use super::single_child;
 use super::task_stream::TaskStream;
 use crate::config::human_bytes;
-use crate::error::{expression_failure_of, recoverable_on_cpu};
+use crate::error::{cpu_evaluation_error, expression_failure_of, recoverable_on_cpu};
 
 /// Most output bytes held back while the GPU plan may still fail.
 pub const HOLD_BACK_BYTES: usize = 64 << 20;
@@ -204,7 +204,10 @@ async fn drive(
                 reservation.free();
                 tx.send(Ok(b)).await.map_err(|_| gone())?;
             }
-            Some(Err(e)) if !sending && (recoverable_on_cpu(&e) || expression_failure_of(&e).is_some()) => {
+            Some(Err(e))
+                if !sending
+                    && (recoverable_on_cpu(&e) || expression_failure_of(&e).is_some() || cpu_evaluation_error(&e)) =>
+            {
                 // Dropping the GPU plan's stream stops its work and frees its device memory.
                 drop(gpu);
                 drop(held);
@@ -213,6 +216,11 @@ async fn drive(
                 match expression_failure_of(&e) {
                     // DataFusion's plan gives its own answer or error for the failed rows.
                     Some(_) => log::info!("a GPU expression failed; the query runs again on DataFusion's plan: {e}"),
+                    None if cpu_evaluation_error(&e) => {
+                        log::info!(
+                            "an expression failed over the GPU plan's batches; the query runs again on DataFusion's plan: {e}"
+                        )
+                    }
                     None => log::warn!(
                         "a query ran out of device memory on the GPU and runs again on DataFusion's plan: {e}"
                     ),
