@@ -160,6 +160,7 @@ mod tests {
         assert_eq!(expression_failure_of(&gpu_error("x")), None);
         assert!(e.to_string().contains("SET gpu.enable = false"), "{e}");
     }
+
     /// DataFusion's evaluation errors are told from the rest, under context.
     #[test]
     fn cpu_evaluation_errors_are_overflows_divisions_and_casts() {
