@@ -390,6 +390,26 @@ async fn own_tables_answer(gpu: &SessionContext, sql: &str) -> Result<Option<Vec
     Ok(own.ok().map(|(rows, _)| rows))
 }
 
+/// The answer the rule's is judged against: DataFusion's over the reference's tables, or, where
+/// that failed and the rule `answered`, DataFusion's over the rule session's own tables when it
+/// answers there (counted as layout-dependent).
+async fn reference_for(
+    gpu: &SessionContext,
+    sql: &str,
+    expected: Result<Vec<RecordBatch>>,
+    answered: bool,
+    report: &mut FuzzReport,
+) -> Result<Result<Vec<RecordBatch>>> {
+    if expected.is_err()
+        && answered
+        && let Some(rows) = own_tables_answer(gpu, sql).await?
+    {
+        report.layout_dependent += 1;
+        return Ok(Ok(rows));
+    }
+    Ok(expected)
+}
+
 /// `sql` with the rule, in a task of its own (a panic is reported, not propagated), within `timeout`.
 async fn gpu_answer(ctx: &SessionContext, sql: &str, timeout: Duration) -> GpuOutcome {
     let (ctx, sql) = (ctx.clone(), sql.to_string());
@@ -703,14 +723,8 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
             let verdicts = match two_sessions {
                 false => {
                     let got = gpu_answer(&gpu, &query.sql, allowed).await;
-                    let mut expected = expected;
-                    if expected.is_err()
-                        && matches!(got, GpuOutcome::Answer(..))
-                        && let Some(rows) = own_tables_answer(&gpu, &query.sql).await?
-                    {
-                        report.layout_dependent += 1;
-                        expected = Ok(rows);
-                    }
+                    let answered = matches!(got, GpuOutcome::Answer(..));
+                    let expected = reference_for(&gpu, &query.sql, expected, answered, &mut report).await?;
                     vec![judge(&expected, got, query.ordered)]
                 }
                 true => {
@@ -727,6 +741,8 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                     }
                     let (a, b) =
                         tokio::join!(gpu_answer(&gpu, &query.sql, allowed), gpu_answer(&other, &query.sql, allowed));
+                    let answered = matches!(a, GpuOutcome::Answer(..)) || matches!(b, GpuOutcome::Answer(..));
+                    let expected = reference_for(&gpu, &query.sql, expected, answered, &mut report).await?;
                     vec![judge(&expected, a, query.ordered), judge(&expected, b, query.ordered)]
                 }
             };
