@@ -31,7 +31,7 @@ async fn benchmark_plans_in(sf: f64, config: SessionConfig) -> Vec<(Suite, &'sta
         let tables = data::generate(suite, sf, 1, 2, &data::Progresses::new(false)).expect("generated data");
         let ctx = SessionContext::new_with_config(config.clone());
         data::register(&ctx, &tables).expect("registered tables");
-        for q in queries::select(suite, &[]).expect("the suite's queries") {
+        for q in queries::select(suite, &[], sf).expect("the suite's queries") {
             for sql in q.sql.split(';').filter(|s| !s.trim().is_empty()) {
                 let Ok(df) = ctx.sql(sql).await else { continue };
                 let Ok(plan) = df.create_physical_plan().await else { continue };
@@ -182,8 +182,8 @@ async fn shared_statistics_give_the_same_estimates() {
         let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
         data::register(&ctx, &tables).unwrap();
         let (mut own, mut shared) = (0.0, 0.0);
-        for q in queries::select(suite, &[]).unwrap() {
-            let plan = ctx.sql(q.sql).await.unwrap().create_physical_plan().await.unwrap();
+        for q in queries::select(suite, &[], 0.05).unwrap() {
+            let plan = ctx.sql(&q.sql).await.unwrap().create_physical_plan().await.unwrap();
             let mut nodes = Vec::new();
             plan.apply(|n| {
                 nodes.push(Arc::clone(n));

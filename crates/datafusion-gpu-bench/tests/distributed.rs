@@ -59,15 +59,15 @@ async fn benchmark_queries_through_local_workers_give_datafusions_answers() {
         drop(tables);
         let single = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
         data::register_parquet(&single, &dir, suite).await.expect("tables registered");
-        let queries = queries::select(suite, &[]).expect("the suite's queries");
+        let queries = queries::select(suite, &[], SF).expect("the suite's queries");
         let mut want = Vec::new();
         for q in &queries {
-            want.push(run(&single, q.sql).await.unwrap_or_else(|e| panic!("{} {}: {e}", suite.name(), q.name)).0);
+            want.push(run(&single, &q.sql).await.unwrap_or_else(|e| panic!("{} {}: {e}", suite.name(), q.name)).0);
         }
         for &n in &worker_counts() {
             let (ctx, workers) = distributed(n, &dir, suite).await;
             for (q, want) in queries.iter().zip(&want) {
-                let (got, plan) = run(&ctx, q.sql)
+                let (got, plan) = run(&ctx, &q.sql)
                     .await
                     .unwrap_or_else(|e| panic!("{} {} through {n} workers: {e}", suite.name(), q.name));
                 let shown = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);

@@ -2,12 +2,16 @@
 //! types and the same rows in any order ([`compare`]) or in the same order ([`compare_in_order`],
 //! for a query whose ORDER BY fixes it), exactly for integers, decimals, strings and dates, and
 //! within 1e-9 relative for floating-point columns (whose sums depend on the order of addition).
+//! [`check_sorted`] checks that rows come in the order a query's ORDER BY fixes, rows whose sort
+//! keys tie in any order.
 
 use std::cmp::Ordering;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::{LexicographicalComparator, SortColumn, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Float16Type, Float32Type, Float64Type};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::physical_expr::LexOrdering;
 
 /// Relative tolerance for floating-point values.
 pub const FLOAT_TOLERANCE: f64 = 1e-9;
@@ -160,6 +164,30 @@ fn compare_rows(expected: &[RecordBatch], actual: &[RecordBatch], in_order: bool
     Ok(())
 }
 
+/// `Ok` when the rows of `batches` come in the order `ordering` gives (DataFusion's plan's output
+/// ordering, over the result's columns); otherwise the first pair of rows out of order.
+pub fn check_sorted(batches: &[RecordBatch], ordering: &LexOrdering) -> Result<(), String> {
+    let Some(first) = batches.first() else { return Ok(()) };
+    let all = concat_batches(&first.schema(), batches).map_err(|e| format!("cannot concatenate the result: {e}"))?;
+    let rows = all.num_rows();
+    let keys = ordering
+        .iter()
+        .map(|key| {
+            let values = key
+                .expr
+                .evaluate(&all)
+                .and_then(|v| v.into_array(rows))
+                .map_err(|e| format!("cannot evaluate the sort key {key}: {e}"))?;
+            Ok(SortColumn { values, options: Some(key.options) })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let order = LexicographicalComparator::try_new(&keys).map_err(|e| format!("cannot compare sort keys: {e}"))?;
+    match (1..rows).find(|&i| order.compare(i - 1, i) == Ordering::Greater) {
+        None => Ok(()),
+        Some(i) => Err(format!("rows {} and {i} are out of the order of [{ordering}]", i - 1)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -196,6 +224,31 @@ mod tests {
         let e = compare_in_order(&[a.clone()], &[b]).unwrap_err();
         assert!(e.starts_with("row 0"), "{e}");
         assert!(compare_in_order(&[a.clone()], &[a]).is_ok());
+    }
+
+    #[test]
+    fn sorted_rows_may_tie_in_any_order() {
+        use datafusion::arrow::compute::SortOptions;
+        use datafusion::physical_expr::PhysicalSortExpr;
+        use datafusion::physical_expr::expressions::col;
+        let a = batch(&[Some(1), Some(1), Some(2), None], &["b", "a", "c", "d"], &[3.0, 3.0, 1.0, 0.0], &[1, 2, 3, 4]);
+        let schema = a.schema();
+        let by = |name: &str, descending: bool| PhysicalSortExpr {
+            expr: col(name, &schema).unwrap(),
+            options: SortOptions { descending, nulls_first: false },
+        };
+        let k_asc = LexOrdering::new([by("k", false)]).unwrap();
+        assert_eq!(check_sorted(std::slice::from_ref(&a), &k_asc), Ok(()));
+        let v_desc_name = LexOrdering::new([by("v", true), by("name", false)]).unwrap();
+        let err = check_sorted(std::slice::from_ref(&a), &v_desc_name).unwrap_err();
+        assert!(err.starts_with("rows 0 and 1"), "{err}");
+        let k_desc = LexOrdering::new([by("k", true)]).unwrap();
+        assert!(check_sorted(std::slice::from_ref(&a), &k_desc).is_err());
+        // Across batches, and an empty result.
+        let (x, y) = (a.slice(0, 2), a.slice(2, 2));
+        assert_eq!(check_sorted(&[x, y.clone()], &k_asc), Ok(()));
+        assert!(check_sorted(&[y, a.slice(0, 1)], &k_asc).is_err());
+        assert_eq!(check_sorted(&[], &k_asc), Ok(()));
     }
 
     #[test]

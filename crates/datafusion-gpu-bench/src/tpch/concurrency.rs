@@ -139,7 +139,7 @@ impl ConcurrencyReport {
 /// Runs the streams as `o` says.
 pub async fn run(o: &ConcurrencyOptions) -> Result<ConcurrencyReport> {
     let suite: Suite = o.suite.into();
-    let selected: Vec<Query> = queries::select(suite, &o.queries)?;
+    let selected: Vec<Query> = queries::select(suite, &o.queries, o.sf)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let partitions = if o.partitions == 0 { cores } else { o.partitions };
     let bars = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -153,7 +153,7 @@ pub async fn run(o: &ConcurrencyOptions) -> Result<ConcurrencyReport> {
     let t = Instant::now();
     let mut expected: Vec<Arc<Vec<RecordBatch>>> = Vec::with_capacity(selected.len());
     for q in &selected {
-        let batches = cpu.sql(q.sql).await?.collect().await.map_err(|e| {
+        let batches = cpu.sql(&q.sql).await?.collect().await.map_err(|e| {
             DataFusionError::Execution(format!("{} failed on the CPU, so nothing can be checked: {e}", q.name))
         })?;
         expected.push(Arc::new(batches));
@@ -177,7 +177,7 @@ pub async fn run(o: &ConcurrencyOptions) -> Result<ConcurrencyReport> {
         let order: Vec<(Query, Arc<Vec<RecordBatch>>)> = (0..selected.len())
             .map(|i| {
                 let k = (s + i) % selected.len();
-                (selected[k], Arc::clone(&expected[k]))
+                (selected[k].clone(), Arc::clone(&expected[k]))
             })
             .collect();
         tasks.push(datafusion::common::runtime::SpawnedTask::spawn(async move {
@@ -185,7 +185,7 @@ pub async fn run(o: &ConcurrencyOptions) -> Result<ConcurrencyReport> {
             let mut queries = Vec::with_capacity(order.len());
             for (q, want) in order {
                 let tq = Instant::now();
-                let problem = match ctx.sql(q.sql).await {
+                let problem = match ctx.sql(&q.sql).await {
                     Ok(df) => match df.collect().await {
                         Ok(got) => compare(&want, &got).err().unwrap_or_default(),
                         Err(e) => format!("failed: {e}"),

@@ -292,10 +292,35 @@ pub async fn register_parquet(ctx: &SessionContext, dir: &Path, suite: Suite) ->
     Ok(())
 }
 
+/// Each table of `suite` under `dir` as its Parquet footer gives it: name, rows and the file's
+/// bytes on disk.
+pub fn parquet_tables(dir: &Path, suite: Suite) -> Result<Vec<(String, usize, usize)>> {
+    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+    suite
+        .tables()
+        .iter()
+        .map(|name| {
+            let path = dir.join(format!("{name}.parquet"));
+            let cannot = |e: &dyn std::fmt::Display| {
+                DataFusionError::Execution(format!("cannot read the footer of {}: {e}", path.display()))
+            };
+            let file = std::fs::File::open(&path).map_err(|e| cannot(&e))?;
+            let bytes = file.metadata().map_err(|e| cannot(&e))?.len() as usize;
+            let reader = SerializedFileReader::new(file).map_err(|e| cannot(&e))?;
+            Ok((name.to_string(), reader.metadata().file_metadata().num_rows() as usize, bytes))
+        })
+        .collect()
+}
+
+/// Whether `dir/<table>.parquet` exists for every table of `suite`.
+pub fn has_parquet(dir: &Path, suite: Suite) -> bool {
+    suite.tables().iter().all(|n| dir.join(format!("{n}.parquet")).is_file())
+}
+
 /// Reads `dir/<table>.parquet` for every table of `suite` into memory, or `None` if any is missing.
 pub async fn read_parquet(dir: &Path, suite: Suite, partitions: usize) -> Result<Option<Vec<Table>>> {
     let names = suite.tables();
-    if !names.iter().all(|n| dir.join(format!("{n}.parquet")).is_file()) {
+    if !has_parquet(dir, suite) {
         return Ok(None);
     }
     let ctx = SessionContext::new_with_config(

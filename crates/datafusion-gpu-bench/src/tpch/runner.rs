@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -15,7 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::Suite;
 use super::chart::{self, Bars};
-use super::compare::compare;
+use super::compare::{check_sorted, compare};
 use super::data::{self, Progresses, Table};
 use super::peer::{self, DuckDb, Peer, PeerQuery};
 use super::queries::{self, Query};
@@ -50,10 +51,16 @@ pub struct SuiteBenchOptions {
     /// at SF 10 (SSB q4.1 takes about 20 s a run), while its answer is checked by the untimed run.
     #[arg(long)]
     pub cpu_iterations: Option<usize>,
-    /// Folder of Parquet data: `DIR/<suite>-sf<SF>/<table>.parquet` is read into memory when present,
+    /// Folder of Parquet data: `DIR/<suite>-sf<SF>/<table>.parquet` is read when present,
     /// otherwise generated and written there first. Without it, data is generated in memory.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// How both sessions see the tables: `memory` reads them into in-memory tables (`MemTable`s,
+    /// one partition per core) that both share; `parquet` registers the Parquet files under
+    /// `--data` as Parquet tables in each session, as a user would (`CREATE EXTERNAL TABLE ...
+    /// STORED AS PARQUET`), with no copy in memory, and times the defaults over them.
+    #[arg(long, value_enum, default_value_t = Source::Memory)]
+    pub source: Source,
     /// Partitions of each in-memory table and DataFusion's target partitions (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub partitions: usize,
@@ -110,12 +117,12 @@ pub struct SuiteBenchOptions {
     #[arg(long, value_enum)]
     pub peer: Option<Peer>,
     /// Empty the device's table cache before each timed GPU run (untimed), so that every timed
-    /// run is a first query over a cold cache and pays the upload of every column it reads:
-    /// issue 46's "first query, cache cold" over host tables, with `--residency cached` or
-    /// `--gpu-set gpu.table_cache=true`. The process stays warm (kernels compiled, pinned
-    /// staging memory allocated); only the cached columns are gone.
+    /// run uploads every column it reads, with `--residency cached` or `--gpu-set
+    /// gpu.table_cache=true`. This is not a cold start: the process stays warm (kernels compiled,
+    /// pinned staging memory allocated, cached tables' host images made); only the cached
+    /// device columns are gone.
     #[arg(long)]
-    pub cold: bool,
+    pub empty_cache_each_run: bool,
     /// Run both sessions through these `datafusion-gpu worker`s (`URL,..` or `host:port,..`):
     /// DataFusion Distributed with the GPU rule (it places each stage's operators; each worker
     /// builds them for its own device) against the same workers with the rule off. The tables
@@ -132,6 +139,14 @@ pub struct SuiteBenchOptions {
     /// that rate would. Without it, local workers exchange their shuffles over the loopback.
     #[arg(long, value_name = "GBPS")]
     pub link_gbps: Option<f64>,
+}
+
+/// How the sessions see the benchmark tables (see [`SuiteBenchOptions::source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Memory,
+    Parquet,
 }
 
 /// Where benchmark tables live (see [`SuiteBenchOptions::residency`]).
@@ -155,6 +170,7 @@ impl SuiteBenchOptions {
             iterations: 0,
             cpu_iterations: None,
             data: None,
+            source: Source::Memory,
             partitions: 0,
             gpu_min_rows: None,
             gpu_set: Vec::new(),
@@ -167,7 +183,7 @@ impl SuiteBenchOptions {
             profile: None,
             profile_runs: 10,
             peer: None,
-            cold: false,
+            empty_cache_each_run: false,
             workers: None,
             local_workers: None,
             link_gbps: None,
@@ -233,6 +249,11 @@ pub struct QueryReport {
     pub gpu_ms: Option<f64>,
     pub cpu_runs_ms: Vec<f64>,
     pub gpu_runs_ms: Vec<f64>,
+    /// Each side's first run of the query in this process (the untimed run whose answer is
+    /// checked), planning included, in ms: with nothing of this query prepared before it, but
+    /// after the suite's earlier queries.
+    pub cpu_first_ms: Option<f64>,
+    pub gpu_first_ms: Option<f64>,
     pub speedup: Option<f64>,
     pub rows: usize,
     /// Bytes of the device columns the GPU session's table scans handed out in its last timed
@@ -308,6 +329,13 @@ pub struct SuiteReport {
     pub gpu_settings: Vec<String>,
     pub data: String,
     pub load_seconds: f64,
+    /// The process's resident host memory before the tables were loaded, in bytes (`None` off
+    /// Linux).
+    pub host_rss_start_bytes: Option<u64>,
+    /// Its peak resident host memory once the tables were loaded and placed, and at the end of
+    /// the run (the kernel's high-water mark, `VmHWM`).
+    pub host_rss_peak_after_load_bytes: Option<u64>,
+    pub host_rss_peak_bytes: Option<u64>,
     /// Where the tables' batches lived during the run: `pinned` or `pageable` (with the reason
     /// when pinning was asked for but not done).
     pub host_memory: String,
@@ -317,8 +345,11 @@ pub struct SuiteReport {
     /// Seconds spent placing the tables: copying them into pinned memory or device memory, or
     /// making the cached tables' host images (0 when none of these ran).
     pub pin_seconds: f64,
-    /// Whether the table cache was emptied before each timed GPU run (`--cold`).
-    pub cold: bool,
+    /// Whether the table cache was emptied before each timed GPU run (`--empty-cache-each-run`).
+    pub empty_cache_each_run: bool,
+    /// How the sessions saw the tables (`--source`).
+    pub source: Source,
+    /// Each table's name, rows and bytes: in memory, or of its Parquet file with `--source parquet`.
     pub tables: Vec<(String, usize, usize)>,
     pub queries: Vec<QueryReport>,
     /// Geometric mean of the speedups of the queries timed on both sides.
@@ -374,14 +405,55 @@ fn device_slug(device: Option<&str>) -> String {
         .unwrap_or_else(|| "gpu".into())
 }
 
-async fn run_once(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, f64)> {
-    let t = Instant::now();
-    let batches = ctx.sql(sql).await?.collect().await?;
-    Ok((batches, t.elapsed().as_secs_f64() * 1e3))
+async fn run_once(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, Option<LexOrdering>)> {
+    let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+    let ordering = plan.properties().output_ordering().cloned();
+    Ok((collect(plan, ctx.task_ctx()).await?, ordering))
+}
+
+/// The expected answer of a query: DataFusion's rows, and the order its plan gives them in (the
+/// query's ORDER BY; `None` when its rows come in no fixed order).
+struct Expected {
+    rows: Vec<RecordBatch>,
+    ordering: Option<LexOrdering>,
+}
+
+impl Expected {
+    /// `Ok` when `actual` holds the same rows, in the order the query fixes.
+    fn check(&self, actual: &[RecordBatch]) -> std::result::Result<(), String> {
+        compare(&self.rows, actual)?;
+        match &self.ordering {
+            Some(ordering) => check_sorted(actual, ordering),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The process's resident host memory now and at its peak, from `/proc/self/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HostRss {
+    resident: u64,
+    peak: u64,
+}
+
+fn host_rss() -> Option<HostRss> {
+    parse_host_rss(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// `VmRSS` and `VmHWM` of a `/proc/<pid>/status` text, in bytes.
+fn parse_host_rss(status: &str) -> Option<HostRss> {
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|k| k * 1024)
+    };
+    Some(HostRss { resident: kib("VmRSS:")?, peak: kib("VmHWM:")? })
 }
 
 /// Drops every column of every device's table cache and waits until their memory is free, so
-/// that the next run uploads what it reads (`--cold`).
+/// that the next run uploads what it reads (`--empty-cache-each-run`).
 fn empty_table_caches() {
     for (ordinal, cache) in TableCache::all() {
         cache.clear();
@@ -392,16 +464,17 @@ fn empty_table_caches() {
     }
 }
 
-/// One timed run (planning included) and its physical plan, whose metrics are that run's.
-async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn ExecutionPlan>)> {
+/// One timed run (planning included), its physical plan, whose metrics are that run's, and its
+/// answer (checked after the timer).
+async fn timed(ctx: &SessionContext, sql: &str) -> Result<(f64, Arc<dyn ExecutionPlan>, Vec<RecordBatch>)> {
     let t = Instant::now();
     datafusion_gpu::timeline::mark("bench", || "timed run starts".into());
     let plan = ctx.sql(sql).await?.create_physical_plan().await?;
     datafusion_gpu::timeline::mark("bench", || "planned".into());
-    collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     datafusion_gpu::timeline::mark("bench", || format!("timed run ends ({ms:.1} ms)"));
-    Ok((ms, plan))
+    Ok((ms, plan, batches))
 }
 
 /// A distributed plan after its run: its staged drawing with every task's metrics, and the
@@ -530,8 +603,17 @@ fn analyzed(plan: &Arc<dyn ExecutionPlan>) -> String {
 /// The tables of the run, from Parquet under `--data` or generated in memory.
 async fn load(suite: Suite, o: &SuiteBenchOptions, partitions: usize, bars: bool) -> Result<(Vec<Table>, String)> {
     let progress = Progresses::new(bars);
-    match &o.data {
-        Some(root) => {
+    match (&o.data, o.source) {
+        (Some(root), Source::Parquet) => {
+            let dir = data::data_dir(root, suite, o.sf);
+            if data::has_parquet(&dir, suite) {
+                return Ok((Vec::new(), format!("Parquet in {}, registered as Parquet tables", dir.display())));
+            }
+            eprintln!("generating {} SF {} into {}", suite.title(), o.sf, dir.display());
+            data::write_parquet(&dir, &data::generate(suite, o.sf, o.seed, partitions, &progress)?)?;
+            Ok((Vec::new(), format!("generated into {}, registered as Parquet tables", dir.display())))
+        }
+        (Some(root), Source::Memory) => {
             let dir = data::data_dir(root, suite, o.sf);
             if let Some(tables) = data::read_parquet(&dir, suite, partitions).await? {
                 return Ok((tables, format!("Parquet in {}, read into memory", dir.display())));
@@ -541,7 +623,10 @@ async fn load(suite: Suite, o: &SuiteBenchOptions, partitions: usize, bars: bool
             data::write_parquet(&dir, &tables)?;
             Ok((tables, format!("generated, written to {} and kept in memory", dir.display())))
         }
-        None => {
+        (None, Source::Parquet) => Err(DataFusionError::Configuration(
+            "--source parquet reads the Parquet files under --data DIR: give --data".into(),
+        )),
+        (None, Source::Memory) => {
             eprintln!("generating {} SF {} in memory", suite.title(), o.sf);
             Ok((data::generate(suite, o.sf, o.seed, partitions, &progress)?, "generated in memory".into()))
         }
@@ -561,7 +646,7 @@ pub fn apply_settings(config: &mut SessionConfig, settings: &[String]) -> Result
 
 /// Runs `suite` as `o` says. Per-query failures are recorded in the report, not returned.
 pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<SuiteReport> {
-    let selected: Vec<Query> = queries::select(suite, &o.queries)?;
+    let selected: Vec<Query> = queries::select(suite, &o.queries, o.sf)?;
     if o.profile.is_some() {
         super::profile::available()?;
     }
@@ -570,6 +655,12 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     let partitions = if o.partitions == 0 { cores } else { o.partitions };
     let bars = std::io::IsTerminal::is_terminal(&std::io::stderr());
 
+    if o.source == Source::Parquet && o.residency != HostMemory::Pageable {
+        return Err(DataFusionError::Configuration(
+            "--source parquet registers the files as Parquet tables: use it with --residency pageable".into(),
+        ));
+    }
+    let host_rss_start_bytes = host_rss().map(|m| m.resident);
     let t = Instant::now();
     let (tables, data_source) = load(suite, o, partitions, bars).await?;
     let load_seconds = t.elapsed().as_secs_f64();
@@ -660,12 +751,20 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
             data::register_parquet(&gpu_ctx, &dir, suite).await?;
             (format!("{host_memory}; both sessions read the Parquet through {}", w.describe()), pin_seconds)
         }
+        (None, Some(root)) if o.source == Source::Parquet => {
+            let dir = data::data_dir(root, suite, o.sf);
+            data::register_parquet(&cpu_ctx, &dir, suite).await?;
+            data::register_parquet(&gpu_ctx, &dir, suite).await?;
+            ("none: each session reads the Parquet files as its queries run".to_string(), 0.0)
+        }
         _ => {
             data::register(&cpu_ctx, &tables)?;
             place_tables(o.residency, &no_gpu, &gpu_ctx, &tables, host_memory, pin_seconds)?
         }
     };
     let workers_shown = workers.as_ref().map(RunWorkers::describe);
+    // Before the peer loads its own tables into this process.
+    let host_rss_peak_after_load_bytes = host_rss().map(|m| m.peak);
 
     let (duckdb, peer_load_seconds) = match o.peer {
         None => (None, None),
@@ -690,7 +789,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
     }
     let mut reports = Vec::new();
     let runs =
-        Runs { gpu: o.iterations, cpu: o.cpu_iterations.map_or(o.iterations, |c| c.min(o.iterations)), cold: o.cold };
+        Runs { gpu: o.iterations, cpu: o.cpu_iterations.map_or(o.iterations, |c| c.min(o.iterations)), empty_cache: o.empty_cache_each_run };
     for q in &selected {
         bar.set_message(format!("{} on the CPU", q.name));
         let report =
@@ -700,7 +799,7 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         {
             bar.set_message(format!("{} profiled", q.name));
             let stem = format!("{}-{}", suite.name(), q.name);
-            let profiled = super::profile::profile(&gpu_ctx, q.sql, o.profile_runs, dir, &stem).await?;
+            let profiled = super::profile::profile(&gpu_ctx, &q.sql, o.profile_runs, dir, &stem).await?;
             let line = format!(
                 "{}: {} samples over {} runs with the GPU rule, in {}",
                 q.name,
@@ -739,10 +838,17 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         gpu_settings: o.gpu_set.clone(),
         data: data_source,
         load_seconds,
+        host_rss_start_bytes,
+        host_rss_peak_after_load_bytes,
+        host_rss_peak_bytes: host_rss().map(|m| m.peak),
         host_memory,
         pin_seconds,
-        cold: o.cold,
-        tables: tables.iter().map(|t| (t.name.to_string(), t.num_rows(), t.memory_size())).collect(),
+        empty_cache_each_run: o.empty_cache_each_run,
+        tables: match (o.source, &o.data) {
+            (Source::Parquet, Some(root)) => data::parquet_tables(&data::data_dir(root, suite, o.sf), suite)?,
+            _ => tables.iter().map(|t| (t.name.to_string(), t.num_rows(), t.memory_size())).collect(),
+        },
+        source: o.source,
         all_ok: reports.iter().all(|r| r.ok),
         queries: reports,
         geomean_speedup,
@@ -821,7 +927,7 @@ fn vs_peer(r: &QueryReport) -> Option<f64> {
 /// timed ones (medians).
 fn run_peer(q: &Query, db: &DuckDb, expected: &[RecordBatch], iterations: usize) -> PeerQuery {
     let mut p = PeerQuery { ms: None, runs_ms: Vec::new(), ok: false, check: String::new() };
-    let checked = peer::cells_of(expected).and_then(|want| Ok((want, db.rows(q.sql)?)));
+    let checked = peer::cells_of(expected).and_then(|want| Ok((want, db.rows(&q.sql)?)));
     match checked {
         Err(e) => {
             p.check = format!("error: {e}");
@@ -840,7 +946,7 @@ fn run_peer(q: &Query, db: &DuckDb, expected: &[RecordBatch], iterations: usize)
     }
     for _ in 0..iterations {
         let t = Instant::now();
-        if let Err(e) = db.rows(q.sql) {
+        if let Err(e) = db.rows(&q.sql) {
             p.ok = false;
             p.check = format!("error (timed run): {e}");
             return p;
@@ -856,8 +962,8 @@ fn run_peer(q: &Query, db: &DuckDb, expected: &[RecordBatch], iterations: usize)
 struct Runs {
     gpu: usize,
     cpu: usize,
-    /// Empty the table cache before each timed GPU run (`--cold`).
-    cold: bool,
+    /// Empty the table cache before each timed GPU run (`--empty-cache-each-run`).
+    empty_cache: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -877,6 +983,8 @@ async fn run_query(
         gpu_ms: None,
         cpu_runs_ms: Vec::new(),
         gpu_runs_ms: Vec::new(),
+        cpu_first_ms: None,
+        gpu_first_ms: None,
         speedup: None,
         rows: 0,
         scanned_bytes: None,
@@ -892,27 +1000,33 @@ async fn run_query(
         stages: Vec::new(),
     };
     // CPU: one run for the expected rows (and the CPU's warm-up).
-    let expected = match run_once(cpu, q.sql).await {
-        Ok((b, _)) => b,
+    let first = Instant::now();
+    let expected = match run_once(cpu, &q.sql).await {
+        Ok((rows, ordering)) => {
+            r.cpu_first_ms = Some(first.elapsed().as_secs_f64() * 1e3);
+            Expected { rows, ordering }
+        }
         Err(e) => {
             r.check = format!("error on the CPU: {e}");
             return r;
         }
     };
-    r.rows = expected.iter().map(|b| b.num_rows()).sum();
+    r.rows = expected.rows.iter().map(|b| b.num_rows()).sum();
     if let Some(db) = duckdb {
         bar.set_message(format!("{} on the peer", q.name));
-        r.peer = Some(run_peer(q, db, &expected, runs.gpu));
+        r.peer = Some(run_peer(q, db, &expected.rows, runs.gpu));
     }
 
     // With the GPU rule: plan (for the placements), run and check (the GPU's warm-up).
     bar.set_message(format!("{} with the GPU rule", q.name));
     let checked: Result<Vec<RecordBatch>> = async {
-        let df = gpu.sql(q.sql).await?;
+        let first = Instant::now();
+        let df = gpu.sql(&q.sql).await?;
         let plan = df.create_physical_plan().await?;
+        let batches = collect(Arc::clone(&plan), gpu.task_ctx()).await?;
+        r.gpu_first_ms = Some(first.elapsed().as_secs_f64() * 1e3);
         r.operators = placements(&plan);
         r.placement = summary(&r.operators);
-        let batches = collect(Arc::clone(&plan), gpu.task_ctx()).await?;
         r.plan = analyzed(&plan);
         Ok(batches)
     }
@@ -922,10 +1036,13 @@ async fn run_query(
             r.check = format!("error with the GPU rule: {e}");
             return r;
         }
-        Ok(actual) => match compare(&expected, &actual) {
+        Ok(actual) => match expected.check(&actual) {
             Ok(()) => {
                 r.ok = true;
-                r.check = "ok".into();
+                r.check = match expected.ordering {
+                    Some(_) => "ok, in order".into(),
+                    None => "ok".into(),
+                };
             }
             Err(diff) => {
                 r.check = format!("MISMATCH: {diff}");
@@ -949,15 +1066,20 @@ async fn run_query(
                 continue;
             }
             let ctx = if on_gpu { gpu } else { cpu };
-            if on_gpu && runs.cold {
+            if on_gpu && runs.empty_cache {
                 empty_table_caches();
             }
-            match timed(ctx, q.sql).await {
-                Ok((ms, plan)) if on_gpu => {
+            match timed(ctx, &q.sql).await {
+                Ok((ms, plan, answer)) if on_gpu => {
+                    if let Err(diff) = expected.check(&answer) {
+                        r.ok = false;
+                        r.check = format!("MISMATCH in timed run {}: {diff}", r.gpu_runs_ms.len() + 1);
+                        return r;
+                    }
                     r.gpu_runs_ms.push(ms);
                     last_gpu_plan = Some(plan);
                 }
-                Ok((ms, _)) => r.cpu_runs_ms.push(ms),
+                Ok((ms, _, _)) => r.cpu_runs_ms.push(ms),
                 Err(e) => {
                     r.ok = false;
                     let side = if on_gpu { "with the GPU rule" } else { "on the CPU" };
@@ -1109,8 +1231,22 @@ impl std::fmt::Display for SuiteReport {
             self.host_memory,
             if self.pin_seconds > 0.0 { format!(", placed in {:.1} s", self.pin_seconds) } else { String::new() }
         )?;
+        if let (Some(start), Some(loaded), Some(peak)) =
+            (self.host_rss_start_bytes, self.host_rss_peak_after_load_bytes, self.host_rss_peak_bytes)
+        {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            writeln!(
+                f,
+                "host memory (RSS): {:.2} GiB at the start, peak {:.2} GiB once loaded, {:.2} GiB over the run{}",
+                gib(start),
+                gib(loaded),
+                gib(peak),
+                if self.peer.is_some() { " (the peer's tables in this process included)" } else { "" }
+            )?;
+        }
         for (name, rows, bytes) in &self.tables {
-            writeln!(f, "  {name:<10} {rows:>12} rows {:>10.1} MiB", *bytes as f64 / (1 << 20) as f64)?;
+            let of = if self.source == Source::Parquet { " of Parquet" } else { "" };
+            writeln!(f, "  {name:<10} {rows:>12} rows {:>10.1} MiB{of}", *bytes as f64 / (1 << 20) as f64)?;
         }
         match (&self.device, &self.no_gpu) {
             (Some(d), _) => {
@@ -1373,6 +1509,56 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parquet_tables_are_registered_as_files_and_answers_checked_in_order() {
+        let _g = datafusion_gpu::testing::gpu_lock();
+        let dir = std::env::temp_dir().join(format!("dfg-runner-parquet-{}", std::process::id()));
+        let mut o = SuiteBenchOptions::check_only(0.01);
+        o.queries = vec!["1".into(), "3".into(), "11".into()];
+        o.iterations = 2;
+        o.partitions = 2;
+        o.data = Some(dir.clone());
+        o.source = Source::Parquet;
+        // The files are generated first, then registered; a second run finds them.
+        for _ in 0..2 {
+            let report = run(Suite::Tpch, &o, "test").await.unwrap();
+            assert!(report.all_ok, "{report}");
+            assert_eq!(report.source, Source::Parquet);
+            assert!(report.data.contains("registered as Parquet tables"), "{}", report.data);
+            let lineitem = report.tables.iter().find(|t| t.0 == "lineitem").expect("lineitem");
+            assert!(lineitem.1 > 50_000 && lineitem.2 > 0, "{lineitem:?}");
+            for q in &report.queries {
+                // Every TPC-H query here has an ORDER BY: its rows are checked in order.
+                assert_eq!(q.check, "ok, in order", "{}", q.query);
+                assert!(q.cpu_first_ms.is_some() && q.gpu_first_ms.is_some(), "{}", q.query);
+                assert!(q.gpu_runs_ms.len() == 2 || report.device.is_none(), "{}", q.query);
+            }
+            if cfg!(target_os = "linux") {
+                assert!(report.host_rss_peak_bytes >= report.host_rss_start_bytes, "{report}");
+                assert!(report.to_string().contains("host memory (RSS)"), "{report}");
+            }
+        }
+        o.residency = HostMemory::Cached;
+        let err = run(Suite::Tpch, &o, "test").await.unwrap_err().to_string();
+        assert!(err.contains("--residency pageable"), "{err}");
+        o.residency = HostMemory::Pageable;
+        o.data = None;
+        let err = run(Suite::Tpch, &o, "test").await.unwrap_err().to_string();
+        assert!(err.contains("give --data"), "{err}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn host_rss_reads_the_status_file() {
+        let status = "Name:\tbench\nVmPeak:\t  900 kB\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\n";
+        assert_eq!(parse_host_rss(status), Some(HostRss { resident: 1 << 20, peak: 2 << 20 }));
+        assert_eq!(parse_host_rss("Name:\tbench\n"), None);
+        if cfg!(target_os = "linux") {
+            let now = host_rss().expect("/proc/self/status");
+            assert!(now.resident > 0 && now.peak >= now.resident, "{now:?}");
+        }
+    }
+
     /// Every query of both suites at a small scale: the GPU session (every eligible operator on
     /// the GPU when there is one; all on the CPU otherwise) must return the CPU's rows.
     async fn suite_matches(suite: Suite, sf: f64) {
@@ -1382,7 +1568,7 @@ mod tests {
         o.gpu_set.push("gpu.placement=always".into());
         let report = run(suite, &o, "test").await.unwrap();
         println!("{report}");
-        assert_eq!(report.queries.len(), queries::select(suite, &[]).unwrap().len());
+        assert_eq!(report.queries.len(), queries::select(suite, &[], sf).unwrap().len());
         for q in &report.queries {
             assert!(q.ok, "{} {}: {}\n{}", suite.title(), q.query, q.check, q.plan);
         }

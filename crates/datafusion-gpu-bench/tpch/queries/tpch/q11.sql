@@ -1,4 +1,5 @@
--- TPC-H Q11, important stock identification (NATION = GERMANY, FRACTION = 0.0001)
+-- TPC-H Q11, important stock identification (NATION = GERMANY, FRACTION = 0.0001 / SF; this text
+-- holds SF 1's, and the runner sets the scale factor's)
 select
     ps_partkey,
     sum(ps_supplycost * ps_availqty) as value
