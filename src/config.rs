@@ -461,93 +461,159 @@ gpu_options! {
         pub enable: bool, key = "enable", default = true
         /// CUDA ordinal of the GPU to use.
         pub device: usize, key = "device", default = 0
-        /// The session's device set: '' (gpu.device alone), 'all', or CUDA ordinals such as '0,1'; the first is the home device. An ordinal listed again is another logical device on the same GPU (its own streams and a share of the GPU's budget), which runs the multi-GPU paths on one GPU ('0,0,0,0'). With several devices, gpu.join.algorithm = smj_multi_gpu (or the cost model, for builds larger than a fair share of one device) range-partitions a join's sides across them over peer copies and joins each device's share there, and a join that runs out of core deals its partitions to the devices in turn, each joining its own over its own host link.
+        /// The session's device set: '' (gpu.device alone), 'all', or CUDA ordinals such as '0,1', the first is the
+        /// home device; an ordinal listed again is another logical device on the same GPU. Multi-GPU joins
+        /// (gpu.join.algorithm = smj_multi_gpu) and out-of-core joins spread over the set.
         pub devices: DevicesSetting, key = "devices", default = DevicesSetting::One
-        /// With several devices (gpu.devices): partition p of a GPU upload, filter, aggregate and Partitioned join runs on the set's device p mod n, so that the partitions' uploads cross every GPU's link at once and their kernels run side by side; a batch made on another device of the set is copied over (peer copies where the link allows). A CollectLeft join (one build shared by every probe partition) and a device aggregate exchange's merge run on the home device, their inputs copied there; cached tables stay where they were loaded. Off by default: on two H200s it gives the same answers but no gain (TPC-H SF30 10.42 s against 10.40 s on one GPU), and SSB SF30 stalls (over 283 s against 43 s) while the second GPU pins new staging buffers one after another (benches/results/2026-11-29-partitions-across-devices/README.md). false runs every operator on the home device, only the multi-GPU join and out-of-core joins' partitions using the others.
+        /// With several devices (gpu.devices), run partition p of GPU uploads, filters, aggregates and Partitioned
+        /// joins on device p mod n; CollectLeft joins and device exchanges stay on the home device. Off by default: no
+        /// faster on two GPUs, and slow while another GPU pins staging buffers.
         pub devices_spread_partitions: bool, key = "devices_spread_partitions", default = false
-        /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's own budget, 90% of the memory free when it is first used, which every session's budget also counts against. A request that fits under the limit but not next to what others hold waits for their releases; it is refused only when it can never fit or nothing was released for 0.5 s while it waited, and the work then finishes on the CPU (gpu.memory.cpu_fallback). Probe chunks, output windows and aggregate chunks shrink under a small limit. A join whose build side would need more (about 3x its size, by the plan's statistics) runs out of core, partitioned through pinned host memory (EXPLAIN shows out_of_core=[...]), or stays on the CPU with the reason when it cannot (NOT IN, ordered output, dictionary columns).
+        /// Most device memory this session's GPU operators may hold at once (e.g. '8G'); 'auto' is the device's budget,
+        /// 90% of the memory free at first use. Work that cannot fit falls back to the CPU (gpu.memory.cpu_fallback); a
+        /// join whose build needs more runs out of core or on the CPU.
         pub memory_limit: ByteSize, key = "memory.limit", default = ByteSize::Auto
-        /// When device memory runs out (over gpu.memory.limit, or refused by the driver), DataFusion's own operators finish the work: a GPU join's build goes to DataFusion's hash join, which then probes every partition; a join partition's remaining probe rows go there when nothing of the failed chunk was sent and no build rows decided at the end depend on them; a GPU aggregate replays its host input (kept, reserved from DataFusion's memory pool), or its device input until its first chunk is grouped, through DataFusion's aggregate (also when dictionary batches overflow their key type). Where none can, the query runs again on DataFusion's plan (GpuQueryExec holds its output back, up to 64 MiB). EXPLAIN ANALYZE counts cpu_fallbacks and cpu_reruns. false fails the query instead.
+        /// When device memory runs out (over gpu.memory.limit, or refused by the driver), DataFusion's own operators
+        /// finish a GPU join's or aggregate's work, or the query runs again on DataFusion's plan; EXPLAIN ANALYZE
+        /// counts cpu_fallbacks and cpu_reruns. false fails the query instead.
         pub cpu_fallback: bool, key = "memory.cpu_fallback", default = true
-        /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small); at run time a GPU aggregate partition whose whole input has fewer rows is aggregated by DataFusion instead (which reads the rows as they arrive and is dropped once they reach this count; EXPLAIN ANALYZE counts cpu_partitions). 0 turns both off.
+        /// Operators whose estimated input has fewer rows stay on the CPU (unknown sizes do not count as small), and a
+        /// GPU aggregate partition whose input has fewer rows at run time is aggregated by DataFusion (EXPLAIN ANALYZE
+        /// counts cpu_partitions). 0 turns both off.
         pub min_rows: usize, key = "cost.min_rows", default = 100_000
         /// Size of each pinned host staging buffer used for host-to-device copies.
         pub staging_buffer_size: ByteSize, key = "transfer.staging_buffer_size", default = ByteSize::Bytes(32 << 20)
         /// Most host memory page-locked in place for direct uploads: large buffers uploaded a second time (in-memory tables) are registered and then copied at the link's full speed; '0' disables, 'auto' is 8GiB.
         pub host_register_limit: ByteSize, key = "memory.host_register_limit", default = ByteSize::Auto
-        /// Most page-locked (pinned) host memory the process holds while this session's queries allocate it: downloads of GPU results and the rows of out-of-core joins land in pinned memory (one DMA, no host copy) while there is room under it, and in ordinary memory through the staging buffers beyond it; pinning a table past it fails with this option named. The staging buffers count but are never refused. 'auto' is a quarter of the host's physical memory.
+        /// Most pinned (page-locked) host memory the process holds for this session: downloads and out-of-core join
+        /// rows are pinned under it, in ordinary memory beyond; pinning a table past it fails. Staging buffers count
+        /// but are never refused. 'auto': a quarter of host RAM.
         pub pinned_memory_limit: ByteSize, key = "memory.pinned_limit", default = ByteSize::Auto
         /// Host threads that copy into pinned staging buffers (0: one per core, at most 16).
         pub transfer_threads: usize, key = "transfer.threads", default = 0
         /// Decimal128 columns of at most 18 digits cross the link through the staging buffers as 8-byte integers, widened on the device (half the bytes); a column holding a value past 64 bits goes again as it is.
         pub narrow_decimals: bool, key = "transfer.narrow_decimals", default = true
-        /// Int64 and Decimal128 (at most 18 digits) columns cross the link through the staging buffers as 4-byte integers when their values fit (TPC-H's keys, prices and quantities do), widened on the device; a piece holding a value past 32 bits goes again at 8 bytes (decimals, with gpu.transfer.narrow_decimals) or as it is.
+        /// Int64 and Decimal128 (at most 18 digits) columns are staged and sent as 4-byte integers when their values
+        /// fit, widened on the device; a piece holding a value past 32 bits goes again at 8 bytes (decimals, with
+        /// gpu.transfer.narrow_decimals) or as it is.
         pub narrow_integers: bool, key = "transfer.narrow_integers", default = true
-        /// Int32, Date32, Int64 and Decimal128 (at most 18 digits) columns whose values lie in a narrow range cross the link through the staging buffers as their distance above a base (a frame of reference) in 1 or 2 bytes, widened on the device: quantities, discounts, flags, dates and small keys. A sample of each column's values picks the base and width; a piece holding a value outside the frame goes again at the column's other narrowing (gpu.transfer.narrow_integers, narrow_decimals) or as it is. Off by default: it halves the bytes staged and sent, but on an H200 host with 16 copy threads the staging ran slower, its threads computing rather than waiting on memory (cold SSB q1.1 over lineorder's four columns: 50.7 ms against 40.1 without; benches/results/2026-11-28-h200-cold-cache-fills/README.md). For hosts where the link, not the copy threads, bounds uploads.
+        /// Int32, Date32, Int64 and Decimal128 (at most 18 digits) columns with values in a narrow range are staged and
+        /// sent as 1- or 2-byte offsets above a sampled base, widened on the GPU. Off by default: encoding slows the
+        /// copy threads; use it where the link, not staging, bounds uploads.
         pub narrow_offsets: bool, key = "transfer.narrow_offsets", default = false
-        /// The host threads fill the staging buffers with streaming (non-temporal) stores, which write whole cache lines without reading them first (x86-64; elsewhere ordinary stores). Off by default: on an H100 host they copied 6-16% faster alone but staged uploads ran 4% slower (benches/results/2026-11-26-h100-staging-stores-and-rings/README.md).
+        /// Fill the staging buffers with streaming (non-temporal) stores, which write whole cache lines without reading
+        /// them first (x86-64; elsewhere ordinary stores). Off by default: staged uploads ran slower with them on an
+        /// H100.
         pub streaming_stores: bool, key = "experimental.streaming_stores", default = false
         /// CUDA streams the GPU operators' partitions take round-robin (1 to 64). Partitions that share a stream wait for each other's work at every synchronisation.
         pub streams: usize, key = "streams", default = 16
-        /// GPU join algorithm: auto (the cost model chooses, at plan time from the statistics and again at run time on the real build size), npj (non-partitioned hash join), phj or smj (radix-partitioned hash join, sort-merge join, materialisation chosen; GFTR without statistics), or phj_gfur, phj_gftr, smj_gfur, smj_gftr. A join whose plan relies on its probe order always takes npj, which keeps it.
+        /// GPU join algorithm: auto (the cost model chooses, also at run time), npj (non-partitioned hash join), phj or
+        /// smj (radix-partitioned hash or sort-merge join, materialisation chosen), or phj_gfur, phj_gftr, smj_gfur,
+        /// smj_gftr. Joins relying on probe order take npj.
         pub join_algorithm: JoinAlgorithmSetting, key = "join.algorithm", default = JoinAlgorithmSetting::Auto
         /// Rows per GPU batch of host input: a join's host probe input, an aggregate's and a filter's host input are coalesced into chunks of about this many rows, each uploaded while the one before it is processed: each chunk costs launches whatever its size.
         pub batch_rows: usize, key = "batch_rows", default = 1 << 22
-        /// Most rows of a GPU join's output batch (its window): a probe chunk's matches past it come out in several batches, and each batch costs the join's and its readers' launches and synchronisations whatever its size, so long batches suit joins over device-resident inputs (SSB's star joins over 60 M cached rows). At least 16,384; fewer only when a quarter of gpu.memory.limit cannot hold the batches in flight.
+        /// Most rows of a GPU join's output batch: matches past it come out in further batches, each costing launches
+        /// and synchronisations, so long batches suit device-resident inputs. At least 16,384; fewer only when a
+        /// quarter of gpu.memory.limit cannot hold the batches in flight.
         pub join_window_rows: usize, key = "join.window_rows", default = 1 << 26
-        /// Batches a GPU join reads ahead from its probe input (a GPU child's device batches, a CPU child's or a network shuffle's host batches) while its build is collected and built, so that the probe side's work and transfer overlap the build instead of starting after it; 0 starts reading the probe only once the build is ready. Host inputs are read ahead only with gpu.join.pipelined_inputs. Not for joins planned out of core.
+        /// Batches a GPU join reads ahead from its probe input while its build is collected and built, so probe work
+        /// and transfers overlap the build; 0 reads the probe once the build is ready. Host inputs are read ahead only
+        /// with gpu.join.pipelined_inputs; not for out-of-core joins.
         pub probe_read_ahead: usize, key = "join.probe_read_ahead", default = 1
-        /// How a GPU join takes inputs that arrive over time (a network shuffle's, a CPU child's). true (pipelined): each build batch goes up to the device as it arrives, so that only the hash table's construction waits for the last one, and the probe side is read ahead (gpu.join.probe_read_ahead batches, host inputs too) while the build arrives and is built. false (blocking): both inputs are received whole (the probe side held in memory) and then joined, the "receive everything, then join" a pipelined join is measured against (EXPLAIN ANALYZE shows each join's input_wait_time, input_stall_time, probe_input_at and done_at). Both give the same answers.
+        /// How a GPU join takes inputs that arrive over time (a shuffle's, a CPU child's): true uploads each build
+        /// batch as it arrives and reads the probe side ahead meanwhile; false receives both inputs whole, then joins.
+        /// Both give the same answers; EXPLAIN ANALYZE shows the input waits.
         pub pipelined_inputs: bool, key = "join.pipelined_inputs", default = true
         /// GPU group-by algorithm: auto (the cost model chooses), hash (a global hash table of the keys gives group ids, then shared-memory or global accumulators), sort (a radix sort of the keys gives group ids) or partition (radix partitions of the keys, each numbered and aggregated in shared memory).
         pub aggregate_algorithm: AggregateAlgorithmSetting, key = "aggregate.algorithm", default = AggregateAlgorithmSetting::Auto
-        /// Where eligible operators run: cost (the GPU only when the cost model's estimate, transfers of inputs not already on the device included, beats the CPU's, or when neither the statistics nor the plan's shape give an input size; EXPLAIN shows both estimates) or always (every eligible operator over gpu.cost.min_rows on the GPU).
+        /// Where eligible operators run: cost (on the GPU when the cost model's estimate, with transfers of inputs not
+        /// on the device, beats the CPU's, or when no input size is known; EXPLAIN shows both estimates) or always
+        /// (every eligible operator over gpu.cost.min_rows on the GPU).
         pub placement: PlacementSetting, key = "placement", default = PlacementSetting::Cost
         /// With gpu.placement = cost, an operator goes to the GPU only when the model expects it to run at least this many times faster there than on the CPU, transfers included: 1.0 takes any expected gain; more keeps near ties, where the model's error decides, on the CPU.
         pub min_speedup: f64, key = "cost.min_speedup", default = 1.0
-        /// A join or aggregate whose every input is already on the device (a cached table's scan, another GPU operator's output, filters and projections the device evaluates over them, a GPU partial aggregate's states) runs on the GPU whatever gpu.cost.min_rows and the cost model's estimate say: it reads its inputs in place, while the CPU operator would download the GPU outputs it reads and its GPU readers would upload its output. Its estimate, where it has one, still chooses its algorithm, and EXPLAIN notes when it favoured the CPU. A Partitioned GPU join whose inputs are on the device reads them around its hash repartitions (kept, the CPU would hash device data). false places and prices such operators like any other.
+        /// Run a join or aggregate whose inputs are all on the device (cached scans, GPU outputs, device filters over
+        /// them) on the GPU whatever gpu.cost.min_rows and the estimate say, as the CPU would download them; the
+        /// estimate still picks the algorithm. false places them like any other.
         pub resident_inputs: bool, key = "cost.resident_inputs", default = true
-        /// With gpu.placement = cost, a join the model keeps on the CPU under a GPU parent is priced on the GPU together with the CPU-kept joins it reads (through the hash repartition or coalesce a GPU join drops), each moved when the joins cost less together on the device, where each reads the one below without a transfer; false prices one join below the parent at a time.
+        /// With gpu.placement = cost, price a join kept on the CPU under a GPU parent together with the CPU-kept joins
+        /// it reads, and move them to the GPU when they cost less there together (each reading the one below without a
+        /// transfer); false prices one join below the parent at a time.
         pub join_chain_pricing: bool, key = "cost.join_chain_pricing", default = true
-        /// With gpu.placement = cost, a GPU aggregate whose input DataFusion cannot estimate (a join's output, when the tables have no column statistics) prices the joins the model kept on the CPU below it, with its input's likely size from the plan's shape (a join's probe side times the share of its build side's table that the build keeps; a filter DataFusion estimates at 100% for want of min/max at its default selectivity): each moves to the GPU when it costs less there, the aggregate reading its output on the device, than on the CPU plus the upload of its output. That size neither places the aggregate (it runs on the GPU, as without an estimate) nor chooses its algorithm. An aggregate reading a GPU exec is priced without an upload. false leaves such aggregates unpriced and the joins below them priced alone.
+        /// With gpu.placement = cost, a GPU aggregate whose input size DataFusion cannot estimate prices the CPU-kept
+        /// joins below it at the input's likely size from the plan's shape, moving each to the GPU when cheaper there;
+        /// false leaves such aggregates unpriced.
         pub aggregate_join_pricing: bool, key = "cost.aggregate_join_pricing", default = true
-        /// The cost model prices the upload of a join input that is a filter the device takes over (gpu.fuse.filters) at the filter's default selectivity (datafusion.optimizer.default_filter_selectivity) when DataFusion estimates it at 100% of its input for want of column min/max statistics (in-memory tables have none); the host filters a selective filter's rows before they are staged. false prices every input row's upload.
+        /// Price the upload of a join input that is a device-evaluated filter (gpu.fuse.filters) at
+        /// datafusion.optimizer.default_filter_selectivity when DataFusion estimates it at 100% for want of column
+        /// min/max (in-memory tables). false prices every input row's upload.
         pub default_selectivity_for_unbounded_filters: bool, key = "cost.default_selectivity_for_unbounded_filters", default = true
         /// Folder of the cached device profile the cost model uses ('' for the user cache folder, e.g. ~/.cache/datafusion-gpu/profiles); written by `datafusion-gpu bench sweep --calibrate`.
         pub profile_dir: String, key = "cost.profile_dir", default = String::new()
-        /// Evaluate the filters and projections directly below a GPU aggregate or a GPU join on the GPU (one generated kernel each; below a join as a GpuFilterProjectExec), uploading the raw columns instead of DataFusion's computed ones: arithmetic (Decimal128 with arrow's scales and overflow errors), comparisons, AND/OR, CASE, IN, casts, [NOT] LIKE whose only wildcard is %, date_part/EXTRACT of a date's year, month or day, substr/SUBSTRING with literal positions (computed strings included), and the values of scalar subqueries. EXPLAIN shows what was fused, or why an expression stayed on the CPU; false keeps them all on the CPU.
+        /// Evaluate the filters and projections directly below a GPU aggregate or join on the GPU, uploading raw
+        /// columns: arithmetic, comparisons, AND/OR, CASE, IN, casts, LIKE, date_part, substr, scalar subqueries.
+        /// EXPLAIN shows what was fused or why not; false keeps them on the CPU.
         pub fuse_expressions: bool, key = "fuse.expressions", default = true
-        /// With gpu.fuse.expressions, evaluate the FilterExecs below a GPU aggregate or join on the GPU too, and those reading a GPU join's or aggregate's output (a HAVING: only the rows they keep cross to the host; with gpu.cost.resident_inputs off, not over fewer likely rows than gpu.cost.min_rows). Each partition measures the bottom filter on its first 65536 rows: when it keeps less than gpu.fuse.host_filter_below of them the host keeps filtering before the upload (a selective filter shrinks the upload more than it costs), otherwise rows are uploaded unfiltered and only the GPU filters them. false leaves the filters to DataFusion on the CPU.
+        /// With gpu.fuse.expressions, run on the GPU the FilterExecs below a GPU aggregate or join and those over its
+        /// output (a HAVING). Partitions whose filter keeps few of their first 65536 rows are filtered on the host
+        /// first (gpu.fuse.host_filter_below); false leaves them to the CPU.
         pub fuse_filters: bool, key = "fuse.filters", default = true
         /// With gpu.fuse.filters: a partition whose bottom filter keeps less than this fraction of its first 65536 rows is filtered on the host before the upload; otherwise its rows are uploaded whole and only the GPU filters them (0 never filters on the host, 1 always does).
         pub host_filter_below: f64, key = "fuse.host_filter_below", default = 0.5
-        /// Price the host pre-filter's choice instead of gpu.fuse.host_filter_below: the host filters a partition when the time it measured filtering the sample, per row, is below the upload time of the rows the filter drops (the profile's transfer cost of the uploaded columns, the link shared by the input's partitions).
+        /// Decide the host pre-filter by price instead of gpu.fuse.host_filter_below: the host filters a partition when
+        /// its measured filtering time per sampled row is below the upload time of the rows the filter drops (the
+        /// profile's transfer cost, the link shared by the partitions).
         pub host_filter_priced: bool, key = "fuse.host_filter_priced", default = true
-        /// Merge a GPU Partial aggregate's states into the GPU Final aggregate above it on the device, removing the RepartitionExec or CoalescePartitionsExec between them (one GPU does all the work, so states never cross PCIe; the output keeps the exchange's hash partitioning); false keeps DataFusion's exchange on the host.
+        /// Merge a GPU Partial aggregate's states into the GPU Final aggregate above it on the device, removing the
+        /// RepartitionExec or CoalescePartitionsExec between them, so states never cross PCIe (the output keeps the
+        /// hash partitioning); false keeps DataFusion's exchange on the host.
         pub aggregate_exchange: bool, key = "aggregate.exchange", default = true
-        /// With gpu.aggregate.exchange, also remove the exchange when the GPU Partial reads a CPU operator whose row count DataFusion does not know exactly (a CPU join, an unfused filter). Such partitions often end below gpu.cost.min_rows and run on the CPU, and DataFusion's exchange then streams each one's states to the Final as it finishes, where the device exchange waits for the last; false (the default) keeps that exchange on the host.
+        /// With gpu.aggregate.exchange, also remove the exchange when the GPU Partial reads a CPU operator of inexact
+        /// row count (a CPU join, an unfused filter). Off by default: such partitions often run on the CPU, and
+        /// DataFusion's exchange streams each one's states as it ends.
         pub aggregate_exchange_host_input: bool, key = "experimental.aggregate_exchange_host_input", default = false
-        /// A SinglePartitioned aggregate whose input is a hash RepartitionExec of a GPU operator's output (a GPU join read around its own repartitions, whose output the rule hashes again for the aggregate) is planned as DataFusion would over unpartitioned input, Partial and FinalPartitioned aggregates, when both then run on the GPU with the exchange between them on the device: the GPU output stays on the device instead of crossing PCIe twice for the CPU's hashing; false keeps the repartition.
+        /// Plan a SinglePartitioned aggregate over a hash RepartitionExec of a GPU operator's output as Partial and
+        /// FinalPartitioned aggregates when both then run on the GPU with the exchange on the device, so the GPU output
+        /// does not cross PCIe twice; false keeps the repartition.
         pub aggregate_split_device_input: bool, key = "aggregate.split_device_input", default = true
-        /// Keep the columns of in-memory tables (DataFusion's MemTable, the CLI's and the benchmarks' tables) in device memory after the first GPU operator reads them, for every later query of any session on the device: each scan of in-memory batches is planned as a GpuCachedScanExec, which hands a GPU parent the partition's columns from the cache, uploading (once) only those it lacks, and a CPU parent the host batches. Only the columns queries read are cached, each column of each partition on its own, found by the identity of its host buffers (a table whose batches change is uploaded again; the old columns age out). The cost model prices such scans as read on the device. SELECT * FROM gpu_table_cache() shows what the cache holds.
+        /// Keep the columns of in-memory tables (MemTable, the CLI's and the benchmarks' tables) in device memory once
+        /// a GPU operator reads them, for later queries of any session: only the columns read, uploaded again when the
+        /// batches change. SELECT * FROM gpu_table_cache() shows the cache.
         pub table_cache: bool, key = "table_cache", default = false
         /// Most device memory the table cache holds (e.g. '20G'), within gpu.memory.limit: past it the least recently used columns are evicted ('auto': half of gpu.memory.limit). Cached columns count against the memory limit of the session that uploaded them while they stay cached.
         pub table_cache_limit: ByteSize, key = "table_cache.limit", default = ByteSize::Auto
-        /// Rows of a cached table's device batch (GpuCachedTable, gpu_cache, gpu.table_cache): a GPU operator reads the table's consecutive partitions merged into device batches of up to this many rows (a larger partition is cut; the partitions of a table with a sort order each stay apart), its partition i the i-th group of them and the other partitions nothing, so resident data runs through a few long chains of kernel launches and synchronisations rather than one per partition. CPU operators read the table's own partitions. Each group is cached as its own columns: a new size uploads the table's columns again.
+        /// Rows of a cached table's device batch: GPU operators read its consecutive partitions merged into batches of
+        /// up to this many rows (a sorted table's stay apart), so resident data runs in a few long chains of launches;
+        /// CPU operators read its partitions. Changing it uploads again.
         pub table_cache_batch_rows: usize, key = "table_cache.batch_rows", default = 1 << 26
-        /// Make a host image of a table's columns when gpu_cache() (and the benchmarks' cached tables) make a GpuCachedTable: integer and decimal columns without nulls narrowed to the fewest bytes their own values need (1, 2 or 3 bytes above the column's minimum, or 4 or 8 of 8 or 16), string columns as row lengths and bytes. A later upload of a column sends its image, read and staged in fewer bytes than the Arrow buffers (SSB's lineorder columns of q1: 7 bytes a row instead of 20), so a first query over a cold device cache runs faster. Costs host memory beside the table's batches (gpu_cache() reports it) and the time to make it when the table is cached; false uploads the arrays as they are.
+        /// Make a compact host image of a cached table's columns (gpu_cache()): integers and decimals without nulls in
+        /// the fewest bytes their values need, strings as lengths and bytes, so cold uploads move fewer bytes. It costs
+        /// host memory and time at caching; false uploads the arrays.
         pub table_cache_host_image: bool, key = "table_cache.host_image", default = true
-        /// Keep the host images of gpu.table_cache.host_image in page-locked (pinned) memory of the device's pool, within gpu.memory.pinned_limit: an upload sends an image straight from it over the link (55 GB/s on an H100 or H200) instead of copying it into the pinned staging buffers first, a copy that shares the host's memory bandwidth with the link's reads. Page-locked memory is the host's and cannot be swapped; a column whose image does not fit under the limit keeps it in ordinary memory (gpu_cache() and the benchmarks report the pinned bytes). false keeps every image in ordinary (pageable) memory.
+        /// Keep the host images of gpu.table_cache.host_image in page-locked (pinned) memory within
+        /// gpu.memory.pinned_limit, so uploads send them without a staging copy; an image that does not fit stays in
+        /// ordinary memory. Pinned memory cannot be swapped; false keeps every image pageable.
         pub table_cache_host_image_pinned: bool, key = "table_cache.host_image_pinned", default = true
-        /// Run the GPU operators over cached tables that fit one device batch (gpu.table_cache.batch_rows) as one partition: such a table's scan becomes one partition holding the whole table, the repartitions and coalesces between it and its GPU parents go, and those GPU operators run as one chain of work instead of one working partition beside many empty ones (their start-up, builds and empty states). Where a CPU operator reads the result, its planned partitioning is restored there (a hash or round-robin RepartitionExec; a GPU aggregate with a device exchange keeps its own). Only where every scan below the GPU operators is such a table and no operator keeps an order; false keeps the plan's partitions.
+        /// Run GPU operators over cached tables that fit one device batch (gpu.table_cache.batch_rows) as one
+        /// partition, without the repartitions and coalesces between them; CPU readers get their planned partitioning
+        /// back. Only where every scan below is such a table and no order is kept.
         pub table_cache_one_partition: bool, key = "table_cache.one_partition", default = true
-        /// Keep the hash RepartitionExecs below a Partitioned GPU join. false (the default) lets such a join read the repartitions' inputs in CollectLeft mode: one build from every partition of its build input, each input partition of its probe side probed as it comes (the CPU no longer hashes and redistributes both inputs, and GPU inputs stay on the device); where a node above needs the join keys' partitioning, the join's output is hash-repartitioned instead (below another GPU join the repartitions stay).
+        /// Keep the hash RepartitionExecs below a Partitioned GPU join. false (the default) lets it read their inputs
+        /// in CollectLeft mode (one build from all build partitions, each probe partition probed as it comes): the CPU
+        /// hashes neither input and GPU inputs stay on the device.
         pub join_repartition: bool, key = "join.repartition", default = false
-        /// Swap the inputs of an inner GPU join that builds once from every partition (CollectLeft) when the plan's likely sizes put its build side at 4 or more times its probe side and at 10 times gpu.cost.min_rows or more, and that size is not a guess (at least half the bound the plan's shape gives: a guessed filter selectivity below it leaves the build side as is) (over another join's output DataFusion has no statistics to choose the build side by: SSB q2.x build on lineorder joined with every date and probe with a filtered part). EXPLAIN says "inputs swapped" with both sizes; false keeps DataFusion's sides.
+        /// Swap the inputs of an inner CollectLeft GPU join when the plan's likely sizes, not a guessed filter
+        /// selectivity, put its build side at 4 or more times its probe side and at least 10 times gpu.cost.min_rows.
+        /// EXPLAIN says "inputs swapped"; false keeps DataFusion's sides.
         pub join_swap_lopsided: bool, key = "join.swap_lopsided", default = true
-        /// An inner GPU join without a residual filter that runs as one partition over device inputs (a cached region, see gpu.table_cache.one_partition) builds on its probe side instead when, at run time, its build side holds at least 262,144 rows and 4 or more times the probe side's: the probe side is read ahead (at most a quarter of the build side's rows) before the build, so the sides are chosen on their real sizes where the plan has none (over another join's output: SSB q4.x built on 14 M rows of lineorder joined with dates and probed with 60 K customers). EXPLAIN ANALYZE counts such joins in swapped_at_run_time; false keeps the plan's sides.
+        /// An inner GPU join without a residual filter that runs as one partition over device inputs swaps its sides
+        /// when, at run time, its build side has at least 262,144 rows and 4 or more times the probe side's. EXPLAIN
+        /// ANALYZE counts swapped_at_run_time; false keeps the plan's sides.
         pub join_swap_at_run_time: bool, key = "join.swap_at_run_time", default = true
-        /// How a Partitioned GPU join read around its repartitions is judged once repriced for its one build: false (the default) keeps the rebuilt join unless the Partitioned GPU join as placed (its per-partition builds, with the CPU still hashing its inputs) is expected to be faster; true keeps the rebuilt join only when it is expected to beat the CPU join (the earlier rule, kept for A/Bs), else the Partitioned GPU join stays.
+        /// How a Partitioned GPU join read around its repartitions is judged once repriced for its one build: false
+        /// (the default) keeps it unless the Partitioned GPU join as placed is expected to be faster; true keeps it
+        /// only when it is expected to beat the CPU join.
         pub reprice_against_cpu: bool, key = "experimental.reprice_against_cpu", default = false
     }
 }

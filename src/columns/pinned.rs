@@ -3,10 +3,9 @@
 //! An in-memory table scanned by a GPU operator crosses PCIe on every query. From ordinary
 //! (pageable) memory each upload costs a host copy into the staging buffers first, and those
 //! copies, not the link, bound scans of large tables: on the H100 machine q1 of TPC-H SF10
-//! spent about 40% of each partition's time copying into staging (benches/results/
-//! 2026-11-24-h100-device-views-and-mapped-uploads/README.md). Registering the table's memory while
-//! queries ran (`cuMemHostRegister`) cost more than it saved, because tables are made of many
-//! small buffers.
+//! spent about 40% of each partition's time copying into staging (docs/option-notes.md).
+//! Registering the table's memory while queries ran (`cuMemHostRegister`) cost more than it
+//! saved, because tables are made of many small buffers.
 //!
 //! [`pin_partitions`] instead copies a table once, when it is loaded, into pinned memory of the
 //! device's pool: the batches keep their schema, values and layout (they remain ordinary Arrow

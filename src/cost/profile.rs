@@ -4,8 +4,8 @@
 //! A profile is measured by `datafusion-gpu bench sweep --calibrate` (the device terms come from
 //! `doctor`'s measurements and a clustered/unclustered gather pair; the coefficients are fitted
 //! to the sweep's timings) and cached on disk, one file per device name. Without a measurement,
-//! built-in defaults for the H100 and H200 apply (fitted from the runs recorded in
-//! `benches/results/`), or for another GPU, the H100's coefficients with its own bandwidth.
+//! built-in defaults for the H100 and H200 apply (fitted from recorded benchmark runs; see
+//! docs/option-notes.md), or for another GPU, the H100's coefficients with its own bandwidth.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -117,9 +117,7 @@ impl Profile {
     pub fn h100() -> Profile {
         Profile {
             device: "NVIDIA H100 80GB HBM3".into(),
-            source:
-                "built-in H100 defaults (benches/results/2026-11-22-h100-cost-model/2026-11-22-h100-cost-profile.json)"
-                    .into(),
+            source: "built-in H100 defaults".into(),
             sm_count: 132,
             l2_bytes: 50.0 * 1024.0 * 1024.0,
             shared_memory_per_block: 227.0 * 1024.0,
@@ -134,7 +132,8 @@ impl Profile {
         }
     }
 
-    /// The H200 of the device machine (benches/results/2026-11-22-h200-doctor/README.md).
+    /// The H200 of the device machine, with the bandwidths `doctor` measured there (see
+    /// docs/option-notes.md).
     pub fn h200() -> Profile {
         Profile {
             device: "NVIDIA H200".into(),
@@ -148,7 +147,7 @@ impl Profile {
     }
 }
 
-/// The coefficients fitted on the H100 (benches/results/2026-11-22-h100-cost-model/2026-11-22-h100-cost-profile.json); the
+/// The coefficients fitted on the H100 (their records: docs/option-notes.md); the
 /// features they multiply are listed with each model (GPU: launch groups, then phases in
 /// seconds at the profile's bandwidths; CPU: calls, rows; transfer: seconds per byte up, per
 /// batch up, per byte down).
@@ -157,8 +156,7 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
     C.get_or_init(|| {
         let mut m = BTreeMap::new();
         // The group-by models (GPU and CPU) and the transfer model were refitted on the H100
-        // after the one-pass hash group ids (39 group-by points, seed 25; checked on seed 27:
-        // benches/results/2026-11-23-h100-one-pass-groupby/README.md).
+        // after the one-pass hash group ids (39 group-by points, seed 25; checked on seed 27).
         m.insert("aggregate.cpu".into(), vec![0.00194, 9.368e-10, 3.518e-09, 1.15e-08]);
         // The hash model refitted (same 78 points, seeds 25 and 27) after its group ids were
         // priced with the kernels' own tables (`cost::aggregate::hash_ids`): each seed's fit
@@ -168,11 +166,10 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         m.insert("aggregate.sort".into(), vec![0.0004676, 0.0, 1.013]);
         // The join models: fitted on the H100 to sweep B (96 points, seed 11) by
         // `bench sweep --calibrate --from-json`; checked on sweep A (seed 7) and a fresh sweep
-        // (seed 13): benches/results/2026-11-22-h100-cost-model/README.md and -cost-profile.json.
-        // The CPU join refitted (2026-11-24) to the seed-41 sweep timed as the execs run
-        // (2026-11-24-h100-sweep-41-one-wait.json; on the held-out seed-43 sweep auto then
-        // chooses within 10% at 125 of 132 points, worst 1.53x); TPC-H and SSB SF10 moved within
-        // their noise in a same-lease A/B (2026-11-24-h100-pair-pricing.md).
+        // (seed 13). The CPU join refitted (2026-11-24) to the seed-41 sweep timed as the execs
+        // run (on the held-out seed-43 sweep auto then chooses within 10% at 125 of 132 points,
+        // worst 1.53x); TPC-H and SSB SF10 moved within their noise in a same-lease A/B. The
+        // records of both fits: docs/option-notes.md.
         m.insert("join.cpu".into(), vec![0.0002159, 8.687e-09, 4.175e-10, 3.695e-10, 2.317e-10]);
         m.insert("join.npj".into(), vec![0.0001956, 0.0, 3.354, 0.7514]);
         // PHJ refitted with its partitions feature (2026-11-24) to the seed-41 sweep (2^16 to
@@ -188,8 +185,8 @@ pub fn builtin_coefficients() -> &'static BTreeMap<String, Vec<f64>> {
         m.insert("transfer".into(), vec![4.254e-11, 0.000206, 2.342e-11]);
         // DataFusion's hash repartition: thread seconds per row and per byte of the row. From
         // the `repartition_time` of the 25 hash repartitions of at least 1 M rows in the EXPLAIN
-        // ANALYZE of TPC-H SF10 on the H100 (benches/results/2026-11-26-h100-cpu-repartition-pricing/2026-11-26-h100-tpch-sf10-explain.txt):
-        // 6.7-26 ns a row, about 5 ns plus 0.25 ns a byte.
+        // ANALYZE of TPC-H SF10 on the H100 (docs/option-notes.md): 6.7-26 ns a row, about 5 ns
+        // plus 0.25 ns a byte.
         m.insert("repartition.cpu".into(), vec![5.0e-9, 0.25e-9]);
         m
     })

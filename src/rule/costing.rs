@@ -33,8 +33,8 @@ fn key_bytes(encoding: KeyEncoding) -> f64 {
 
 /// Fixed cost of one step of an out-of-core join's driver (a partition's build, or one group of
 /// its probe rows), whatever its size: 0.8 ms, the slope of the measured time over the steps
-/// between 1/2 (32 steps) and 1/8 (128) of the state in
-/// benches/results/2026-11-24-h100-triton-windows/README.md (H100: 0.68-1.08 ms in three runs).
+/// between 1/2 (32 steps) and 1/8 (128) of the state of `bench triton` on an H100 (0.68-1.08 ms
+/// in three runs; docs/option-notes.md).
 const OUT_OF_CORE_STEP_SECONDS: f64 = 0.8e-3;
 
 /// The estimate of a GPU join, or `None` when neither the statistics nor the plan's shape
@@ -192,7 +192,7 @@ pub fn join_estimate(
 /// estimate reads the same rows, but the upload is the GPU's alone, and the host filters a
 /// selective filter's rows before they are staged (see `gpu.fuse.host_filter_below`): pricing every
 /// input row's upload kept joins over selective filters on the CPU (SSB q1.x: 1.7-2.1x with
-/// them on the GPU, 0.66-0.93x as the model placed them; `benches/results/`, 2026-11-26).
+/// them on the GPU, 0.66-0.93x as the model placed them, on an H100; docs/option-notes.md).
 pub fn host_filtered_fraction(side: &Arc<dyn ExecutionPlan>, build: bool, cfg: &GpuConfig) -> f64 {
     if !(cfg.default_selectivity_for_unbounded_filters && cfg.fuse_expressions && cfg.fuse_filters) {
         return 1.0;

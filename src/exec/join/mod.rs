@@ -526,8 +526,8 @@ impl ExecutionPlan for GpuHashJoinExec {
     /// Unknown, as a join the rule leaves on the CPU gives (see `exec::fallback`): the joins above
     /// are priced from the plan's bound whichever side of the link this one runs on. Passing
     /// DataFusion's estimate up instead (small for joins of in-memory tables, which have no
-    /// column statistics) moved joins above GPU joins to the CPU: TPC-H q5 and q21,
-    /// benches/results/2026-11-26-h100-cpu-repartition-pricing/README.md.
+    /// column statistics) moved joins above GPU joins to the CPU: TPC-H q5 and q21 on an H100
+    /// (docs/option-notes.md).
     fn statistics_from_inputs(
         &self,
         _input_stats: &[Arc<Statistics>],
