@@ -745,17 +745,17 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         _ => None,
     };
     let (host_memory, pin_seconds) = match (&workers, &o.data) {
-        (Some(w), Some(root)) => {
+        // Through workers, or with `--source parquet`: both sessions read the files themselves.
+        (workers, Some(root)) if workers.is_some() || o.source == Source::Parquet => {
             let dir = data::data_dir(root, suite, o.sf);
             data::register_parquet(&cpu_ctx, &dir, suite).await?;
             data::register_parquet(&gpu_ctx, &dir, suite).await?;
-            (format!("{host_memory}; both sessions read the Parquet through {}", w.describe()), pin_seconds)
-        }
-        (None, Some(root)) if o.source == Source::Parquet => {
-            let dir = data::data_dir(root, suite, o.sf);
-            data::register_parquet(&cpu_ctx, &dir, suite).await?;
-            data::register_parquet(&gpu_ctx, &dir, suite).await?;
-            ("none: each session reads the Parquet files as its queries run".to_string(), 0.0)
+            match workers {
+                Some(w) => {
+                    (format!("{host_memory}; both sessions read the Parquet through {}", w.describe()), pin_seconds)
+                }
+                None => ("none: each session reads the Parquet files as its queries run".to_string(), 0.0),
+            }
         }
         _ => {
             data::register(&cpu_ctx, &tables)?;
@@ -788,8 +788,11 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
         bar.set_prefix(suite.title());
     }
     let mut reports = Vec::new();
-    let runs =
-        Runs { gpu: o.iterations, cpu: o.cpu_iterations.map_or(o.iterations, |c| c.min(o.iterations)), empty_cache: o.empty_cache_each_run };
+    let runs = Runs {
+        gpu: o.iterations,
+        cpu: o.cpu_iterations.map_or(o.iterations, |c| c.min(o.iterations)),
+        empty_cache: o.empty_cache_each_run,
+    };
     for q in &selected {
         bar.set_message(format!("{} on the CPU", q.name));
         let report =
