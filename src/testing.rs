@@ -299,3 +299,64 @@ pub fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
     out.sort();
     out
 }
+
+/// A directory of Parquet files for a test, removed when dropped.
+pub struct ParquetDir {
+    pub path: std::path::PathBuf,
+}
+
+impl Drop for ParquetDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+impl ParquetDir {
+    /// A fresh empty directory named for `test`.
+    pub fn new(test: &str) -> ParquetDir {
+        let path = std::env::temp_dir().join(format!("dfg-{test}-{}-{}", std::process::id(), rand::random::<u64>()));
+        std::fs::create_dir_all(&path).unwrap();
+        ParquetDir { path }
+    }
+
+    /// Writes `batches` (one schema) as the Parquet file `name` in it, `row_group_rows` rows a
+    /// row group, replacing any file of that name.
+    pub fn write(&self, name: &str, batches: &[RecordBatch], row_group_rows: usize) {
+        use datafusion::parquet::arrow::ArrowWriter;
+        use datafusion::parquet::file::properties::WriterProperties;
+        let props = WriterProperties::builder().set_max_row_group_row_count(Some(row_group_rows.max(1))).build();
+        let file = std::fs::File::create(self.path.join(name)).unwrap();
+        let mut w = ArrowWriter::try_new(file, batches[0].schema(), Some(props)).unwrap();
+        for b in batches {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    }
+
+    /// The directory as a table location (with a trailing slash).
+    pub fn location(&self) -> String {
+        format!("{}/", self.path.display())
+    }
+}
+
+/// A batch of `rows` rows (k, v, s) whose keys start at `first`: `v` null every third row, `s`
+/// multi-byte strings null every fifth.
+pub fn kvs_batch(first: i64, rows: i64) -> RecordBatch {
+    use datafusion::arrow::array::StringArray;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, true),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(first..first + rows)),
+            Arc::new(Int64Array::from_iter((first..first + rows).map(|i| (i % 3 != 0).then_some(i % 97)))),
+            Arc::new(StringArray::from_iter(
+                (first..first + rows).map(|i| (i % 5 != 0).then(|| format!("ü{}", i % 13))),
+            )),
+        ],
+    )
+    .unwrap()
+}

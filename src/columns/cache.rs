@@ -2,16 +2,20 @@
 //! scan of the same host rows reads them in device memory instead of uploading them again
 //! (`gpu.table_cache`).
 //!
-//! An entry is one column of one partition of an in-memory table, cut into the device batches a
-//! scan hands out. It is found by the identity of the host arrays it was uploaded from (their
-//! buffers' addresses, offsets and lengths) and the batch size it was cut to. An entry holds the
-//! host arrays it was made from, so their memory cannot be freed and reused for other rows while
-//! it lives. Entries go:
+//! An entry is one column of one partition of an in-memory table, or one column of the files a
+//! Parquet scan reads, cut into the device batches a scan hands out. An in-memory table's is
+//! found by the identity of the host arrays it was uploaded from (their buffers' addresses,
+//! offsets and lengths) and the batch size it was cut to, and holds those host arrays, so their
+//! memory cannot be freed and reused for other rows while it lives. A file column's is found by
+//! its name and type and by the files' paths, sizes, modification times and versions (as the
+//! object store lists them): a file written anew lists another version, so its old rows are
+//! never read again. Entries go:
 //!
 //! - when nothing but the cache holds their host arrays any more (the table was dropped or its
 //!   rows replaced): checked whenever the cache takes a column, is shown, or is asked for memory;
 //! - when a newer entry of the same batch size shares their first host array (rows were appended
-//!   to the table: its scan keys the column anew), as the newer one goes in;
+//!   to the table: its scan keys the column anew), or, for a file column, lists one of its files
+//!   with another size, time or version (the file changed), as the newer one goes in;
 //! - when a table says its rows changed ([`TableCache::forget`], a `GpuCachedTable` after a write);
 //! - least recently used first when an insertion would take the cache past the inserting
 //!   session's limit (`gpu.table_cache.limit`);
@@ -29,21 +33,42 @@ use datafusion::arrow::datatypes::DataType;
 use super::DeviceColumn;
 use crate::device::{MemoryBudget, Reclaim};
 
-/// What identifies a column's host rows: the host arrays' data type and, for each array, the
-/// addresses, offsets and lengths of its buffers (children included), with the rows per device
-/// batch it is cut into.
+/// What identifies a column's rows: its data type, the rows per device batch it is cut into, and
+/// where the rows come from ([`Rows`]).
 ///
 /// A column of many host batches has a long layout (SF10's `lineorder`: 7,300 batches, about
 /// 80,000 words a column), so the key hashes as a digest of it made once, with the key: hashing
 /// the whole layout at every lookup, under the cache's lock, cost a query about 1 ms a scan and
-/// held up every other scan's lookup meanwhile. Keys are still equal only when their layouts are.
+/// held up every other scan's lookup meanwhile. Keys are still equal only when their rows are.
 /// The layout is shared: a clone of the key (the cache's copy) does not copy it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnKey {
     digest: u64,
     data_type: DataType,
     batch_rows: usize,
-    layout: Arc<[usize]>,
+    rows: Rows,
+}
+
+/// Where a cached column's rows come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Rows {
+    /// Host arrays: for each, the addresses, offsets and lengths of its buffers (children
+    /// included).
+    Memory(Arc<[usize]>),
+    /// The column of this name of these files (sorted by path), read in that order.
+    Files { files: Arc<[FileVersion]>, column: Arc<str> },
+}
+
+/// One file as the object store listed it when a scan was planned: a file written anew has
+/// another size, modification time or version.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileVersion {
+    pub path: String,
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub modified: i64,
+    pub e_tag: Option<String>,
+    pub version: Option<String>,
 }
 
 impl std::hash::Hash for ColumnKey {
@@ -55,15 +80,44 @@ impl std::hash::Hash for ColumnKey {
 impl ColumnKey {
     /// The key of the column made of `arrays` (in order) cut into device batches of `batch_rows`.
     pub fn of(arrays: &[&ArrayRef], batch_rows: usize) -> ColumnKey {
-        use std::hash::{Hash, Hasher};
         let data_type = arrays.first().map_or(DataType::Null, |a| a.data_type().clone());
         let mut layout = Vec::with_capacity(arrays.len() * 6);
         for a in arrays {
             push_layout(&a.to_data(), &mut layout);
         }
+        Self::new(data_type, batch_rows, Rows::Memory(layout.into()))
+    }
+
+    /// The key of column `column` (of type `data_type`) of `files` (sorted by path) read in that
+    /// order and cut into device batches of `batch_rows`.
+    pub fn of_files(files: &Arc<[FileVersion]>, column: &str, data_type: &DataType, batch_rows: usize) -> ColumnKey {
+        let rows = Rows::Files { files: Arc::clone(files), column: column.into() };
+        Self::new(data_type.clone(), batch_rows, rows)
+    }
+
+    fn new(data_type: DataType, batch_rows: usize, rows: Rows) -> ColumnKey {
+        use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&data_type, batch_rows, &layout).hash(&mut h);
-        ColumnKey { digest: h.finish(), data_type, batch_rows, layout: layout.into() }
+        (&data_type, batch_rows, &rows).hash(&mut h);
+        ColumnKey { digest: h.finish(), data_type, batch_rows, rows }
+    }
+
+    /// Whether this key's entry is stale once `newer` goes in: a file column of the same name
+    /// and batch size whose files include one `newer` lists with another size, time or version.
+    fn superseded_by(&self, newer: &ColumnKey) -> bool {
+        let (Rows::Files { files, column }, Rows::Files { files: new_files, column: new_column }) =
+            (&self.rows, &newer.rows)
+        else {
+            return false;
+        };
+        if self == newer || column != new_column || self.batch_rows != newer.batch_rows {
+            return false;
+        }
+        // (Both lists are sorted by path.)
+        files.iter().any(|f| match new_files.binary_search_by(|n| n.path.cmp(&f.path)) {
+            Ok(i) => new_files[i] != *f,
+            Err(_) => false,
+        })
     }
 }
 
@@ -83,17 +137,21 @@ fn push_layout(data: &ArrayData, out: &mut Vec<usize>) {
 
 /// One cached column: its device batches' columns, in order, with the host arrays they were
 /// uploaded from (held so that their addresses stay theirs; shared with the scan that keyed
-/// them, so that caching a column of thousands of host batches is not thousands of clones).
+/// them, so that caching a column of thousands of host batches is not thousands of clones), or
+/// none for a file column.
 #[derive(Debug)]
 struct Column {
     chunks: Vec<Arc<DeviceColumn>>,
-    host: Arc<[ArrayRef]>,
+    host: Option<Arc<[ArrayRef]>>,
 }
 
 impl Column {
-    /// Whether only the cache holds its host arrays: no table can scan those rows again.
+    /// Whether only the cache holds its host arrays: no table can scan those rows again. A file
+    /// column holds none: it goes when its files change or by age.
     fn orphaned(&self) -> bool {
-        Arc::strong_count(&self.host) == 1 && self.host.iter().all(|a| Arc::strong_count(a) == 1)
+        self.host
+            .as_ref()
+            .is_some_and(|host| Arc::strong_count(host) == 1 && host.iter().all(|a| Arc::strong_count(a) == 1))
     }
 
     /// Whether no running query reads its device columns: evicting it frees their memory.
@@ -103,7 +161,7 @@ impl Column {
 
     /// The identity of its first host array.
     fn first_array(&self) -> Option<usize> {
-        self.host.first().map(array_identity)
+        self.host.as_ref()?.first().map(array_identity)
     }
 }
 
@@ -278,12 +336,19 @@ impl TableCache {
     /// recently used entries while the cache would hold more than `limit` bytes. A column larger
     /// than `limit` alone is not kept; returns whether it was. Entries whose tables are gone, and
     /// those the new one supersedes (see the module's text), go first.
-    pub fn insert(&self, key: ColumnKey, chunks: Vec<Arc<DeviceColumn>>, host: Arc<[ArrayRef]>, limit: u64) -> bool {
+    pub fn insert(
+        &self,
+        key: ColumnKey,
+        chunks: Vec<Arc<DeviceColumn>>,
+        host: Option<Arc<[ArrayRef]>>,
+        limit: u64,
+    ) -> bool {
         let bytes: u64 = chunks.iter().map(|c| c.byte_size() as u64).sum();
-        let arrays: HashSet<usize> = host.iter().map(array_identity).collect();
+        let arrays: HashSet<usize> = host.iter().flat_map(|h| h.iter()).map(array_identity).collect();
         let mut lru = self.lock();
         let gone = lru.remove_where(|k, c| {
             c.orphaned()
+                || k.superseded_by(&key)
                 || (k != &key && k.batch_rows == key.batch_rows && c.first_array().is_some_and(|a| arrays.contains(&a)))
         });
         lru.stats.invalidated += gone.len() as u64;
@@ -384,16 +449,21 @@ mod tests {
         let (a, b) = (array(10), array(20));
         // Table 1 holds `a`; table 2 holds `b`, then `b` and a new `c` after an append.
         let key_a = ColumnKey::of(&[&a], 100);
-        assert!(cache.insert(key_a.clone(), Vec::new(), Arc::from(vec![Arc::clone(&a)]), 1 << 20));
+        assert!(cache.insert(key_a.clone(), Vec::new(), Some(Arc::from(vec![Arc::clone(&a)])), 1 << 20));
         let key_b = ColumnKey::of(&[&b], 100);
-        assert!(cache.insert(key_b.clone(), Vec::new(), Arc::from(vec![Arc::clone(&b)]), 1 << 20));
+        assert!(cache.insert(key_b.clone(), Vec::new(), Some(Arc::from(vec![Arc::clone(&b)])), 1 << 20));
         // The same rows cut for another batch size stay beside them.
         let key_b_other = ColumnKey::of(&[&b], 7);
-        assert!(cache.insert(key_b_other.clone(), Vec::new(), Arc::from(vec![Arc::clone(&b)]), 1 << 20));
+        assert!(cache.insert(key_b_other.clone(), Vec::new(), Some(Arc::from(vec![Arc::clone(&b)])), 1 << 20));
         assert_eq!(cache.stats().entries, 3);
         let c = array(5);
         let key_bc = ColumnKey::of(&[&b, &c], 100);
-        assert!(cache.insert(key_bc.clone(), Vec::new(), Arc::from(vec![Arc::clone(&b), Arc::clone(&c)]), 1 << 20));
+        assert!(cache.insert(
+            key_bc.clone(),
+            Vec::new(),
+            Some(Arc::from(vec![Arc::clone(&b), Arc::clone(&c)])),
+            1 << 20
+        ));
         assert!(cache.get(&key_b).is_none(), "the appended table's old entry stayed");
         assert!(cache.get(&key_b_other).is_some() && cache.get(&key_bc).is_some());
         assert_eq!(cache.stats().invalidated, 1);
@@ -404,6 +474,43 @@ mod tests {
         cache.forget(&[key_bc.clone()]);
         assert!(cache.get(&key_bc).is_none() && cache.get(&key_b_other).is_some());
         assert_eq!(cache.stats().invalidated, 3);
+    }
+
+    /// A file column's key follows its files' versions: a file written anew (another size, time
+    /// or version) gives another key, and inserting it drops the stale entry of the same column;
+    /// another column, another batch size or a file set that shares no changed file stays.
+    #[test]
+    fn file_columns_go_when_a_file_changes() {
+        use datafusion::arrow::datatypes::DataType;
+
+        use super::{FileVersion, TableCache};
+        let file = |path: &str, size: u64, modified: i64| FileVersion {
+            path: path.into(),
+            size,
+            modified,
+            e_tag: Some(format!("{size}-{modified}")),
+            version: None,
+        };
+        let files = |f: Vec<FileVersion>| -> Arc<[FileVersion]> { f.into() };
+        let before = files(vec![file("t/a.parquet", 100, 1), file("t/b.parquet", 200, 1)]);
+        let after = files(vec![file("t/a.parquet", 100, 1), file("t/b.parquet", 210, 2)]);
+        let other = files(vec![file("u/a.parquet", 100, 1)]);
+        let key = |f: &Arc<[FileVersion]>, c: &str, rows| ColumnKey::of_files(f, c, &DataType::Int64, rows);
+        assert_eq!(key(&before, "x", 10), key(&files(before.to_vec()), "x", 10));
+        assert_ne!(key(&before, "x", 10), key(&after, "x", 10));
+        assert_ne!(key(&before, "x", 10), key(&before, "y", 10));
+        assert_ne!(key(&before, "x", 10), ColumnKey::of_files(&before, "x", &DataType::Int32, 10));
+        let cache = TableCache::default();
+        for k in [key(&before, "x", 10), key(&before, "y", 10), key(&before, "x", 7), key(&other, "x", 10)] {
+            assert!(cache.insert(k, Vec::new(), None, 1 << 20));
+        }
+        assert_eq!(cache.purge(), 0, "file columns hold no host arrays to lose");
+        assert!(cache.insert(key(&after, "x", 10), Vec::new(), None, 1 << 20));
+        assert!(cache.get(&key(&before, "x", 10)).is_none(), "the changed file's column stayed");
+        for k in [key(&after, "x", 10), key(&before, "y", 10), key(&before, "x", 7), key(&other, "x", 10)] {
+            assert!(cache.get(&k).is_some(), "{k:?}");
+        }
+        assert_eq!(cache.stats().invalidated, 1);
     }
 
     /// The same arrays (or clones sharing their buffers) give the same key; other rows, another

@@ -1,9 +1,13 @@
-//! `GpuCachedScanExec`: the scan of an in-memory table through the device's table cache
-//! (`gpu.table_cache`). The rule puts it in place of DataFusion's scan of in-memory batches
-//! (`DataSourceExec` over a `MemorySourceConfig`). A GPU parent reads each partition's columns
+//! `GpuCachedScanExec`: the scan of an in-memory table or of Parquet files through the device's
+//! table cache (`gpu.table_cache`). The rule puts it in place of DataFusion's scan of in-memory
+//! batches (`DataSourceExec` over a `MemorySourceConfig`) or of Parquet files whose rows are all
+//! their files' rows ([`super::cached_files`]). A GPU parent reads each partition's columns
 //! from the cache ([`crate::columns::cache`]); the columns the cache lacks are uploaded once,
-//! kept there for later queries, and handed on. A CPU parent reads the host batches, as from
-//! DataFusion's scan: nothing is downloaded.
+//! kept there for later queries, and handed on. A CPU parent reads the host batches, or the
+//! files, as from DataFusion's scan: nothing is downloaded.
+//!
+//! A scan of files hands its GPU parent every file's rows in partition 0 (in device batches of
+//! up to `gpu.table_cache.batch_rows` rows); its other partitions read nothing.
 //!
 //! A GPU parent reads the table in device batches of up to `gpu.table_cache.batch_rows` rows,
 //! each made of consecutive partitions of the table ([`ScanLayouts`]): its partition `i` reads
@@ -40,6 +44,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use super::cached_files::ScanFiles;
 use super::resident::device_batch_groups;
 use super::{DeviceBatchStream, GpuExec, blocking, host_partition_stream};
 use crate::columns::cache::{ColumnKey, TableCache};
@@ -54,24 +59,21 @@ use crate::error::gpu_error;
 /// The name the exec reports (`ExecutionPlan::name`).
 pub const CACHED_SCAN_NAME: &str = "GpuCachedScanExec";
 
-/// A scan of in-memory batches through the table cache (see the module's text).
+/// A scan of in-memory batches or Parquet files through the table cache (see the module's text).
 #[derive(Debug)]
 pub struct GpuCachedScanExec {
     /// DataFusion's scan this one replaced (the rule's, with `gpu.table_cache`): a CPU parent
     /// reads it, and the rule's strip puts it back. `None` for a [`super::GpuCachedTable`]'s scan.
     source: Option<Arc<dyn ExecutionPlan>>,
-    /// Every column of the table's batches, per partition.
-    partitions: Arc<Vec<Vec<RecordBatch>>>,
-    /// The scanned columns: indices into the batches' columns, in output order.
+    /// The rows it reads.
+    rows: ScanRows,
+    /// The scanned columns: indices into the batches' (or the files' table's) columns, in output
+    /// order.
     columns: Vec<usize>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     /// Device ordinal the cache was looked at on.
     ordinal: usize,
-    /// How each partition is cut into device batches (of the rows a batch the cache is keyed
-    /// by), and its columns' cache keys: shared by every scan of a [`super::GpuCachedTable`], so
-    /// computed once for the table.
-    layouts: Arc<ScanLayouts>,
     /// The scan's statistics, by partition (`None`: all), as first computed (DataFusion's scan
     /// computes them from every batch each time, and the planners ask many times) or as the
     /// table gave them.
@@ -82,12 +84,40 @@ pub struct GpuCachedScanExec {
     metrics: ExecutionPlanMetricsSet,
 }
 
+/// The rows a cached scan reads.
+#[derive(Debug)]
+enum ScanRows {
+    Memory {
+        /// Every column of the table's batches, per partition.
+        partitions: Arc<Vec<Vec<RecordBatch>>>,
+        /// How each partition is cut into device batches (of the rows a batch the cache is
+        /// keyed by), and its columns' cache keys: shared by every scan of a
+        /// [`super::GpuCachedTable`], so computed once for the table.
+        layouts: Arc<ScanLayouts>,
+    },
+    Files(Arc<ScanFiles>),
+}
+
 impl GpuCachedScanExec {
     /// The cached scan of `plan` when it is DataFusion's scan of in-memory batches with no row
-    /// limit, whose columns all have a device layout; `None` otherwise.
+    /// limit, whose columns all have a device layout, or a scan of Parquet files that
+    /// [`ScanFiles::over`] takes; `None` otherwise.
     pub fn over(plan: &Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Option<GpuCachedScanExec> {
         let source = plan.downcast_ref::<DataSourceExec>()?;
-        let memory = source.data_source().downcast_ref::<MemorySourceConfig>()?;
+        let Some(memory) = source.data_source().downcast_ref::<MemorySourceConfig>() else {
+            let (files, columns) = ScanFiles::over(plan)?;
+            return Some(GpuCachedScanExec {
+                source: Some(Arc::clone(plan)),
+                rows: ScanRows::Files(Arc::new(files)),
+                columns,
+                schema: plan.schema(),
+                properties: Arc::clone(plan.properties()),
+                ordinal: cfg.home_device(),
+                statistics: Mutex::new(HashMap::new()),
+                one_partition: false,
+                metrics: ExecutionPlanMetricsSet::new(),
+            });
+        };
         if memory.fetch().is_some() {
             return None;
         }
@@ -100,15 +130,17 @@ impl GpuCachedScanExec {
             source: Some(Arc::clone(plan)),
             schema: plan.schema(),
             properties: Arc::clone(plan.properties()),
-            partitions: Arc::new(memory.partitions().to_vec()),
+            rows: ScanRows::Memory {
+                partitions: Arc::new(memory.partitions().to_vec()),
+                // Sorted partitions stay apart (see ScanLayouts).
+                layouts: Arc::new(ScanLayouts::with_merge(
+                    memory.partitions().len(),
+                    cfg.table_cache_batch_rows,
+                    plan.output_ordering().is_none(),
+                )),
+            },
             columns,
             ordinal: cfg.home_device(),
-            // Sorted partitions stay apart (see ScanLayouts).
-            layouts: Arc::new(ScanLayouts::with_merge(
-                memory.partitions().len(),
-                cfg.table_cache_batch_rows,
-                plan.output_ordering().is_none(),
-            )),
             statistics: Mutex::new(HashMap::new()),
             one_partition: false,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -129,12 +161,11 @@ impl GpuCachedScanExec {
         let properties = table_scan_properties(&schema, partitions.len().max(1));
         GpuCachedScanExec {
             source: None,
-            partitions,
+            rows: ScanRows::Memory { partitions, layouts },
             columns,
             schema,
             properties,
             ordinal: cfg.home_device(),
-            layouts,
             statistics: Mutex::new(statistics),
             one_partition: false,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -146,27 +177,35 @@ impl GpuCachedScanExec {
     /// `gpu.table_cache.batch_rows` rows or fewer, and have no sort order): `None` otherwise. Its
     /// GPU parents can then run as one partition too, one chain of work instead of one working
     /// partition beside many empty ones. A CPU reader gets every host partition's batches in
-    /// turn.
+    /// turn. A scan of files hands its GPU parent every row in one partition already: it is
+    /// read as one whenever it has several.
     pub fn in_one_partition(&self) -> Option<GpuCachedScanExec> {
-        if self.one_partition || self.partitions.len() <= 1 {
+        if self.one_partition || self.properties.output_partitioning().partition_count() <= 1 {
             return None;
         }
-        // (A scan with a sort order does not merge its partitions.)
-        if !self.layouts.merge || self.layouts.groups(&self.partitions).len() != 1 {
-            return None;
+        if let ScanRows::Memory { partitions, layouts } = &self.rows {
+            // (A scan with a sort order does not merge its partitions.)
+            if !layouts.merge || layouts.groups(partitions).len() != 1 {
+                return None;
+            }
         }
         let properties = table_scan_properties(&self.schema, 1);
         // The whole table's statistics are its one partition's.
         let whole = self.statistics.lock().unwrap_or_else(|e| e.into_inner()).get(&None).cloned();
         let statistics = whole.into_iter().flat_map(|s| [(None, Arc::clone(&s)), (Some(0), s)]).collect();
+        let rows = match &self.rows {
+            ScanRows::Memory { partitions, layouts } => {
+                ScanRows::Memory { partitions: Arc::clone(partitions), layouts: Arc::clone(layouts) }
+            }
+            ScanRows::Files(files) => ScanRows::Files(Arc::clone(files)),
+        };
         Some(GpuCachedScanExec {
             source: self.source.clone(),
-            partitions: Arc::clone(&self.partitions),
+            rows,
             columns: self.columns.clone(),
             schema: Arc::clone(&self.schema),
             properties,
             ordinal: self.ordinal,
-            layouts: Arc::clone(&self.layouts),
             statistics: Mutex::new(statistics),
             one_partition: true,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -531,7 +570,7 @@ fn load_partition(
             for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
                 found[i] = Some(chunks.clone());
             }
-            cache.insert(column.key.clone(), chunks, Arc::clone(&column.arrays), limit);
+            cache.insert(column.key.clone(), chunks, Some(Arc::clone(&column.arrays)), limit);
         }
         crate::timeline::mark("cached scan", || "columns cached".into());
     }
@@ -557,8 +596,9 @@ pub fn cache_limit(cfg: &GpuConfig, gpu: &Gpu) -> u64 {
     cfg.table_cache_limit.bytes().unwrap_or(gpu.memory().limit() / 2)
 }
 
-/// `plan` with every scan of in-memory batches that [`GpuCachedScanExec::over`] takes replaced by it.
-pub fn cache_memory_scans(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result<Arc<dyn ExecutionPlan>> {
+/// `plan` with every scan of in-memory batches or Parquet files that [`GpuCachedScanExec::over`] takes replaced
+/// by it.
+pub fn cache_table_scans(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         Ok(match GpuCachedScanExec::over(&node, cfg) {
             Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
@@ -574,25 +614,42 @@ impl DisplayAs for GpuCachedScanExec {
             DisplayFormatType::TreeRender => write!(f, "table_cache=GPU {}", self.ordinal),
             _ => {
                 let names: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
-                let bytes: usize = self
-                    .partitions
+                let (partitions, layouts) = match &self.rows {
+                    ScanRows::Memory { partitions, layouts } => (partitions, layouts),
+                    ScanRows::Files(files) => {
+                        let planned = self.source.as_ref().map_or(1, |s| s.output_partitioning().partition_count());
+                        let partitions = match self.one_partition {
+                            true => format!("{planned} read as one"),
+                            false => planned.to_string(),
+                        };
+                        return write!(
+                            f,
+                            "{CACHED_SCAN_NAME}: Parquet files through the table cache of GPU {}, files={}, partitions={partitions}, projection=[{}] (a GPU parent reads the cached columns of every file in one partition and loads the rest from the files once; a CPU parent reads the files)",
+                            self.ordinal,
+                            files.files().len(),
+                            names.join(", "),
+                        );
+                    }
+                };
+                let bytes: usize = partitions
                     .iter()
                     .flatten()
                     .map(|b| self.columns.iter().map(|&c| b.column(c).get_array_memory_size()).sum::<usize>())
                     .sum();
-                let groups = self.layouts.groups(&self.partitions).len();
-                let partitions = match self.one_partition {
-                    true => format!("{} read as one", self.partitions.len()),
-                    false => self.partitions.len().to_string(),
+                let groups = layouts.groups(partitions).len();
+                let partitions_shown = match self.one_partition {
+                    true => format!("{} read as one", partitions.len()),
+                    false => partitions.len().to_string(),
                 };
                 write!(
                     f,
-                    "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={partitions}, projection=[{}], {} on the host (a GPU parent reads the cached columns in {} of the partitions, device batches of up to {} rows, and uploads the rest once; a CPU parent reads the host batches)",
+                    "{CACHED_SCAN_NAME}: in-memory batches through the table cache of GPU {}, partitions={}, projection=[{}], {} on the host (a GPU parent reads the cached columns in {} of the partitions, device batches of up to {} rows, and uploads the rest once; a CPU parent reads the host batches)",
                     self.ordinal,
+                    partitions_shown,
                     names.join(", "),
                     human_bytes(bytes as u64),
                     groups,
-                    self.layouts.batch_rows(),
+                    layouts.batch_rows(),
                 )
             }
         }
@@ -631,17 +688,27 @@ impl ExecutionPlan for GpuCachedScanExec {
             if partition != 0 {
                 return internal_err!("{CACHED_SCAN_NAME} read as one partition has no partition {partition}");
             }
-            // Every host partition's batches in turn (no download).
-            let streams = (0..self.partitions.len())
-                .map(|p| host_partition_stream(&self.partitions, p, &self.schema, &self.columns, CACHED_SCAN_NAME))
-                .collect::<Result<Vec<_>>>()?;
+            // Every host partition's batches, or every partition of the files' scan, in turn
+            // (no download).
+            let streams = match (&self.rows, &self.source) {
+                (ScanRows::Memory { partitions, .. }, _) => (0..partitions.len())
+                    .map(|p| host_partition_stream(partitions, p, &self.schema, &self.columns, CACHED_SCAN_NAME))
+                    .collect::<Result<Vec<_>>>()?,
+                (ScanRows::Files(_), Some(source)) => (0..source.output_partitioning().partition_count())
+                    .map(|p| source.execute(p, Arc::clone(&context)))
+                    .collect::<Result<Vec<_>>>()?,
+                (ScanRows::Files(_), None) => return internal_err!("{CACHED_SCAN_NAME} of files has no file scan"),
+            };
             let all = futures::stream::iter(streams).flatten();
             return Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), all)));
         }
-        // The host batches, as DataFusion's scan hands them out: no download.
-        match &self.source {
-            Some(source) => source.execute(partition, context),
-            None => host_partition_stream(&self.partitions, partition, &self.schema, &self.columns, CACHED_SCAN_NAME),
+        // The host batches, or the files, as DataFusion's scan hands them out: no download.
+        match (&self.source, &self.rows) {
+            (Some(source), _) => source.execute(partition, context),
+            (None, ScanRows::Memory { partitions, .. }) => {
+                host_partition_stream(partitions, partition, &self.schema, &self.columns, CACHED_SCAN_NAME)
+            }
+            (None, ScanRows::Files(_)) => internal_err!("{CACHED_SCAN_NAME} of files has no file scan"),
         }
     }
 
@@ -677,31 +744,36 @@ impl GpuExec for GpuCachedScanExec {
     fn execute_device(&self, partition: usize, context: Arc<TaskContext>) -> Result<DeviceBatchStream> {
         let cfg = GpuConfig::from_options(context.session_config().options());
         let gpu = Gpu::for_session(&cfg, &context.session_id())?;
-        if gpu.info().ordinal != self.ordinal || !self.layouts.cuts_by(cfg.table_cache_batch_rows) {
+        let layouts = match &self.rows {
+            ScanRows::Memory { layouts, .. } => Some(layouts),
+            ScanRows::Files(_) => None,
+        };
+        if gpu.info().ordinal != self.ordinal || layouts.is_some_and(|l| !l.cuts_by(cfg.table_cache_batch_rows)) {
             return internal_err!(
                 "{CACHED_SCAN_NAME} planned for GPU {} and {} rows a batch runs on GPU {} with {}",
                 self.ordinal,
-                self.layouts.batch_rows(),
+                layouts.map_or(cfg.table_cache_batch_rows, |l| l.batch_rows()),
                 gpu.info().ordinal,
                 cfg.table_cache_batch_rows
             );
         }
-        if partition >= self.partitions.len() {
-            if partition == 0 && self.partitions.is_empty() {
-                return Ok(Box::pin(futures::stream::empty()));
-            }
-            return internal_err!("{CACHED_SCAN_NAME} has {} partitions, not {partition}", self.partitions.len());
+        let planned = self.properties.output_partitioning().partition_count();
+        if partition >= planned.max(1) {
+            return internal_err!("{CACHED_SCAN_NAME} has {planned} partitions, not {partition}");
         }
         let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
-        let (hits, misses, bytes) = (m("cached_columns"), m("uploaded_columns"), m("bytes_uploaded"));
-        // The device bytes of the columns handed out: what a reader of every column reads once.
-        let scanned = m("scanned_bytes");
-        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
-        let time = MetricBuilder::new(&self.metrics).subset_time("upload_time", partition);
+        let metrics = ScanMetrics {
+            hits: m("cached_columns"),
+            misses: m("uploaded_columns"),
+            bytes: m("bytes_uploaded"),
+            // The device bytes of the columns handed out: what a reader of every column reads once.
+            scanned: m("scanned_bytes"),
+            rows: MetricBuilder::new(&self.metrics).output_rows(partition),
+            time: MetricBuilder::new(&self.metrics).subset_time("upload_time", partition),
+        };
         let cache = TableCache::of_device(self.ordinal);
         let limit = cache_limit(&cfg, &gpu);
-        let (partitions, layouts, columns, schema) =
-            (Arc::clone(&self.partitions), Arc::clone(&self.layouts), self.columns.clone(), Arc::clone(&self.schema));
+        let (columns, schema) = (self.columns.clone(), Arc::clone(&self.schema));
         let who = match crate::timeline::enabled() {
             true => {
                 let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -709,18 +781,38 @@ impl GpuExec for GpuCachedScanExec {
             }
             false => String::new(),
         };
-        let load = blocking(move || {
-            crate::timeline::mark(&who, || "loading".into());
-            let Some(layout) = layouts.device_partition(partition, &partitions)? else { return Ok(Vec::new()) };
-            let loaded = load_partition(&gpu, &cache, limit, layout, &columns, &schema, &time)?;
-            crate::timeline::mark(&who, || format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses));
-            hits.add(loaded.hits);
-            misses.add(loaded.misses);
-            bytes.add(loaded.uploaded_bytes);
-            rows.add(loaded.batches.iter().map(DeviceBatch::num_rows).sum());
-            scanned.add(loaded.batches.iter().map(DeviceBatch::byte_size).sum());
-            Ok(loaded.batches)
-        });
+        let load: futures::future::BoxFuture<'static, Result<Vec<DeviceBatch>>> = match &self.rows {
+            ScanRows::Memory { partitions, layouts } => {
+                if partitions.is_empty() {
+                    return Ok(Box::pin(futures::stream::empty()));
+                }
+                let (partitions, layouts) = (Arc::clone(partitions), Arc::clone(layouts));
+                Box::pin(blocking(move || {
+                    crate::timeline::mark(&who, || "loading".into());
+                    let Some(layout) = layouts.device_partition(partition, &partitions)? else { return Ok(Vec::new()) };
+                    let loaded = load_partition(&gpu, &cache, limit, layout, &columns, &schema, &metrics.time)?;
+                    crate::timeline::mark(&who, || {
+                        format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses)
+                    });
+                    Ok(metrics.count(loaded))
+                }))
+            }
+            // Every file's rows are partition 0's.
+            ScanRows::Files(_) if partition > 0 => return Ok(Box::pin(futures::stream::empty())),
+            ScanRows::Files(files) => {
+                let files = Arc::clone(files);
+                let batch_rows = cfg.table_cache_batch_rows.max(1);
+                Box::pin(async move {
+                    crate::timeline::mark(&who, || "loading".into());
+                    let load = FileLoad { files: &files, gpu: &gpu, cache: &cache, limit, batch_rows };
+                    let loaded = load.columns(&columns, &schema, context, &metrics.time).await?;
+                    crate::timeline::mark(&who, || {
+                        format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses)
+                    });
+                    Ok(metrics.count(loaded))
+                })
+            }
+        };
         Ok(Box::pin(
             futures::stream::once(load)
                 .map(|loaded| match loaded {
@@ -729,6 +821,125 @@ impl GpuExec for GpuCachedScanExec {
                 })
                 .flatten(),
         ))
+    }
+}
+
+/// A scan partition's metrics.
+struct ScanMetrics {
+    hits: datafusion::physical_plan::metrics::Count,
+    misses: datafusion::physical_plan::metrics::Count,
+    bytes: datafusion::physical_plan::metrics::Count,
+    scanned: datafusion::physical_plan::metrics::Count,
+    rows: datafusion::physical_plan::metrics::Count,
+    time: Time,
+}
+
+impl ScanMetrics {
+    /// Counts what a partition's scan did; returns its batches.
+    fn count(&self, loaded: Loaded) -> Vec<DeviceBatch> {
+        self.hits.add(loaded.hits);
+        self.misses.add(loaded.misses);
+        self.bytes.add(loaded.uploaded_bytes);
+        self.rows.add(loaded.batches.iter().map(DeviceBatch::num_rows).sum());
+        self.scanned.add(loaded.batches.iter().map(DeviceBatch::byte_size).sum());
+        loaded.batches
+    }
+}
+
+/// The load of a files scan's columns through the cache of `gpu`.
+struct FileLoad<'a> {
+    files: &'a ScanFiles,
+    gpu: &'a Arc<Gpu>,
+    cache: &'a Arc<TableCache>,
+    limit: u64,
+    batch_rows: usize,
+}
+
+impl FileLoad<'_> {
+    /// The device batches of table columns `columns` (as `schema`): each column from the cache,
+    /// or loaded from the files (all the missing ones together) and offered to it. Columns found
+    /// cut otherwise than the others (the same files read in other pieces) are loaded again with
+    /// the rest.
+    async fn columns(
+        &self,
+        columns: &[usize],
+        schema: &SchemaRef,
+        context: Arc<TaskContext>,
+        upload_time: &Time,
+    ) -> Result<Loaded> {
+        self.cache.watch(self.gpu.device_memory());
+        let table = Arc::clone(self.files.table_schema());
+        let keys: Vec<ColumnKey> = columns
+            .iter()
+            .map(|&c| {
+                let field = table.field(c);
+                ColumnKey::of_files(self.files.files(), field.name(), field.data_type(), self.batch_rows)
+            })
+            .collect();
+        let rows_of = |chunks: &Vec<Arc<DeviceColumn>>| chunks.iter().map(|c| c.len).collect::<Vec<usize>>();
+        let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> = keys.iter().map(|k| self.cache.get(k)).collect();
+        let cut = found.iter().flatten().next().map(rows_of);
+        if found.iter().flatten().any(|f| Some(rows_of(f)) != cut) {
+            found.iter_mut().for_each(|f| *f = None);
+        }
+        let hits = found.iter().filter(|f| f.is_some()).count();
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, f) in found.iter().enumerate() {
+            if f.is_none() && !missing.contains(&columns[i]) {
+                missing.push(columns[i]);
+            }
+        }
+        let mut uploaded_bytes = 0;
+        let mut misses = missing.len();
+        if !missing.is_empty() {
+            let timer = upload_time.timer();
+            let mut loaded = self.load(&missing, &table, Arc::clone(&context)).await?;
+            let loaded_cut: Vec<usize> = loaded.iter().map(DeviceBatch::num_rows).collect();
+            if cut.as_ref().is_some_and(|c| *c != loaded_cut) {
+                // The cached columns were cut otherwise: every column from the files.
+                found.iter_mut().for_each(|f| *f = None);
+                missing = Vec::new();
+                for &c in columns {
+                    if !missing.contains(&c) {
+                        missing.push(c);
+                    }
+                }
+                misses = missing.len();
+                loaded = self.load(&missing, &table, context).await?;
+            }
+            timer.done();
+            uploaded_bytes = loaded.iter().map(DeviceBatch::byte_size).sum();
+            for (j, &c) in missing.iter().enumerate() {
+                let chunks: Vec<Arc<DeviceColumn>> = loaded.iter().map(|b| Arc::clone(&b.columns()[j])).collect();
+                for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
+                    found[i] = Some(chunks.clone());
+                }
+                if let Some(key) = columns.iter().position(|col| *col == c).map(|i| keys[i].clone()) {
+                    self.cache.insert(key, chunks, None, self.limit);
+                }
+            }
+        }
+        let found: Vec<Vec<Arc<DeviceColumn>>> = found
+            .into_iter()
+            .map(|f| f.ok_or_else(|| gpu_error("a cached scan of files lost a column it loaded")))
+            .collect::<Result<_>>()?;
+        let chunks = found.first().map_or(0, Vec::len);
+        let batches = (0..chunks)
+            .map(|i| {
+                let cols: Vec<Arc<DeviceColumn>> = found.iter().map(|c| Arc::clone(&c[i])).collect();
+                let rows = cols.first().map_or(0, |c| c.len);
+                // Every column's work is complete: its consumers may work on a stream of their own.
+                DeviceBatch::try_new(Arc::clone(schema), cols, rows, Arc::clone(self.gpu), self.gpu.stream())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Loaded { batches, hits, misses, uploaded_bytes })
+    }
+
+    /// Table columns `columns` of every file, loaded (see [`ScanFiles::load`]).
+    async fn load(&self, columns: &[usize], table: &SchemaRef, context: Arc<TaskContext>) -> Result<Vec<DeviceBatch>> {
+        let schema = Arc::new(table.project(columns)?);
+        crate::timeline::mark("cached scan", || format!("loading {} columns from the files", columns.len()));
+        self.files.load(columns, schema, self.gpu, context, self.batch_rows).await
     }
 }
 

@@ -461,3 +461,90 @@ fn cached_columns_make_room_for_a_query_that_needs_the_memory() {
     });
     cache.clear();
 }
+
+/// Parquet tables read through the table cache give DataFusion's answers over the same files:
+/// cold (every column loaded from the files), warm (nothing loaded), in a session that cuts the
+/// files into other ranges, after a file of one table is written anew (a new session lists it
+/// anew: the cache loads it again and drops the stale columns), and with the cache off.
+#[test]
+fn parquet_tables_through_the_table_cache_give_datafusions_answers() {
+    const NAME: &str = "parquet_tables_through_the_table_cache_give_datafusions_answers";
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let seed = fresh_seed(NAME);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dirs =
+        [crate::testing::ParquetDir::new("cached-parquet-a"), crate::testing::ParquetDir::new("cached-parquet-b")];
+    let write = |dir: &crate::testing::ParquetDir, parts: &[Vec<datafusion::arrow::record_batch::RecordBatch>]| {
+        for (i, p) in parts.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
+            dir.write(&format!("part-{i}.parquet"), p, 1500);
+        }
+    };
+    write(&dirs[0], &partitions(&mut rng, 40_000, 4, 500));
+    write(&dirs[1], &partitions(&mut rng, 60_000, 5, 700));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cache = TableCache::of_device(gpu.info().ordinal);
+    cache.clear();
+    let register = |ctx: &SessionContext| {
+        rt.block_on(async {
+            // Files cut into byte ranges, as DataFusion cuts large ones.
+            ctx.sql("SET datafusion.optimizer.repartition_file_min_size = 1").await.unwrap();
+            for (name, dir) in ["a", "b"].iter().zip(&dirs) {
+                let sql = format!("CREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{}'", dir.location());
+                ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+            }
+        })
+    };
+    let session = |partitions: usize, table_cache: bool, batch_rows: usize| {
+        let cfg = GpuConfig {
+            min_rows: 0,
+            placement: PlacementSetting::Always,
+            table_cache,
+            table_cache_batch_rows: batch_rows,
+            ..GpuConfig::default()
+        };
+        let config = SessionConfig::new().with_target_partitions(partitions);
+        let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+        let cpu = SessionContext::new_with_config(config);
+        register(&ctx);
+        register(&cpu);
+        (ctx, cpu)
+    };
+    let check = |ctx: &SessionContext, cpu: &SessionContext, what: &str, warm: bool| {
+        rt.block_on(async {
+            for sql in QUERIES {
+                let (got, plan) = rows(ctx, sql).await;
+                assert_eq!(got, rows(cpu, sql).await.0, "{what}, seed {seed}: {sql}");
+                let shown = displayable(plan.as_ref()).indent(true).to_string();
+                let uploads = metric_total(&plan, Some(CACHED_SCAN_NAME), "uploaded_columns");
+                let cached = metric_total(&plan, Some(CACHED_SCAN_NAME), "cached_columns");
+                if warm && shown.contains("Parquet files through the table cache") {
+                    assert_eq!(uploads, 0, "{what}: a warm run loaded columns again: {sql}\n{shown}");
+                }
+                if !warm && uploads + cached > 0 {
+                    assert!(shown.contains("Parquet files through the table cache"), "{sql}\n{shown}");
+                }
+            }
+        })
+    };
+    let (ctx, cpu) = session(4, true, 1 << 26);
+    check(&ctx, &cpu, "cold", false);
+    assert!(cache.stats().entries > 0, "no column was cached: {:?}", cache.stats());
+    check(&ctx, &cpu, "warm", true);
+    // Another cut into ranges and device batches of 5,000 rows: the cached columns of another
+    // cut are not mixed with newly loaded ones.
+    let (other, other_cpu) = session(7, true, 5000);
+    check(&other, &other_cpu, "other ranges", false);
+    check(&other, &other_cpu, "other ranges, warm", true);
+    // A file of `a` written anew: its columns are loaded again.
+    let invalidated = cache.stats().invalidated;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    dirs[0].write("part-0.parquet", &partitions(&mut rng, 9_000, 2, 300)[0], 1000);
+    // (New sessions: DataFusion's list of a table's files is cached by its session.)
+    let (ctx, cpu) = session(4, true, 1 << 26);
+    check(&ctx, &cpu, "after a file changed", false);
+    assert!(cache.stats().invalidated > invalidated, "the stale columns stayed: {:?}", cache.stats());
+    let (off, off_cpu) = session(4, false, 1 << 26);
+    check(&off, &off_cpu, "table cache off", false);
+    cache.clear();
+}

@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod cache_functions;
+pub mod cached_files;
 pub mod cached_scan;
 #[cfg(test)]
 mod cached_scan_tests;

@@ -27,7 +27,7 @@ pub use eligibility::FallbackReason;
 use crate::config::GpuConfig;
 use crate::cost::{Estimate, PlacementSetting, Profile, Verdict, fmt_seconds, profile};
 use crate::device::{Gpu, probe};
-use crate::exec::cached_scan::{CACHED_SCAN_NAME, cache_memory_scans};
+use crate::exec::cached_scan::{CACHED_SCAN_NAME, cache_table_scans};
 use crate::exec::cached_table::CachedTableWriteExec;
 use crate::exec::join::{gathered_input, removable_repartition};
 use crate::exec::query::GpuQueryExec;
@@ -249,10 +249,10 @@ impl GpuOptimizerRule {
         let pricing = gpu.as_deref().zip(upload_profile);
         let placer =
             Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref(), pricing };
-        // With the table cache, GPU operators read in-memory tables' columns on the device, and
-        // are placed (and priced) as over a resident table's scan.
+        // With the table cache, GPU operators read in-memory and Parquet tables' columns on the device,
+        // and are placed (and priced) as over a resident table's scan.
         let plan = match cfg.table_cache && placer.device.is_none() {
-            true => cache_memory_scans(plan, &cfg)?,
+            true => cache_table_scans(plan, &cfg)?,
             false => plan,
         };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;

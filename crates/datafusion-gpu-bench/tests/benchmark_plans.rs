@@ -26,11 +26,28 @@ async fn benchmark_plans(sf: f64) -> Vec<(Suite, &'static str, Arc<dyn Execution
 
 /// [`benchmark_plans`] planned under `config`.
 async fn benchmark_plans_in(sf: f64, config: SessionConfig) -> Vec<(Suite, &'static str, Arc<dyn ExecutionPlan>)> {
+    plans_over(sf, config, None).await
+}
+
+/// The plans of every TPC-H and SSB query at scale `sf` under `config`, over in-memory tables, or
+/// over Parquet files written under `parquet` (as a user registers them).
+async fn plans_over(
+    sf: f64,
+    config: SessionConfig,
+    parquet: Option<&std::path::Path>,
+) -> Vec<(Suite, &'static str, Arc<dyn ExecutionPlan>)> {
     let mut plans = Vec::new();
     for suite in [Suite::Tpch, Suite::Ssb] {
         let tables = data::generate(suite, sf, 1, 2, &data::Progresses::new(false)).expect("generated data");
         let ctx = SessionContext::new_with_config(config.clone());
-        data::register(&ctx, &tables).expect("registered tables");
+        match parquet {
+            Some(root) => {
+                let dir = data::data_dir(root, suite, sf);
+                data::write_parquet(&dir, &tables).expect("written Parquet files");
+                data::register_parquet(&ctx, &dir, suite).await.expect("registered Parquet tables");
+            }
+            None => data::register(&ctx, &tables).expect("registered tables"),
+        }
         for q in queries::select(suite, &[], sf).expect("the suite's queries") {
             for sql in q.sql.split(';').filter(|s| !s.trim().is_empty()) {
                 let Ok(df) = ctx.sql(sql).await else { continue };
@@ -217,20 +234,52 @@ async fn shared_statistics_give_the_same_estimates() {
 /// directly below a GPU join.
 #[tokio::test]
 async fn cached_regions_in_one_partition_keep_the_plans_sane() {
+    one_partition_regions_stay_sane(benchmark_plans(0.01).await, "in-memory tables");
+}
+
+/// As [`cached_regions_in_one_partition_keep_the_plans_sane`], over the suites' Parquet files: every
+/// scan of them goes through the table cache, and the regions over them run as one partition.
+#[tokio::test]
+async fn cached_parquet_regions_in_one_partition_keep_the_plans_sane() {
+    let root = std::env::temp_dir().join(format!("dfg-plans-parquet-{}", std::process::id()));
+    // (Each file cut into two ranges, as DataFusion cuts large ones.)
+    let mut config = SessionConfig::new().with_target_partitions(2);
+    config.options_mut().optimizer.repartition_file_min_size = 1;
+    let plans = plans_over(0.01, config, Some(&root)).await;
+    let cached = plans
+        .iter()
+        .filter(|(_, _, plan)| {
+            let shown = displayable(
+                datafusion_gpu::exec::cached_scan::cache_table_scans(Arc::clone(plan), &GpuConfig::default())
+                    .unwrap()
+                    .as_ref(),
+            )
+            .indent(true)
+            .to_string();
+            shown.contains("Parquet files through the table cache") && !shown.contains("DataSourceExec")
+        })
+        .count();
+    let total = plans.len();
+    one_partition_regions_stay_sane(plans, "Parquet files");
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(cached >= 30, "{cached} of {total} plans read every scan through the table cache");
+}
+
+fn one_partition_regions_stay_sane(plans: Vec<(Suite, &'static str, Arc<dyn ExecutionPlan>)>, tables: &str) {
     use datafusion::config::ConfigOptions;
     use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
     use datafusion::physical_plan::ExecutionPlanProperties;
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
     use datafusion::physical_plan::filter::FilterExec;
     use datafusion::physical_plan::joins::PartitionMode;
-    use datafusion_gpu::exec::cached_scan::cache_memory_scans;
+    use datafusion_gpu::exec::cached_scan::cache_table_scans;
     use datafusion_gpu::rule::one_partition::run_cached_regions_in_one_partition;
     let cfg = GpuConfig::default();
     let options = ConfigOptions::default();
     let count = |p: &Arc<dyn ExecutionPlan>| p.output_partitioning().partition_count();
     let (mut checked, mut collapsed) = (0, 0);
-    for (suite, name, plan) in benchmark_plans(0.01).await {
-        let on_gpu = cache_memory_scans(Arc::clone(&plan), &cfg)
+    for (suite, name, plan) in plans {
+        let on_gpu = cache_table_scans(Arc::clone(&plan), &cfg)
             .unwrap()
             .transform_up(|node| {
                 let gpu: Option<Arc<dyn ExecutionPlan>> = if node.downcast_ref::<HashJoinExec>().is_some() {
@@ -249,7 +298,7 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
         let on_gpu = fuse_join_inputs(on_gpu, &cfg, None).unwrap();
         let one = run_cached_regions_in_one_partition(Arc::clone(&on_gpu)).unwrap();
         let shown = displayable(one.as_ref()).indent(true).to_string();
-        let what = format!("{} {name}:\n{shown}", suite.name());
+        let what = format!("{} {name} over {tables}:\n{shown}", suite.name());
         one.apply(|node| {
             check_plan_sanity(node, &options.optimizer).unwrap_or_else(|e| panic!("{e}: {what}"));
             let children = node.children();
@@ -282,8 +331,11 @@ async fn cached_regions_in_one_partition_keep_the_plans_sane() {
         checked += 1;
         collapsed += usize::from(shown.contains("read as one"));
     }
-    println!("{checked} plans checked, {collapsed} with regions in one partition");
-    assert!(checked >= 30 && collapsed >= 25, "{checked} plans checked, {collapsed} with regions in one partition");
+    println!("{tables}: {checked} plans checked, {collapsed} with regions in one partition");
+    assert!(
+        checked >= 30 && collapsed >= 25,
+        "{tables}: {checked} plans checked, {collapsed} with regions in one partition"
+    );
 }
 
 /// TPC-H and SSB plans whose hash joins and aggregates are GPU ones (the aggregates with the
