@@ -577,10 +577,10 @@ gpu_options! {
         /// FinalPartitioned aggregates when both then run on the GPU with the exchange on the device, so the GPU output
         /// does not cross PCIe twice; false keeps the repartition.
         pub aggregate_split_device_input: bool, key = "aggregate.split_device_input", default = true
-        /// Keep the columns of in-memory tables (MemTable, the CLI's and the benchmarks' tables) in device memory once
-        /// a GPU operator reads them, for later queries of any session: only the columns read, uploaded again when the
-        /// batches change. SELECT * FROM gpu_table_cache() shows the cache.
-        pub table_cache: bool, key = "table_cache", default = false
+        /// Keep the columns of in-memory tables and of Parquet tables in device memory once a GPU operator reads them,
+        /// for later queries of any session: only the columns read, loaded again when the batches or a file change.
+        /// SELECT * FROM gpu_table_cache() shows the cache; false reads the tables each query.
+        pub table_cache: bool, key = "table_cache", default = true
         /// Most device memory the table cache holds (e.g. '20G'), within gpu.memory.limit: past it the least recently used columns are evicted ('auto': half of gpu.memory.limit). Cached columns count against the memory limit of the session that uploaded them while they stay cached.
         pub table_cache_limit: ByteSize, key = "table_cache.limit", default = ByteSize::Auto
         /// Rows of a cached table's device batch: GPU operators read its consecutive partitions merged into batches of
