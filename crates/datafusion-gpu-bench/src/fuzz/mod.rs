@@ -241,6 +241,9 @@ enum Storage {
     Memory,
     /// In-memory tables through the device's table cache (`gpu.table_cache = true`).
     TableCache,
+    /// The tables written as Parquet files (one a partition), read by both sessions as external
+    /// tables, the rule's through the table cache.
+    Parquet,
     /// Each table replaced by `gpu_cache('t')`.
     GpuCache,
 }
@@ -260,14 +263,14 @@ struct Shape {
 impl Shape {
     fn draw(rng: &mut StdRng) -> Shape {
         let storage = match rng.random_range(0..10) {
-            0..=3 => Storage::Memory,
-            4..=6 => Storage::TableCache,
+            0..=2 => Storage::Memory,
+            3..=4 => Storage::TableCache,
+            5..=6 => Storage::Parquet,
             _ => Storage::GpuCache,
         };
-        let mut settings = Vec::new();
-        if storage == Storage::TableCache {
-            settings.push("SET gpu.table_cache = true".to_string());
-        }
+        // (The table cache is on by default: the Memory arm turns it off.)
+        let cached = matches!(storage, Storage::TableCache | Storage::Parquet);
+        let mut settings = vec![format!("SET gpu.table_cache = {cached}")];
         if storage != Storage::Memory {
             let rows = [100usize, 1000, 1 << 26][rng.random_range(0..3)];
             settings.push(format!("SET gpu.table_cache.batch_rows = {rows}"));
@@ -311,6 +314,52 @@ async fn register_gpu(ctx: &SessionContext, t: &tables::Table, shape: &Shape) ->
         set(ctx, &gpu_cache_sql(&t.name)).await?;
     }
     Ok(())
+}
+
+/// The Parquet files of a table set (`Storage::Parquet`), removed when dropped.
+struct ParquetFiles {
+    dir: std::path::PathBuf,
+}
+
+impl Drop for ParquetFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl ParquetFiles {
+    /// Writes each of `tables` as `partitions` Parquet files (its batches dealt round), under a
+    /// fresh directory named for `seed` and the set's first query `index`.
+    fn write(tables: &[tables::Table], partitions: usize, seed: u64, index: usize) -> Result<ParquetFiles> {
+        use datafusion::parquet::arrow::ArrowWriter;
+        let dir = std::env::temp_dir().join(format!("dfg-fuzz-{}-{seed}-{index}", std::process::id()));
+        let files = ParquetFiles { dir };
+        let io = |e: std::io::Error| DataFusionError::Execution(format!("writing the fuzzer's Parquet files: {e}"));
+        for t in tables {
+            let table_dir = files.dir.join(&t.name);
+            std::fs::create_dir_all(&table_dir).map_err(io)?;
+            let n = partitions.max(1);
+            for p in 0..n {
+                let file = std::fs::File::create(table_dir.join(format!("part-{p}.parquet"))).map_err(io)?;
+                let mut w = ArrowWriter::try_new(file, Arc::clone(&t.schema), None)?;
+                for b in t.batches.iter().skip(p).step_by(n) {
+                    w.write(b)?;
+                }
+                w.close()?;
+            }
+        }
+        Ok(files)
+    }
+
+    /// Where table `name`'s files lie, as a table location.
+    fn location(&self, name: &str) -> String {
+        format!("{}/", self.dir.join(name).display())
+    }
+}
+
+/// Registers `name` in `ctx` as an external table over `location`'s Parquet files.
+async fn register_parquet(ctx: &SessionContext, name: &str, location: &str) -> Result<()> {
+    set(ctx, &format!("CREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{location}'")).await
 }
 
 fn gpu_cache_sql(table: &str) -> String {
@@ -476,6 +525,16 @@ impl Script<'_> {
         if self.shape.storage == Storage::GpuCache {
             let _ = write!(sql, "\n{};", gpu_cache_sql(&t.name));
         }
+        if self.shape.storage == Storage::Parquet {
+            // The same rows through Parquet files, as the run read them.
+            let dir = std::env::temp_dir().join(format!("dfg-fuzz-repro-{}-{}", self.opts.seed, t.name));
+            let location = format!("{}/", dir.display());
+            let _ = write!(
+                sql,
+                "\nCOPY {name} TO '{location}' STORED AS PARQUET;\nDROP TABLE {name};\nCREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{location}';",
+                name = t.name
+            );
+        }
         Ok(sql)
     }
 }
@@ -621,17 +680,37 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
         for s in gpu_settings(&shape, &limits[index % limits.len()], &opts.gpu_set) {
             set(&gpu, &s).await?;
         }
+        // Parquet files both sessions read; in-memory tables where a type cannot be written.
+        let mut parquet = None;
+        if shape.storage == Storage::Parquet {
+            match ParquetFiles::write(&tables, shape.partitions, opts.seed, index) {
+                Ok(files) => parquet = Some(files),
+                Err(e) => {
+                    log::debug!("fuzz set at query {index} stays in memory: {e}");
+                    shape.storage = Storage::TableCache;
+                }
+            }
+        }
         for t in &tables {
-            register(&cpu, t, shape.partitions)?;
-            register_gpu(&gpu, t, &shape).await?;
+            match &parquet {
+                Some(files) => {
+                    register_parquet(&cpu, &t.name, &files.location(&t.name)).await?;
+                    register_parquet(&gpu, &t.name, &files.location(&t.name)).await?;
+                }
+                None => {
+                    register(&cpu, t, shape.partitions)?;
+                    register_gpu(&gpu, t, &shape).await?;
+                }
+            }
         }
         let mut history: Vec<String> = Vec::new();
         for _ in 0..opts.queries_per_tables.max(1) {
             if index >= queries {
                 break;
             }
-            // Now and then a write, or a table dropped and made again, on both sides first.
-            if rng.random_bool(0.15) {
+            // Now and then a write, or a table dropped and made again, on both sides first (not
+            // over Parquet files both sessions read).
+            if rng.random_bool(0.15) && parquet.is_none() {
                 let t = &tables[rng.random_range(0..tables.len().min(3))];
                 let memory_limit = &limits[index % limits.len()];
                 for s in gpu_settings(&shape, memory_limit, &opts.gpu_set) {
@@ -657,6 +736,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
                     report.saw(match shape.storage {
                         Storage::Memory => "write to an in-memory table",
                         Storage::TableCache => "write to a table cache table",
+                        Storage::Parquet => "write to a Parquet table",
                         Storage::GpuCache => "write to a gpu_cache table",
                     });
                     let (expected, allowed) = timed_answer(&cpu, &sql, timeout).await;
@@ -700,6 +780,7 @@ pub async fn run(opts: &FuzzOptions) -> Result<FuzzReport> {
             report.saw(match shape.storage {
                 Storage::Memory => "in-memory tables",
                 Storage::TableCache => "table cache",
+                Storage::Parquet => "Parquet tables through the table cache",
                 Storage::GpuCache => "gpu_cache tables",
             });
             if shape.settings.iter().any(|s| s.contains("gpu.devices =")) {
