@@ -1,26 +1,30 @@
 """DuckDB beside the runner, on the same machine: loads the runner's Parquet (DIR/<suite>-sf<SF>/*.parquet)
 into DuckDB's own in-memory tables, runs the runner's query texts with 16 threads, one warm-up run then
 N timed runs a query, and prints the median of each with its row count; writes JSON.
-   usage: python3 scripts/duckdb-peer.py SUITE SF DATA_DIR QUERY_DIR RUNS OUT.json
+   usage: python3 scripts/duckdb-peer.py SUITE SF DATA_DIR QUERY_DIR RUNS OUT.json [views]
+   (with `views`, each table is a view over read_parquet of its file: DuckDB reading the files)
    (the DuckDB column of the records in benches/results)"""
 import glob, json, os, statistics, sys, time
 import duckdb
 
 suite, sf, data, qdir, runs, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
+views = len(sys.argv) > 7 and sys.argv[7] == "views"
 con = duckdb.connect(":memory:")
 con.execute("SET threads = 16")
 t = time.time()
 folder = os.path.join(data, f"{suite}-sf{sf}")
 for f in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
     name = os.path.basename(f)[:-len(".parquet")]
-    con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{f}')")
+    kind = "VIEW" if views else "TABLE"
+    con.execute(f"CREATE {kind} {name} AS SELECT * FROM read_parquet('{f}')")
 load = time.time() - t
 print(f"DuckDB {duckdb.__version__}: {suite} SF {sf} loaded from {folder} in {load:.1f} s", flush=True)
 
 def key(p):
     return [int(x) for x in os.path.basename(p)[1:-4].split(".")]
 
-report = {"duckdb": duckdb.__version__, "suite": suite, "sf": sf, "load_seconds": load, "runs": runs, "queries": []}
+report = {"duckdb": duckdb.__version__, "suite": suite, "sf": sf, "load_seconds": load, "runs": runs,
+          "tables": "read_parquet views" if views else "in-memory tables", "queries": []}
 for path in sorted(glob.glob(os.path.join(qdir, "q*.sql")), key=key):
     q = os.path.basename(path)[:-4]
     sql = open(path).read()
