@@ -190,6 +190,8 @@ fn gpu_ctx_with(
         fuse_filters: true,
         // The GPU's own answer or error: no rerun on the CPU to hide it.
         cpu_fallback: false,
+        // The aggregates over DataFusion's scans (the table cache has tests of its own).
+        table_cache: false,
         ..Default::default()
     };
     gpu_session_context(SessionConfig::new().with_target_partitions(partitions).with_option_extension(cfg))

@@ -212,6 +212,28 @@ impl GpuCachedScanExec {
         })
     }
 
+    /// The device bytes its columns likely take: their host arrays' for in-memory batches, the
+    /// rows the files' statistics give times the columns' widths for files (unknown rows: none).
+    pub fn likely_device_bytes(&self) -> u64 {
+        match &self.rows {
+            ScanRows::Memory { partitions, .. } => partitions
+                .iter()
+                .flatten()
+                .map(|b| self.columns.iter().map(|&c| b.column(c).get_array_memory_size() as u64).sum::<u64>())
+                .sum(),
+            ScanRows::Files(_) => {
+                let rows = self
+                    .source
+                    .as_ref()
+                    .and_then(|s| s.statistics_from_inputs(&[], &StatisticsArgs::new().with_partition(None)).ok())
+                    .and_then(|s| s.num_rows.get_value().copied())
+                    .unwrap_or(0) as u64;
+                let width: u64 = self.schema.fields().iter().map(|f| likely_row_bytes(f.data_type())).sum();
+                rows.saturating_mul(width)
+            }
+        }
+    }
+
     /// Whether this scan hands out the whole table as one partition.
     pub fn is_one_partition(&self) -> bool {
         self.one_partition
@@ -597,15 +619,27 @@ pub fn cache_limit(cfg: &GpuConfig, gpu: &Gpu) -> u64 {
 }
 
 /// `plan` with every scan of in-memory batches or Parquet files that [`GpuCachedScanExec::over`] takes replaced
-/// by it.
-pub fn cache_table_scans(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig) -> Result<Arc<dyn ExecutionPlan>> {
+/// by it, but those whose columns would take more than `limit` bytes of device memory (the cache's limit, see
+/// [`cache_limit`]): the cache could not keep them, and DataFusion's scan, uploaded in chunks by the GPU operator
+/// above, streams them within the memory limit.
+pub fn cache_table_scans(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig, limit: u64) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
-        Ok(match GpuCachedScanExec::over(&node, cfg) {
+        Ok(match GpuCachedScanExec::over(&node, cfg).filter(|s| s.likely_device_bytes() <= limit) {
             Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
             None => Transformed::no(node),
         })
     })
     .map(|t| t.data)
+}
+
+/// The device bytes a column of `data_type` likely takes a row: its width, or for strings and
+/// binaries their offsets and a guess of their bytes.
+fn likely_row_bytes(data_type: &datafusion::arrow::datatypes::DataType) -> u64 {
+    use datafusion::arrow::datatypes::DataType;
+    match data_type {
+        DataType::Dictionary(k, _) => k.primitive_width().unwrap_or(4) as u64,
+        other => other.primitive_width().map_or(24, |w| w as u64),
+    }
 }
 
 impl DisplayAs for GpuCachedScanExec {

@@ -58,6 +58,8 @@ fn gpu_ctx(seed: u64) -> SessionContext {
         join_algorithm: JoinAlgorithmSetting::Fixed(JoinAlgorithm::Npj),
         batch_rows: 256,
         join_window_rows: 256,
+        // The probes of uploaded chunks (the table cache has tests of its own).
+        table_cache: false,
         ..GpuConfig::default()
     };
     let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));

@@ -352,6 +352,8 @@ fn gpu_ctx_on(
         join_window_rows: batch_rows,
         // The GPU's own answer or error: no rerun on the CPU to hide it.
         cpu_fallback: false,
+        // The operators over DataFusion's scans (the table cache has tests of its own).
+        table_cache: false,
         ..Default::default()
     };
     gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg))
@@ -729,6 +731,8 @@ async fn check_out_of_core(
                 join_repartition: true,
                 cpu_fallback: false,
                 devices: devices.clone(),
+                // The joins over DataFusion's scans (the table cache has tests of its own).
+                table_cache: false,
                 ..Default::default()
             };
             let ctx = gpu_session_context(SessionConfig::new().with_target_partitions(3).with_option_extension(cfg));
@@ -1001,7 +1005,9 @@ fn partitioned_sessions(tables: &[(&str, Arc<datafusion::datasource::MemTable>)]
         o.optimizer.hash_join_single_partition_threshold_rows = 0;
         c
     };
-    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    // (Over DataFusion's scans: the table cache has tests of its own.)
+    let gpu_cfg =
+        GpuConfig { min_rows: 0, placement: PlacementSetting::Always, table_cache: false, ..GpuConfig::default() };
     cpu_and_gpu_sessions(config, gpu_cfg, tables)
 }
 
@@ -1149,7 +1155,9 @@ async fn gpu_aggregates_read_gpu_join_output_on_the_device() {
         ("c", sql_table(&mut rng, 2_000, 4_000, "c")),
     ];
     let config = || SessionConfig::new().with_target_partitions(4);
-    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    // (Over DataFusion's scans: the table cache has tests of its own.)
+    let gpu_cfg =
+        GpuConfig { min_rows: 0, placement: PlacementSetting::Always, table_cache: false, ..GpuConfig::default() };
     let (cpu, gpu) = cpu_and_gpu_sessions(config, gpu_cfg, &tables);
     let queries = [
         "SELECT a.s, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k GROUP BY a.s ORDER BY 1",
@@ -1206,7 +1214,9 @@ async fn gpu_join_inputs_filtered_and_projected_on_the_device() {
         ("c", sql_table(&mut rng, 3_000, 4_000, "c")),
     ];
     let config = || SessionConfig::new().with_target_partitions(4);
-    let gpu_cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, ..GpuConfig::default() };
+    // (Over DataFusion's scans: the table cache has tests of its own.)
+    let gpu_cfg =
+        GpuConfig { min_rows: 0, placement: PlacementSetting::Always, table_cache: false, ..GpuConfig::default() };
     let (cpu, gpu) = cpu_and_gpu_sessions(config, gpu_cfg, &tables);
     let queries = [
         "SELECT a.s, count(*), sum(b.v) FROM a JOIN b ON a.k = b.k WHERE b.v > 100 AND a.v < 500 GROUP BY a.s ORDER BY 1",

@@ -251,9 +251,12 @@ impl GpuOptimizerRule {
             Placer { cfg: &cfg, device, memory_limit, profile: profile.as_ref(), gpu: gpu.as_deref(), pricing };
         // With the table cache, GPU operators read in-memory and Parquet tables' columns on the device,
         // and are placed (and priced) as over a resident table's scan.
-        let plan = match cfg.table_cache && placer.device.is_none() {
-            true => cache_table_scans(plan, &cfg)?,
-            false => plan,
+        let plan = match (cfg.table_cache && placer.device.is_none(), memory_limit) {
+            (true, Some(memory)) => {
+                let limit = cfg.table_cache_limit.bytes().unwrap_or(memory / 2);
+                cache_table_scans(plan, &cfg, limit)?
+            }
+            _ => plan,
         };
         let plan = plan.transform_up(|node| placer.place_with_children(node)).map(|t| t.data)?;
         crate::timeline::mark("rule", || "operators placed".into());
@@ -672,6 +675,9 @@ mod tests {
     async fn explain_shows_why_joins_and_aggregates_stay_on_cpu() {
         let _g = crate::testing::gpu_lock();
         let ctx = ctx_with_tables(SessionConfig::new()).await;
+        // (Over DataFusion's scans: over the table cache's, the inputs are on the device and the
+        // operators go there whatever their size.)
+        ctx.sql("SET gpu.table_cache = false").await.unwrap().collect().await.unwrap();
         let plan = physical_plan(&ctx, JOIN_AGG).await;
         assert!(plan.contains("CpuFallbackExec: HashJoinExec stays on the CPU"), "{plan}");
         assert!(plan.contains("below gpu.cost.min_rows = 100000"), "{plan}");
@@ -751,6 +757,8 @@ mod tests {
         assert!(plan.contains("GpuHashJoinExec") && plan.contains("out_of_core=[build about"), "{plan}");
         let plan = physical_plan(&ctx, not_in).await;
         assert!(plan.contains("over gpu.memory.limit") && plan.contains("cannot run out of core"), "{plan}");
+        // (The peak is the device's: without the columns other tests left in the table cache.)
+        crate::columns::cache::TableCache::of_device(gpu.info().ordinal).clear();
         for q in [sql, not_in] {
             gpu.memory().reset_peak();
             let got = pretty_format_batches(&ctx.sql(q).await.unwrap().collect().await.unwrap()).unwrap().to_string();

@@ -250,7 +250,7 @@ async fn cached_parquet_regions_in_one_partition_keep_the_plans_sane() {
         .iter()
         .filter(|(_, _, plan)| {
             let shown = displayable(
-                datafusion_gpu::exec::cached_scan::cache_table_scans(Arc::clone(plan), &GpuConfig::default())
+                datafusion_gpu::exec::cached_scan::cache_table_scans(Arc::clone(plan), &GpuConfig::default(), u64::MAX)
                     .unwrap()
                     .as_ref(),
             )
@@ -279,7 +279,7 @@ fn one_partition_regions_stay_sane(plans: Vec<(Suite, &'static str, Arc<dyn Exec
     let count = |p: &Arc<dyn ExecutionPlan>| p.output_partitioning().partition_count();
     let (mut checked, mut collapsed) = (0, 0);
     for (suite, name, plan) in plans {
-        let on_gpu = cache_table_scans(Arc::clone(&plan), &cfg)
+        let on_gpu = cache_table_scans(Arc::clone(&plan), &cfg, u64::MAX)
             .unwrap()
             .transform_up(|node| {
                 let gpu: Option<Arc<dyn ExecutionPlan>> = if node.downcast_ref::<HashJoinExec>().is_some() {

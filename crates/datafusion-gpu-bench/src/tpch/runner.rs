@@ -1477,6 +1477,8 @@ mod tests {
         o.no_save = false;
         o.out = dir.clone();
         o.label = Some("min rows/1M".into());
+        // DataFusion's scans: no device tables, so no floors.
+        o.gpu_set = vec!["gpu.table_cache=false".into()];
         let report = run(Suite::Ssb, &o, "test").await.unwrap();
         assert!(report.all_ok, "{report}");
         assert_eq!(report.files.len(), 2, "{report}");
