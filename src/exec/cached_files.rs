@@ -27,13 +27,14 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::metrics::Time;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::{StreamExt, TryStreamExt};
 
 use super::blocking;
-use super::cached_scan::device_partitions;
-use crate::columns::cache::FileVersion;
-use crate::columns::{DeviceBatch, is_supported};
+use super::cached_layouts::{Loaded, device_partitions};
+use crate::columns::cache::{ColumnKey, FileVersion, TableCache};
+use crate::columns::{DeviceBatch, DeviceColumn, is_supported};
 use crate::device::Gpu;
 use crate::error::gpu_error;
 
@@ -201,6 +202,103 @@ fn version(store: &str, piece: &PartitionedFile) -> FileVersion {
         modified: modified.timestamp_nanos_opt().unwrap_or_else(|| modified.timestamp_micros().saturating_mul(1000)),
         e_tag: meta.e_tag.clone(),
         version: meta.version.clone(),
+    }
+}
+
+/// The load of a files scan's columns through the cache of `gpu`.
+pub(crate) struct FileLoad<'a> {
+    pub(crate) files: &'a ScanFiles,
+    pub(crate) gpu: &'a Arc<Gpu>,
+    pub(crate) cache: &'a Arc<TableCache>,
+    pub(crate) limit: u64,
+    pub(crate) batch_rows: usize,
+}
+
+impl FileLoad<'_> {
+    /// The device batches of table columns `columns` (as `schema`): each column from the cache,
+    /// or loaded from the files (all the missing ones together) and offered to it. Columns found
+    /// cut otherwise than the others (the same files read in other pieces) are loaded again with
+    /// the rest.
+    pub(crate) async fn columns(
+        &self,
+        columns: &[usize],
+        schema: &SchemaRef,
+        context: Arc<TaskContext>,
+        upload_time: &Time,
+    ) -> Result<Loaded> {
+        self.cache.watch(self.gpu.device_memory());
+        let table = Arc::clone(self.files.table_schema());
+        let keys: Vec<ColumnKey> = columns
+            .iter()
+            .map(|&c| {
+                let field = table.field(c);
+                ColumnKey::of_files(self.files.files(), field.name(), field.data_type(), self.batch_rows)
+            })
+            .collect();
+        let rows_of = |chunks: &Vec<Arc<DeviceColumn>>| chunks.iter().map(|c| c.len).collect::<Vec<usize>>();
+        let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> = keys.iter().map(|k| self.cache.get(k)).collect();
+        let cut = found.iter().flatten().next().map(rows_of);
+        if found.iter().flatten().any(|f| Some(rows_of(f)) != cut) {
+            found.iter_mut().for_each(|f| *f = None);
+        }
+        let hits = found.iter().filter(|f| f.is_some()).count();
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, f) in found.iter().enumerate() {
+            if f.is_none() && !missing.contains(&columns[i]) {
+                missing.push(columns[i]);
+            }
+        }
+        let mut uploaded_bytes = 0;
+        let mut misses = missing.len();
+        if !missing.is_empty() {
+            let timer = upload_time.timer();
+            let mut loaded = self.load(&missing, &table, Arc::clone(&context)).await?;
+            let loaded_cut: Vec<usize> = loaded.iter().map(DeviceBatch::num_rows).collect();
+            if cut.as_ref().is_some_and(|c| *c != loaded_cut) {
+                // The cached columns were cut otherwise: every column from the files.
+                found.iter_mut().for_each(|f| *f = None);
+                missing = Vec::new();
+                for &c in columns {
+                    if !missing.contains(&c) {
+                        missing.push(c);
+                    }
+                }
+                misses = missing.len();
+                loaded = self.load(&missing, &table, context).await?;
+            }
+            timer.done();
+            uploaded_bytes = loaded.iter().map(DeviceBatch::byte_size).sum();
+            for (j, &c) in missing.iter().enumerate() {
+                let chunks: Vec<Arc<DeviceColumn>> = loaded.iter().map(|b| Arc::clone(&b.columns()[j])).collect();
+                for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
+                    found[i] = Some(chunks.clone());
+                }
+                if let Some(key) = columns.iter().position(|col| *col == c).map(|i| keys[i].clone()) {
+                    self.cache.insert(key, chunks, None, self.limit);
+                }
+            }
+        }
+        let found: Vec<Vec<Arc<DeviceColumn>>> = found
+            .into_iter()
+            .map(|f| f.ok_or_else(|| gpu_error("a cached scan of files lost a column it loaded")))
+            .collect::<Result<_>>()?;
+        let chunks = found.first().map_or(0, Vec::len);
+        let batches = (0..chunks)
+            .map(|i| {
+                let cols: Vec<Arc<DeviceColumn>> = found.iter().map(|c| Arc::clone(&c[i])).collect();
+                let rows = cols.first().map_or(0, |c| c.len);
+                // Every column's work is complete: its consumers may work on a stream of their own.
+                DeviceBatch::try_new(Arc::clone(schema), cols, rows, Arc::clone(self.gpu), self.gpu.stream())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Loaded { batches, hits, misses, uploaded_bytes })
+    }
+
+    /// Table columns `columns` of every file, loaded (see [`ScanFiles::load`]).
+    async fn load(&self, columns: &[usize], table: &SchemaRef, context: Arc<TaskContext>) -> Result<Vec<DeviceBatch>> {
+        let schema = Arc::new(table.project(columns)?);
+        crate::timeline::mark("cached scan", || format!("loading {} columns from the files", columns.len()));
+        self.files.load(columns, schema, self.gpu, context, self.batch_rows).await
     }
 }
 

@@ -42,7 +42,8 @@ use datafusion::physical_plan::{
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
-use super::cached_scan::{GpuCachedScanExec, ScanLayouts};
+use super::cached_layouts::ScanLayouts;
+use super::cached_scan::GpuCachedScanExec;
 use super::{HostTable, conformed_batches, registered_rows};
 use crate::columns::cache::TableCache;
 use crate::columns::is_supported;

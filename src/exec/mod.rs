@@ -8,6 +8,7 @@
 pub mod aggregate;
 pub mod cache_functions;
 pub mod cached_files;
+pub(crate) mod cached_layouts;
 pub mod cached_scan;
 #[cfg(test)]
 mod cached_scan_tests;

@@ -414,9 +414,9 @@ mod tests {
                 .collect();
             assert_eq!(values, (0..total as i64).collect::<Vec<_>>(), "{batch_rows}");
             // The cached scan's layout cuts the same rows without slicing the batches.
-            assert_eq!(crate::exec::cached_scan::chunk_rows(total, batch_rows), rows, "{batch_rows}");
+            assert_eq!(crate::exec::cached_layouts::chunk_rows(total, batch_rows), rows, "{batch_rows}");
         }
         assert!(device_batch_groups(&[batch(0, 0)], 10).is_empty());
-        assert!(crate::exec::cached_scan::chunk_rows(0, 10).is_empty());
+        assert!(crate::exec::cached_layouts::chunk_rows(0, 10).is_empty());
     }
 }
