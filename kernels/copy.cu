@@ -137,3 +137,110 @@ extern "C" __global__ void __launch_bounds__(OFFSETS_THREADS)
     offsets_from_u32_lengths(const u32* lengths, const u64* starts, u64* out, u64 n) {
     offsets_from_lengths<u32>(lengths, starts, out, n);
 }
+
+// The range of a column's values, every slot included (null slots too, so that packing them is
+// lossless): block b writes out[3b] = its least value, out[3b + 1] = its greatest and
+// out[3b + 2] = 1 when one of its 16-byte values does not fit 8 bytes (else 0). Values are read
+// as signed 8-byte integers (4-byte ones sign-extended, 16-byte ones by their low word). The
+// host reduces the blocks' triples (`columns::packed`). 256 threads a block.
+#define RANGE_THREADS 256
+template <int WIDTH>
+__device__ __forceinline__ void value_range(const void* __restrict__ src, u64 n, i64* __restrict__ out) {
+    __shared__ i64 lows[RANGE_THREADS / 32], highs[RANGE_THREADS / 32];
+    __shared__ int wides[RANGE_THREADS / 32];
+    i64 lo = 0x7fffffffffffffffLL, hi = (i64)0x8000000000000000ULL;
+    int wide = 0;
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        i64 v;
+        if (WIDTH == 4) {
+            v = ((const int*)src)[i];
+        } else if (WIDTH == 8) {
+            v = ((const i64*)src)[i];
+        } else {
+            v = ((const i64*)src)[2 * i];
+            wide |= ((const i64*)src)[2 * i + 1] != (v >> 63);
+        }
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    for (int d = 16; d > 0; d >>= 1) {
+        i64 l = __shfl_down_sync(0xffffffffu, lo, d);
+        i64 h = __shfl_down_sync(0xffffffffu, hi, d);
+        int w = __shfl_down_sync(0xffffffffu, wide, d);
+        lo = l < lo ? l : lo;
+        hi = h > hi ? h : hi;
+        wide |= w;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+        lows[warp] = lo;
+        highs[warp] = hi;
+        wides[warp] = wide;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < RANGE_THREADS / 32; w++) {
+            lo = lows[w] < lo ? lows[w] : lo;
+            hi = highs[w] > hi ? highs[w] : hi;
+            wide |= wides[w];
+        }
+        out[3 * blockIdx.x] = lo;
+        out[3 * blockIdx.x + 1] = hi;
+        out[3 * blockIdx.x + 2] = wide;
+    }
+}
+extern "C" __global__ void __launch_bounds__(RANGE_THREADS) value_range_i32(const void* src, u64 n, i64* out) {
+    value_range<4>(src, n, out);
+}
+extern "C" __global__ void __launch_bounds__(RANGE_THREADS) value_range_i64(const void* src, u64 n, i64* out) {
+    value_range<8>(src, n, out);
+}
+extern "C" __global__ void __launch_bounds__(RANGE_THREADS) value_range_i128(const void* src, u64 n, i64* out) {
+    value_range<16>(src, n, out);
+}
+
+// Packing, the inverse of the widen_* kernels above: each value's distance above `base` in one,
+// two or three bytes (a frame of reference), or the value itself in fewer bytes. The caller has
+// checked with value_range_* that every value fits. FROM is the values' width in bytes (4, 8 or
+// 16, of which the low 8 are read).
+template <int FROM>
+__device__ __forceinline__ i64 packed_value(const void* __restrict__ src, u64 i) {
+    if (FROM == 4) return ((const int*)src)[i];
+    if (FROM == 8) return ((const i64*)src)[i];
+    return ((const i64*)src)[2 * i];
+}
+#define PACK_OFFSET(NAME, FROM, TO)                                                                           \
+    extern "C" __global__ void NAME(const void* __restrict__ src, TO* __restrict__ dst, u64 n, long long base) { \
+        for (u64 i = global_thread_id(); i < n; i += grid_stride()) {                                        \
+            dst[i] = (TO)(packed_value<FROM>(src, i) - base);                                                \
+        }                                                                                                    \
+    }
+PACK_OFFSET(pack_i32_to_u8, 4, unsigned char)
+PACK_OFFSET(pack_i32_to_u16, 4, unsigned short)
+PACK_OFFSET(pack_i64_to_u8, 8, unsigned char)
+PACK_OFFSET(pack_i64_to_u16, 8, unsigned short)
+PACK_OFFSET(pack_i128_to_u8, 16, unsigned char)
+PACK_OFFSET(pack_i128_to_u16, 16, unsigned short)
+#define PACK_OFFSET_U24(NAME, FROM)                                                                           \
+    extern "C" __global__ void NAME(const void* __restrict__ src, u8* __restrict__ dst, u64 n, long long base) { \
+        for (u64 i = global_thread_id(); i < n; i += grid_stride()) {                                        \
+            u64 d = (u64)(packed_value<FROM>(src, i) - base);                                                \
+            dst[3 * i] = (u8)d;                                                                              \
+            dst[3 * i + 1] = (u8)(d >> 8);                                                                   \
+            dst[3 * i + 2] = (u8)(d >> 16);                                                                  \
+        }                                                                                                    \
+    }
+PACK_OFFSET_U24(pack_i32_to_u24, 4)
+PACK_OFFSET_U24(pack_i64_to_u24, 8)
+PACK_OFFSET_U24(pack_i128_to_u24, 16)
+// The values themselves in 4 or 8 bytes (the inverse of widen_i32_to_i64, widen_i32_to_i128 and
+// widen_i64_to_i128).
+#define PACK_TRUNCATE(NAME, FROM, TO)                                                                         \
+    extern "C" __global__ void NAME(const void* __restrict__ src, TO* __restrict__ dst, u64 n) {             \
+        for (u64 i = global_thread_id(); i < n; i += grid_stride()) {                                        \
+            dst[i] = (TO)packed_value<FROM>(src, i);                                                         \
+        }                                                                                                    \
+    }
+PACK_TRUNCATE(pack_i64_to_i32, 8, int)
+PACK_TRUNCATE(pack_i128_to_i32, 16, int)
+PACK_TRUNCATE(pack_i128_to_i64, 16, long long)

@@ -64,7 +64,7 @@ mod tests {
         assert_eq!(cfg.min_rows, 1000);
         // The table cache's function answers with or without a device (no row without one).
         let cache = ctx.sql("SELECT * FROM gpu_table_cache()").await.unwrap();
-        assert_eq!(cache.schema().fields().len(), 9);
+        assert_eq!(cache.schema().fields().len(), 12);
         cache.collect().await.unwrap();
         assert!(ctx.sql("SELECT * FROM gpu_table_cache(1)").await.is_err());
     }

@@ -23,6 +23,11 @@
 //!   cache is its device budget's [`Reclaim`]), those no running query reads.
 //!
 //! A query that still reads an evicted entry's columns keeps them until it is done.
+//!
+//! With `gpu.table_cache.compress`, an entry's integer, date and decimal device batches are kept
+//! packed ([`PackedColumn`]) with their full-width copies beside them while there is room: room
+//! is made by giving up those copies (least recently used first) before any entry goes, and a
+//! scan of a column without its copy widens it again (and offers the cache the copy).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -31,7 +36,9 @@ use datafusion::arrow::array::{Array, ArrayData, ArrayRef};
 use datafusion::arrow::datatypes::DataType;
 
 use super::DeviceColumn;
-use crate::device::{MemoryBudget, Reclaim};
+use super::packed::PackedColumn;
+use crate::device::{Gpu, MemoryBudget, Reclaim};
+use crate::error::{Result, gpu_error};
 
 /// What identifies a column's rows: its data type, the rows per device batch it is cut into, and
 /// where the rows come from ([`Rows`]).
@@ -141,8 +148,78 @@ fn push_layout(data: &ArrayData, out: &mut Vec<usize>) {
 /// none for a file column.
 #[derive(Debug)]
 struct Column {
-    chunks: Vec<Arc<DeviceColumn>>,
+    chunks: Vec<Chunk>,
     host: Option<Arc<[ArrayRef]>>,
+}
+
+/// One device batch's column as the cache keeps it.
+#[derive(Debug)]
+enum Chunk {
+    /// As scans read it.
+    Plain(Arc<DeviceColumn>),
+    /// Packed ([`PackedColumn`]), with its copy at full width while the cache has room for it:
+    /// that copy goes first when room is needed, and a scan widens the column again.
+    Packed { packed: Arc<PackedColumn>, wide: Option<Arc<DeviceColumn>> },
+}
+
+impl Chunk {
+    /// Device bytes it holds.
+    fn bytes(&self) -> u64 {
+        match self {
+            Chunk::Plain(c) => c.byte_size() as u64,
+            Chunk::Packed { packed, wide } => (packed.byte_size() + wide.as_ref().map_or(0, |w| w.byte_size())) as u64,
+        }
+    }
+
+    /// Whether no running query reads it.
+    fn unread(&self) -> bool {
+        match self {
+            Chunk::Plain(c) => Arc::strong_count(c) == 1,
+            Chunk::Packed { packed, wide } => {
+                Arc::strong_count(packed) == 1 && wide.as_ref().is_none_or(|w| Arc::strong_count(w) == 1)
+            }
+        }
+    }
+
+    /// Its full-width copy, taken out (with `unread`, only when no query reads it).
+    fn shed(&mut self, unread: bool) -> Option<Arc<DeviceColumn>> {
+        match self {
+            Chunk::Packed { wide, .. } if wide.as_ref().is_some_and(|w| !unread || Arc::strong_count(w) == 1) => {
+                wide.take()
+            }
+            _ => None,
+        }
+    }
+
+    /// How a scan gets it.
+    fn cached(&self) -> CachedChunk {
+        match self {
+            Chunk::Plain(c) => CachedChunk::Ready(Arc::clone(c)),
+            Chunk::Packed { wide: Some(w), .. } => CachedChunk::Ready(Arc::clone(w)),
+            Chunk::Packed { packed, wide: None } => CachedChunk::Packed(Arc::clone(packed)),
+        }
+    }
+}
+
+/// A cached column's device batch as a scan gets it: ready to read, or packed, to be widened.
+#[derive(Debug, Clone)]
+pub enum CachedChunk {
+    Ready(Arc<DeviceColumn>),
+    Packed(Arc<PackedColumn>),
+}
+
+impl CachedChunk {
+    /// Its rows.
+    pub fn len(&self) -> usize {
+        match self {
+            CachedChunk::Ready(c) => c.len,
+            CachedChunk::Packed(p) => p.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Column {
@@ -156,7 +233,25 @@ impl Column {
 
     /// Whether no running query reads its device columns: evicting it frees their memory.
     fn unread(&self) -> bool {
-        self.chunks.iter().all(|c| Arc::strong_count(c) == 1)
+        self.chunks.iter().all(Chunk::unread)
+    }
+
+    /// Device bytes it holds.
+    fn bytes(&self) -> u64 {
+        self.chunks.iter().map(Chunk::bytes).sum()
+    }
+
+    /// Takes out its full-width copies of packed chunks (see [`Chunk::shed`]) into `out`; returns
+    /// their bytes.
+    fn shed(&mut self, unread: bool, out: &mut Vec<Arc<DeviceColumn>>) -> u64 {
+        let mut freed = 0;
+        for c in &mut self.chunks {
+            if let Some(w) = c.shed(unread) {
+                freed += w.byte_size() as u64;
+                out.push(w);
+            }
+        }
+        freed
     }
 
     /// The identity of its first host array.
@@ -182,9 +277,15 @@ pub struct CacheStats {
     pub refused: u64,
     /// Entries dropped because their table's rows changed or went away.
     pub invalidated: u64,
-    /// Entries dropped, and their bytes, to make room for a device memory reservation.
+    /// Entries dropped to make room for a device memory reservation, and the bytes given up for
+    /// it (theirs and those of full-width copies of packed columns).
     pub reclaimed: u64,
     pub reclaimed_bytes: u64,
+    /// Of `bytes`, those of packed columns ([`PackedColumn`]) and those of the full-width copies
+    /// kept beside them; and what the packed columns would take at full width.
+    pub packed_bytes: u64,
+    pub wide_copy_bytes: u64,
+    pub packed_full_bytes: u64,
 }
 
 /// Values of `bytes` each under keys, evicted least recently used first past a limit.
@@ -273,6 +374,32 @@ impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
         (out, freed)
     }
 
+    /// Takes what `shed` gives up of the entries (least recently used first, `except` left
+    /// alone) until `bytes` are freed: `shed` returns the bytes it took from an entry. Returns the
+    /// bytes freed.
+    fn shed_oldest(&mut self, bytes: u64, except: Option<&K>, mut shed: impl FnMut(&mut V) -> u64) -> u64 {
+        let mut order: Vec<(u64, K)> = self
+            .entries
+            .iter()
+            .filter(|(k, _)| except != Some(*k))
+            .map(|(k, (_, _, used))| (*used, k.clone()))
+            .collect();
+        order.sort_by_key(|(used, _)| *used);
+        let mut freed = 0u64;
+        for (_, k) in order {
+            if freed >= bytes {
+                break;
+            }
+            if let Some((v, b, _)) = self.entries.get_mut(&k) {
+                let f = shed(v).min(*b);
+                *b -= f;
+                self.stats.bytes -= f;
+                freed += f;
+            }
+        }
+        freed
+    }
+
     fn clear(&mut self) {
         self.entries.clear();
         self.stats.bytes = 0;
@@ -328,8 +455,97 @@ impl TableCache {
     }
 
     /// The device batches' columns cached under `key`, marked as just used; counts a hit or a miss.
-    pub fn get(&self, key: &ColumnKey) -> Option<Vec<Arc<DeviceColumn>>> {
-        self.lock().get(key).map(|c| c.chunks.clone())
+    pub fn get(&self, key: &ColumnKey) -> Option<Vec<CachedChunk>> {
+        self.lock().get(key).map(|c| c.chunks.iter().map(Chunk::cached).collect())
+    }
+
+    /// The device batches' columns cached under each of `keys` (`None` where there are none),
+    /// marked as just used, hits and misses counted, after giving up full-width copies while the
+    /// cache holds more than `limit`: packed ones widened on a stream of `gpu`
+    /// (one wait for them all, after which every column's work is done), and their full-width
+    /// copies kept again while the cache has room for them under `limit`.
+    pub fn read(&self, keys: &[ColumnKey], gpu: &Gpu, limit: u64) -> Result<Vec<Option<Vec<Arc<DeviceColumn>>>>> {
+        let mut dropped: Vec<Arc<DeviceColumn>> = Vec::new();
+        let cached: Vec<Option<Vec<CachedChunk>>> = {
+            let mut lru = self.lock();
+            // A session with a lower limit than the cache holds gives up full-width copies first.
+            let over = lru.stats.bytes.saturating_sub(limit);
+            if over > 0 {
+                lru.shed_oldest(over, None, |c| c.shed(false, &mut dropped));
+            }
+            keys.iter().map(|k| lru.get(k).map(|c| c.chunks.iter().map(Chunk::cached).collect())).collect()
+        };
+        drop(dropped);
+        let any_packed = cached.iter().flatten().flatten().any(|c| matches!(c, CachedChunk::Packed(_)));
+        let stream = any_packed.then(|| gpu.stream());
+        let mut widened: Vec<(usize, usize, Arc<PackedColumn>, Arc<DeviceColumn>)> = Vec::new();
+        let mut out: Vec<Option<Vec<Arc<DeviceColumn>>>> = Vec::with_capacity(keys.len());
+        for (i, chunks) in cached.into_iter().enumerate() {
+            // A key listed twice is widened once.
+            if let Some(first) = keys[..i].iter().position(|k| *k == keys[i]) {
+                let again = out[first].clone();
+                out.push(again);
+                continue;
+            }
+            let Some(chunks) = chunks else {
+                out.push(None);
+                continue;
+            };
+            let mut ready = Vec::with_capacity(chunks.len());
+            for (j, c) in chunks.into_iter().enumerate() {
+                match (c, &stream) {
+                    (CachedChunk::Ready(c), _) => ready.push(c),
+                    (CachedChunk::Packed(p), Some(stream)) => {
+                        let wide = Arc::new(p.widen(gpu, stream)?);
+                        widened.push((i, j, p, Arc::clone(&wide)));
+                        ready.push(wide);
+                    }
+                    (CachedChunk::Packed(_), None) => return Err(gpu_error("a packed cached column has no stream")),
+                }
+            }
+            out.push(Some(ready));
+        }
+        if let Some(stream) = &stream {
+            stream.synchronize().map_err(|e| gpu_error(format!("widening cached columns: {e}")))?;
+        }
+        if !widened.is_empty() {
+            self.keep_wide(keys, widened, limit);
+        }
+        Ok(out)
+    }
+
+    /// Keeps the full-width copies a scan made of packed chunks (`(key index, chunk, packed,
+    /// wide)`) beside them, each while it fits under `limit` once other columns' copies (least
+    /// recently used first) are given up; no column goes for them.
+    fn keep_wide(
+        &self,
+        keys: &[ColumnKey],
+        widened: Vec<(usize, usize, Arc<PackedColumn>, Arc<DeviceColumn>)>,
+        limit: u64,
+    ) {
+        let mut dropped: Vec<Arc<DeviceColumn>> = Vec::new();
+        let mut lru = self.lock();
+        for (i, j, packed, wide) in widened {
+            let key = &keys[i];
+            let fits = |c: &Column| matches!(c.chunks.get(j), Some(Chunk::Packed { packed: p, wide: None }) if Arc::ptr_eq(p, &packed));
+            if !lru.entries.get(key).is_some_and(|(c, _, _)| fits(c)) {
+                continue;
+            }
+            let bytes = wide.byte_size() as u64;
+            let over = (lru.stats.bytes + bytes).saturating_sub(limit);
+            if over > 0 && lru.shed_oldest(over, Some(key), |c| c.shed(false, &mut dropped)) < over {
+                continue;
+            }
+            if let Some((c, b, _)) = lru.entries.get_mut(key)
+                && let Some(Chunk::Packed { wide: slot, .. }) = c.chunks.get_mut(j)
+            {
+                *slot = Some(wide);
+                *b += bytes;
+                lru.stats.bytes += bytes;
+            }
+        }
+        drop(lru);
+        drop(dropped);
     }
 
     /// Keeps `chunks` (uploaded from `host`, their work complete) under `key`, evicting the least
@@ -343,8 +559,32 @@ impl TableCache {
         host: Option<Arc<[ArrayRef]>>,
         limit: u64,
     ) -> bool {
-        let bytes: u64 = chunks.iter().map(|c| c.byte_size() as u64).sum();
-        let arrays: HashSet<usize> = host.iter().flat_map(|h| h.iter()).map(array_identity).collect();
+        self.insert_packed(key, chunks, Vec::new(), host, limit)
+    }
+
+    /// As [`TableCache::insert`], with `packed[i]` (where there is one) the packed form of
+    /// `chunks[i]`: the cache keeps that, and `chunks[i]` beside it while it has room (the
+    /// full-width copies of other columns go first, then whole columns, least recently used
+    /// first, as for any insertion).
+    pub fn insert_packed(
+        &self,
+        key: ColumnKey,
+        chunks: Vec<Arc<DeviceColumn>>,
+        packed: Vec<Option<PackedColumn>>,
+        host: Option<Arc<[ArrayRef]>>,
+        limit: u64,
+    ) -> bool {
+        let mut packed = packed.into_iter();
+        let chunks: Vec<Chunk> = chunks
+            .into_iter()
+            .map(|c| match packed.next().flatten() {
+                Some(p) => Chunk::Packed { packed: Arc::new(p), wide: Some(c) },
+                None => Chunk::Plain(c),
+            })
+            .collect();
+        let mut column = Column { chunks, host };
+        let arrays: HashSet<usize> = column.host.iter().flat_map(|h| h.iter()).map(array_identity).collect();
+        let mut dropped: Vec<Arc<DeviceColumn>> = Vec::new();
         let mut lru = self.lock();
         let gone = lru.remove_where(|k, c| {
             c.orphaned()
@@ -352,9 +592,18 @@ impl TableCache {
                 || (k != &key && k.batch_rows == key.batch_rows && c.first_array().is_some_and(|a| arrays.contains(&a)))
         });
         lru.stats.invalidated += gone.len() as u64;
-        let kept = lru.insert(key, Column { chunks, host }, bytes, limit);
+        if column.bytes() > limit {
+            column.shed(false, &mut dropped);
+        }
+        let over = (lru.stats.bytes + column.bytes()).saturating_sub(limit);
+        if over > 0 && lru.shed_oldest(over, Some(&key), |c| c.shed(false, &mut dropped)) < over {
+            column.shed(false, &mut dropped);
+        }
+        let bytes = column.bytes();
+        let kept = lru.insert(key, column, bytes, limit);
         drop(lru);
         drop(gone);
+        drop(dropped);
         kept
     }
 
@@ -385,23 +634,37 @@ impl TableCache {
     /// Its counts, after dropping the entries whose tables are gone.
     pub fn stats(&self) -> CacheStats {
         self.purge();
-        self.lock().stats()
+        let lru = self.lock();
+        let mut stats = lru.stats();
+        for c in lru.entries.values().flat_map(|(c, _, _)| &c.chunks) {
+            if let Chunk::Packed { packed, wide } = c {
+                stats.packed_bytes += packed.byte_size() as u64;
+                stats.packed_full_bytes += packed.wide_byte_size() as u64;
+                stats.wide_copy_bytes += wide.as_ref().map_or(0, |w| w.byte_size() as u64);
+            }
+        }
+        stats
     }
 }
 
 impl Reclaim for TableCache {
-    /// Drops the entries whose tables are gone, then the least recently used ones no query
-    /// reads, until `bytes` of device memory are freed; returns the bytes freed.
+    /// Gives up the full-width copies of packed columns no query reads, then drops the entries
+    /// whose tables are gone, then the least recently used ones no query reads, until `bytes` of
+    /// device memory are freed; returns the bytes freed.
     fn reclaim(&self, bytes: u64) -> u64 {
         let mut lru = self.lock();
-        let mut freed_bytes = 0u64;
+        let mut shed: Vec<Arc<DeviceColumn>> = Vec::new();
+        let shed_bytes = lru.shed_oldest(bytes, None, |c| c.shed(true, &mut shed));
+        lru.stats.reclaimed_bytes += shed_bytes;
+        let mut freed_bytes = shed_bytes;
         let orphans = lru.remove_where(|_, c| c.orphaned() && c.unread());
         lru.stats.invalidated += orphans.len() as u64;
-        freed_bytes += orphans.iter().flat_map(|c| &c.chunks).map(|c| c.byte_size() as u64).sum::<u64>();
+        freed_bytes += orphans.iter().map(Column::bytes).sum::<u64>();
         let (evicted, freed) = lru.remove_oldest(bytes.saturating_sub(freed_bytes), Column::unread);
         lru.stats.reclaimed += evicted.len() as u64;
         lru.stats.reclaimed_bytes += freed;
         drop(lru);
+        drop(shed);
         drop(orphans);
         drop(evicted);
         freed_bytes + freed

@@ -318,7 +318,7 @@ fn upload_pieces(gpu: &Gpu, stream: &Arc<CudaStream>, pieces: &[UploadPiece<'_>]
 /// Widens on `stream` the values `how` narrowed into `into` that belong at byte `at` of `dst`, for
 /// `bytes` bytes of `dst` (the narrowed values of a buffer lie at [`Narrowing::narrowed_len`] of
 /// `at` in `into`).
-fn widen(
+pub(super) fn widen(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     into: &DeviceBuffer,

@@ -2,7 +2,8 @@
 //! ([`host`]), device columns and batches with their transfers ([`device`]), and their
 //! concatenation on the device ([`concat`]); tables copied into pinned host memory ([`pinned`]);
 //! the device's cache of host columns uploaded for earlier queries ([`cache`]); tables' columns
-//! laid out on the host ahead of their uploads, narrowed ([`image`]).
+//! laid out on the host ahead of their uploads, narrowed ([`image`]); cached columns packed into
+//! the fewest bytes their values need ([`packed`]).
 //! Pure data movement; no query semantics.
 
 pub mod cache;
@@ -10,6 +11,7 @@ pub mod concat;
 pub mod device;
 pub mod host;
 pub mod image;
+pub mod packed;
 pub mod pinned;
 
 pub use device::{DeviceBatch, DeviceColumn, HostUpload, download_columns, upload_columns};

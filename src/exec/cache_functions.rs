@@ -14,7 +14,9 @@
 //!   device copies of its columns age out of the cache.
 //! - `SELECT * FROM gpu_table_cache()` shows each device's cache: columns, bytes, hits, misses,
 //!   evictions, refusals, entries dropped because their tables changed or went away, and entries
-//!   given up to make room for device memory, since the process started.
+//!   given up to make room for device memory, since the process started; and of its bytes, those
+//!   of packed columns (`gpu.table_cache.compress`), what those would take at full width, and the
+//!   full-width copies kept beside them.
 //!
 //! The work is done when the query runs, not when it is planned (an `EXPLAIN` caches nothing).
 
@@ -68,11 +70,23 @@ impl TableFunctionImpl for TableCacheFunction {
         if !args.exprs().is_empty() {
             return plan_err!("{TABLE_CACHE_FUNCTION}() takes no arguments");
         }
-        let names =
-            ["device", "columns", "bytes", "hits", "misses", "evictions", "refused", "invalidated", "reclaimed"];
+        let names = [
+            "device",
+            "columns",
+            "bytes",
+            "hits",
+            "misses",
+            "evictions",
+            "refused",
+            "invalidated",
+            "reclaimed",
+            "packed_bytes",
+            "packed_full_width_bytes",
+            "full_width_copy_bytes",
+        ];
         let schema =
             Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::UInt64, false)).collect::<Vec<_>>()));
-        let rows: Vec<[u64; 9]> = TableCache::all()
+        let rows: Vec<[u64; 12]> = TableCache::all()
             .into_iter()
             .map(|(device, cache)| {
                 let s = cache.stats();
@@ -86,6 +100,9 @@ impl TableFunctionImpl for TableCacheFunction {
                     s.refused,
                     s.invalidated,
                     s.reclaimed,
+                    s.packed_bytes,
+                    s.packed_full_bytes,
+                    s.wide_copy_bytes,
                 ]
             })
             .collect();

@@ -32,7 +32,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::{StreamExt, TryStreamExt};
 
 use super::blocking;
-use super::cached_layouts::{Loaded, device_partitions};
+use super::cached_layouts::{CacheTerms, Loaded, device_partitions, pack_for_cache};
 use crate::columns::cache::{ColumnKey, FileVersion, TableCache};
 use crate::columns::{DeviceBatch, DeviceColumn, is_supported};
 use crate::device::Gpu;
@@ -210,7 +210,7 @@ pub(crate) struct FileLoad<'a> {
     pub(crate) files: &'a ScanFiles,
     pub(crate) gpu: &'a Arc<Gpu>,
     pub(crate) cache: &'a Arc<TableCache>,
-    pub(crate) limit: u64,
+    pub(crate) terms: CacheTerms,
     pub(crate) batch_rows: usize,
 }
 
@@ -236,7 +236,7 @@ impl FileLoad<'_> {
             })
             .collect();
         let rows_of = |chunks: &Vec<Arc<DeviceColumn>>| chunks.iter().map(|c| c.len).collect::<Vec<usize>>();
-        let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> = keys.iter().map(|k| self.cache.get(k)).collect();
+        let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> = self.cache.read(&keys, self.gpu, self.terms.limit)?;
         let cut = found.iter().flatten().next().map(rows_of);
         if found.iter().flatten().any(|f| Some(rows_of(f)) != cut) {
             found.iter_mut().for_each(|f| *f = None);
@@ -268,13 +268,20 @@ impl FileLoad<'_> {
             }
             timer.done();
             uploaded_bytes = loaded.iter().map(DeviceBatch::byte_size).sum();
-            for (j, &c) in missing.iter().enumerate() {
-                let chunks: Vec<Arc<DeviceColumn>> = loaded.iter().map(|b| Arc::clone(&b.columns()[j])).collect();
+            let by_column: Vec<Vec<Arc<DeviceColumn>>> =
+                (0..missing.len()).map(|j| loaded.iter().map(|b| Arc::clone(&b.columns()[j])).collect()).collect();
+            let (gpu, terms) = (Arc::clone(self.gpu), self.terms);
+            let (by_column, packed) = blocking(move || {
+                let packed = pack_for_cache(&gpu, &gpu.stream(), terms, &by_column)?;
+                Ok((by_column, packed))
+            })
+            .await?;
+            for ((&c, chunks), packed) in missing.iter().zip(by_column).zip(packed) {
                 for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
                     found[i] = Some(chunks.clone());
                 }
                 if let Some(key) = columns.iter().position(|col| *col == c).map(|i| keys[i].clone()) {
-                    self.cache.insert(key, chunks, None, self.limit);
+                    self.cache.insert_packed(key, chunks, packed, None, self.terms.limit);
                 }
             }
         }

@@ -18,6 +18,7 @@ use super::resident::device_batch_groups;
 use crate::columns::cache::{ColumnKey, TableCache};
 use crate::columns::host::AssembledColumn;
 use crate::columns::image::column_image;
+use crate::columns::packed::{PackedColumn, pack_columns};
 use crate::columns::pinned::pin_image;
 use crate::columns::{DeviceBatch, DeviceColumn};
 use crate::device::{Gpu, PinnedPool};
@@ -295,12 +296,36 @@ pub(crate) fn chunk_rows(rows: usize, batch_rows: usize) -> Vec<usize> {
     chunks
 }
 
+/// How a scan keeps what it loads in the table cache: under which limit (bytes), and whether
+/// packed ([`pack_columns`], `gpu.table_cache.compress`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CacheTerms {
+    pub(crate) limit: u64,
+    pub(crate) pack: bool,
+}
+
+/// The packed forms of `columns`' device batches (`columns[j][g]`: column `j`'s batch `g`), as
+/// the cache keeps them with `terms` (none without packing), on `stream`.
+pub(crate) fn pack_for_cache(
+    gpu: &Gpu,
+    stream: &Arc<cudarc::driver::CudaStream>,
+    terms: CacheTerms,
+    columns: &[Vec<Arc<DeviceColumn>>],
+) -> Result<Vec<Vec<Option<PackedColumn>>>> {
+    if !terms.pack {
+        return Ok(columns.iter().map(|_| Vec::new()).collect());
+    }
+    let all: Vec<&DeviceColumn> = columns.iter().flatten().map(|c| c.as_ref()).collect();
+    let mut packed = pack_columns(gpu, stream, &all)?.into_iter();
+    Ok(columns.iter().map(|c| packed.by_ref().take(c.len()).collect()).collect())
+}
+
 /// The device batches of a partition's `columns` (its `layout`): each column from `cache`, or
-/// uploaded (all the missing ones together) and offered to it under `limit`.
+/// uploaded (all the missing ones together) and offered to it on `terms`.
 pub(crate) fn load_partition(
     gpu: &Arc<Gpu>,
     cache: &Arc<TableCache>,
-    limit: u64,
+    terms: CacheTerms,
     layout: &PartitionLayout,
     columns: &[usize],
     schema: &SchemaRef,
@@ -315,8 +340,9 @@ pub(crate) fn load_partition(
     let fits = |chunks: &Vec<Arc<DeviceColumn>>| {
         chunks.len() == chunk_rows.len() && chunks.iter().zip(chunk_rows).all(|(c, &r)| c.len == r)
     };
+    let keys: Vec<ColumnKey> = scanned.iter().map(|s| s.key.clone()).collect();
     let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> =
-        scanned.iter().map(|s| cache.get(&s.key).filter(fits)).collect();
+        cache.read(&keys, gpu, terms.limit)?.into_iter().map(|f| f.filter(fits)).collect();
     // Each missing table column once, even when the scan lists it twice.
     let mut missing: Vec<usize> = Vec::new();
     let mut missing_columns: Vec<&ScanColumn> = Vec::new();
@@ -350,15 +376,17 @@ pub(crate) fn load_partition(
         stream.synchronize().map_err(|e| gpu_error(format!("waiting for a cached table's upload: {e}")))?;
         crate::timeline::mark("cached scan", || "upload complete on the device".into());
         uploaded_bytes = uploaded.iter().map(DeviceBatch::byte_size).sum();
-        for (j, (&c, column)) in missing.iter().zip(&missing_columns).enumerate() {
-            let chunks: Vec<Arc<DeviceColumn>> = uploaded.iter().map(|d| Arc::clone(&d.columns()[j])).collect();
+        let loaded: Vec<Vec<Arc<DeviceColumn>>> =
+            (0..missing.len()).map(|j| uploaded.iter().map(|d| Arc::clone(&d.columns()[j])).collect()).collect();
+        let packed = pack_for_cache(gpu, &stream, terms, &loaded)?;
+        for (((&c, column), chunks), packed) in missing.iter().zip(&missing_columns).zip(loaded).zip(packed) {
             if !fits(&chunks) {
                 return internal_err!("a cached scan cut column {c} into other batches than its partition's");
             }
             for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
                 found[i] = Some(chunks.clone());
             }
-            cache.insert(column.key.clone(), chunks, Some(Arc::clone(&column.arrays)), limit);
+            cache.insert_packed(column.key.clone(), chunks, packed, Some(Arc::clone(&column.arrays)), terms.limit);
         }
         crate::timeline::mark("cached scan", || "columns cached".into());
     }

@@ -42,7 +42,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::cached_files::{FileLoad, ScanFiles};
-use super::cached_layouts::{Loaded, ScanLayouts, load_partition};
+use super::cached_layouts::{CacheTerms, Loaded, ScanLayouts, load_partition};
 use super::{DeviceBatchStream, GpuExec, blocking, host_partition_stream};
 use crate::columns::DeviceBatch;
 use crate::columns::cache::TableCache;
@@ -449,7 +449,7 @@ impl GpuExec for GpuCachedScanExec {
             time: MetricBuilder::new(&self.metrics).subset_time("upload_time", partition),
         };
         let cache = TableCache::of_device(self.ordinal);
-        let limit = cache_limit(&cfg, &gpu);
+        let terms = CacheTerms { limit: cache_limit(&cfg, &gpu), pack: cfg.table_cache_compress };
         let (columns, schema) = (self.columns.clone(), Arc::clone(&self.schema));
         let who = match crate::timeline::enabled() {
             true => {
@@ -467,7 +467,7 @@ impl GpuExec for GpuCachedScanExec {
                 Box::pin(blocking(move || {
                     crate::timeline::mark(&who, || "loading".into());
                     let Some(layout) = layouts.device_partition(partition, &partitions)? else { return Ok(Vec::new()) };
-                    let loaded = load_partition(&gpu, &cache, limit, layout, &columns, &schema, &metrics.time)?;
+                    let loaded = load_partition(&gpu, &cache, terms, layout, &columns, &schema, &metrics.time)?;
                     crate::timeline::mark(&who, || {
                         format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses)
                     });
@@ -481,7 +481,7 @@ impl GpuExec for GpuCachedScanExec {
                 let batch_rows = cfg.table_cache_batch_rows.max(1);
                 Box::pin(async move {
                     crate::timeline::mark(&who, || "loading".into());
-                    let load = FileLoad { files: &files, gpu: &gpu, cache: &cache, limit, batch_rows };
+                    let load = FileLoad { files: &files, gpu: &gpu, cache: &cache, terms, batch_rows };
                     let loaded = load.columns(&columns, &schema, context, &metrics.time).await?;
                     crate::timeline::mark(&who, || {
                         format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses)

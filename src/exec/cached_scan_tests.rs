@@ -461,7 +461,73 @@ fn cached_columns_make_room_for_a_query_that_needs_the_memory() {
         let shown = displayable(plan.as_ref()).indent(true).to_string();
         assert_eq!(metric_total(&plan, None, "cpu_fallbacks"), 0, "{shown}");
         assert_eq!(metric_total(&plan, None, "cpu_reruns"), 0, "{shown}");
-        assert!(s.reclaimed > 0 && s.reclaimed_bytes > 0, "nothing was given back: {s:?}\n{shown}");
+        assert!(s.reclaimed_bytes > 0, "nothing was given back: {s:?}\n{shown}");
+    });
+    cache.clear();
+}
+
+/// Cached columns packed into fewer bytes (`gpu.table_cache.compress`) give DataFusion's answers
+/// whether a query reads their full-width copies (the cache has room for them) or widens them
+/// again (it has room for the packed columns only), and take at most half their full width.
+#[test]
+fn packed_cached_columns_give_datafusions_answers() {
+    const NAME: &str = "packed_cached_columns_give_datafusions_answers";
+    let _l = gpu_lock();
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let seed = fresh_seed(NAME);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cache = TableCache::of_device(gpu.info().ordinal);
+    cache.clear();
+    let a = partitions(&mut rng, 1_500_000, 3, 2_000_000);
+    let b = partitions(&mut rng, 600_000, 3, 1_000_000);
+    let cfg = GpuConfig { min_rows: 0, placement: PlacementSetting::Always, table_cache: true, ..GpuConfig::default() };
+    let config = SessionConfig::new().with_target_partitions(4);
+    let ctx = gpu_session_context(config.clone().with_option_extension(cfg));
+    let cpu = SessionContext::new_with_config(config);
+    for (name, parts) in [("a", &a), ("b", &b)] {
+        for c in [&cpu, &ctx] {
+            c.register_table(name, Arc::new(MemTable::try_new(schema(), parts.clone()).unwrap())).unwrap();
+        }
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let check = |what: &'static str| {
+            let (ctx, cpu) = (&ctx, &cpu);
+            async move {
+                for sql in QUERIES {
+                    let (got, plan) = rows(ctx, sql).await;
+                    assert_eq!(got, rows(cpu, sql).await.0, "{what}, seed {seed}: {sql}");
+                    let shown = displayable(plan.as_ref()).indent(true).to_string();
+                    assert_eq!(metric_total(&plan, None, "cpu_fallbacks"), 0, "{what}: {sql}\n{shown}");
+                }
+            }
+        };
+        check("cold").await;
+        let roomy = cache.stats();
+        eprintln!("with room: {roomy:?}");
+        assert!(roomy.packed_bytes > 0, "nothing was packed: {roomy:?}");
+        assert!(roomy.packed_bytes * 2 <= roomy.packed_full_bytes, "packed to more than half: {roomy:?}");
+        assert_eq!(roomy.wide_copy_bytes, roomy.packed_full_bytes, "the full-width copies were not kept: {roomy:?}");
+        check("warm, full-width copies").await;
+        // Room for the columns at rest only: every query widens the packed ones again, and the
+        // full-width copies it makes are not kept.
+        let at_rest = roomy.bytes - roomy.wide_copy_bytes;
+        let limit = at_rest + roomy.packed_full_bytes / 4;
+        ctx.sql(&format!("SET gpu.table_cache.limit = '{limit}'")).await.unwrap().collect().await.unwrap();
+        check("full-width copies given up").await;
+        let tight = cache.stats();
+        eprintln!("at rest only: {tight:?}");
+        assert!(tight.bytes <= limit, "{tight:?}");
+        assert!(tight.wide_copy_bytes < roomy.wide_copy_bytes, "{tight:?}");
+        assert_eq!(tight.packed_bytes, roomy.packed_bytes, "packed columns went for full-width copies: {tight:?}");
+        assert_eq!(tight.evictions, roomy.evictions, "{tight:?}");
+        check("widened each time").await;
+        // Off: columns uploaded anew are kept at full width.
+        cache.clear();
+        ctx.sql("SET gpu.table_cache.compress = false").await.unwrap().collect().await.unwrap();
+        check("compress off").await;
+        let off = cache.stats();
+        assert!(off.bytes > 0 && off.packed_bytes == 0 && off.wide_copy_bytes == 0, "{off:?}");
     });
     cache.clear();
 }
