@@ -208,6 +208,14 @@ pub enum CachedChunk {
     Packed(Arc<PackedColumn>),
 }
 
+/// A device batch's column offered to the cache ([`TableCache::insert_chunks`]): at full width,
+/// packed, or both (the full-width copy kept beside the packed one while there is room).
+#[derive(Debug, Clone)]
+pub struct NewChunk {
+    pub wide: Option<Arc<DeviceColumn>>,
+    pub packed: Option<Arc<PackedColumn>>,
+}
+
 impl CachedChunk {
     /// Its rows.
     pub fn len(&self) -> usize {
@@ -219,6 +227,14 @@ impl CachedChunk {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Device bytes it takes at full width.
+    pub fn wide_byte_size(&self) -> usize {
+        match self {
+            CachedChunk::Ready(c) => c.byte_size(),
+            CachedChunk::Packed(p) => p.wide_byte_size(),
+        }
     }
 }
 
@@ -459,14 +475,12 @@ impl TableCache {
         self.lock().get(key).map(|c| c.chunks.iter().map(Chunk::cached).collect())
     }
 
-    /// The device batches' columns cached under each of `keys` (`None` where there are none),
-    /// marked as just used, hits and misses counted, after giving up full-width copies while the
-    /// cache holds more than `limit`: packed ones widened on a stream of `gpu`
-    /// (one wait for them all, after which every column's work is done), and their full-width
-    /// copies kept again while the cache has room for them under `limit`.
-    pub fn read(&self, keys: &[ColumnKey], gpu: &Gpu, limit: u64) -> Result<Vec<Option<Vec<Arc<DeviceColumn>>>>> {
+    /// The device batches' columns cached under each of `keys` (`None` where there are none), as
+    /// they are kept (packed ones not widened), marked as just used, hits and misses counted, after
+    /// giving up full-width copies while the cache holds more than `limit`.
+    pub fn read_chunks(&self, keys: &[ColumnKey], limit: u64) -> Vec<Option<Vec<CachedChunk>>> {
         let mut dropped: Vec<Arc<DeviceColumn>> = Vec::new();
-        let cached: Vec<Option<Vec<CachedChunk>>> = {
+        let cached = {
             let mut lru = self.lock();
             // A session with a lower limit than the cache holds gives up full-width copies first.
             let over = lru.stats.bytes.saturating_sub(limit);
@@ -476,6 +490,14 @@ impl TableCache {
             keys.iter().map(|k| lru.get(k).map(|c| c.chunks.iter().map(Chunk::cached).collect())).collect()
         };
         drop(dropped);
+        cached
+    }
+
+    /// As [`TableCache::read_chunks`], packed ones widened on a stream of `gpu` (one wait for them
+    /// all, after which every column's work is done), and their full-width copies kept again
+    /// while the cache has room for them under `limit`.
+    pub fn read(&self, keys: &[ColumnKey], gpu: &Gpu, limit: u64) -> Result<Vec<Option<Vec<Arc<DeviceColumn>>>>> {
+        let cached = self.read_chunks(keys, limit);
         let any_packed = cached.iter().flatten().flatten().any(|c| matches!(c, CachedChunk::Packed(_)));
         let stream = any_packed.then(|| gpu.stream());
         let mut widened: Vec<(usize, usize, Arc<PackedColumn>, Arc<DeviceColumn>)> = Vec::new();
@@ -509,15 +531,15 @@ impl TableCache {
             stream.synchronize().map_err(|e| gpu_error(format!("widening cached columns: {e}")))?;
         }
         if !widened.is_empty() {
-            self.keep_wide(keys, widened, limit);
+            self.offer_wide(keys, widened, limit);
         }
         Ok(out)
     }
 
     /// Keeps the full-width copies a scan made of packed chunks (`(key index, chunk, packed,
-    /// wide)`) beside them, each while it fits under `limit` once other columns' copies (least
-    /// recently used first) are given up; no column goes for them.
-    fn keep_wide(
+    /// wide)`, their work complete) beside them, each while it fits under `limit` once other
+    /// columns' copies (least recently used first) are given up; no column goes for them.
+    pub fn offer_wide(
         &self,
         keys: &[ColumnKey],
         widened: Vec<(usize, usize, Arc<PackedColumn>, Arc<DeviceColumn>)>,
@@ -575,13 +597,33 @@ impl TableCache {
         limit: u64,
     ) -> bool {
         let mut packed = packed.into_iter();
-        let chunks: Vec<Chunk> = chunks
+        let chunks = chunks
             .into_iter()
-            .map(|c| match packed.next().flatten() {
-                Some(p) => Chunk::Packed { packed: Arc::new(p), wide: Some(c) },
-                None => Chunk::Plain(c),
-            })
+            .map(|c| NewChunk { wide: Some(c), packed: packed.next().flatten().map(Arc::new) })
             .collect();
+        self.insert_chunks(key, chunks, host, limit)
+    }
+
+    /// As [`TableCache::insert_packed`], each device batch given at full width, packed, or both
+    /// (a chunk with neither keeps the column out: returns false).
+    pub fn insert_chunks(
+        &self,
+        key: ColumnKey,
+        chunks: Vec<NewChunk>,
+        host: Option<Arc<[ArrayRef]>>,
+        limit: u64,
+    ) -> bool {
+        let Some(chunks) = chunks
+            .into_iter()
+            .map(|c| match (c.packed, c.wide) {
+                (Some(packed), wide) => Some(Chunk::Packed { packed, wide }),
+                (None, Some(wide)) => Some(Chunk::Plain(wide)),
+                (None, None) => None,
+            })
+            .collect::<Option<Vec<Chunk>>>()
+        else {
+            return false;
+        };
         let mut column = Column { chunks, host };
         let arrays: HashSet<usize> = column.host.iter().flat_map(|h| h.iter()).map(array_identity).collect();
         let mut dropped: Vec<Arc<DeviceColumn>> = Vec::new();

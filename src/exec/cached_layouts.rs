@@ -15,7 +15,7 @@ use datafusion::physical_plan::metrics::Time;
 
 use super::cached_scan::CACHED_SCAN_NAME;
 use super::resident::device_batch_groups;
-use crate::columns::cache::{ColumnKey, TableCache};
+use crate::columns::cache::{CachedChunk, ColumnKey, TableCache};
 use crate::columns::host::AssembledColumn;
 use crate::columns::image::column_image;
 use crate::columns::packed::{PackedColumn, pack_columns};
@@ -24,12 +24,78 @@ use crate::columns::{DeviceBatch, DeviceColumn};
 use crate::device::{Gpu, PinnedPool};
 use crate::error::gpu_error;
 
-/// What one partition's scan did, for the metrics.
+/// One partition's scan: the device batches it hands out, as the cache keeps them (a packed
+/// column is widened only as its batch is read, [`ready_batch`]), and what it did, for the
+/// metrics.
 pub(crate) struct Loaded {
-    pub(crate) batches: Vec<DeviceBatch>,
+    pub(crate) batches: Vec<LoadedBatch>,
+    /// Each of the scan's columns' cache key: where a column widened for a batch is offered back.
+    pub(crate) keys: Vec<ColumnKey>,
     pub(crate) hits: usize,
     pub(crate) misses: usize,
     pub(crate) uploaded_bytes: usize,
+}
+
+/// A device batch a scan hands out, each column as the cache keeps it.
+pub(crate) struct LoadedBatch {
+    pub(crate) columns: Vec<CachedChunk>,
+    pub(crate) rows: usize,
+}
+
+impl LoadedBatch {
+    /// Batch `chunk` of `columns` (each one's chunks, in batch order).
+    pub(crate) fn of(columns: &[Vec<CachedChunk>], chunk: usize) -> Result<LoadedBatch> {
+        let columns: Vec<CachedChunk> = columns
+            .iter()
+            .map(|c| c.get(chunk).cloned())
+            .collect::<Option<_>>()
+            .ok_or_else(|| gpu_error(format!("a cached scan's columns have no device batch {chunk}")))?;
+        let rows = columns.first().map_or(0, CachedChunk::len);
+        Ok(LoadedBatch { columns, rows })
+    }
+
+    /// Device bytes its columns take at full width: what a reader of every column reads once.
+    pub(crate) fn wide_byte_size(&self) -> usize {
+        self.columns.iter().map(CachedChunk::wide_byte_size).sum()
+    }
+}
+
+/// `batch` (device batch `chunk` of a scan whose columns are cached under `keys`) as a device
+/// batch of `schema`: its packed columns widened on a stream of `gpu` (a column listed twice
+/// once) and offered back to `cache` under `limit`. Its work is complete when it is returned, so
+/// its consumers may work on a stream of their own.
+pub(crate) fn ready_batch(
+    gpu: &Arc<Gpu>,
+    cache: &TableCache,
+    limit: u64,
+    schema: &SchemaRef,
+    keys: &[ColumnKey],
+    chunk: usize,
+    batch: LoadedBatch,
+) -> Result<DeviceBatch> {
+    let stream = gpu.stream();
+    let mut widened: Vec<(usize, usize, Arc<PackedColumn>, Arc<DeviceColumn>)> = Vec::new();
+    let mut columns: Vec<Arc<DeviceColumn>> = Vec::with_capacity(batch.columns.len());
+    for (i, c) in batch.columns.into_iter().enumerate() {
+        match c {
+            CachedChunk::Ready(c) => columns.push(c),
+            CachedChunk::Packed(p) => match widened.iter().find(|(_, _, q, _)| Arc::ptr_eq(q, &p)) {
+                Some((_, _, _, wide)) => columns.push(Arc::clone(wide)),
+                None => {
+                    let wide = Arc::new(p.widen(gpu, &stream)?);
+                    columns.push(Arc::clone(&wide));
+                    widened.push((i, chunk, p, wide));
+                }
+            },
+        }
+    }
+    if !widened.is_empty() {
+        stream.synchronize().map_err(|e| gpu_error(format!("widening cached columns: {e}")))?;
+        if keys.len() == columns.len() {
+            cache.offer_wide(keys, widened, limit);
+        }
+    }
+    DeviceBatch::try_new(Arc::clone(schema), columns, batch.rows, Arc::clone(gpu), stream)
 }
 
 /// How a table's partitions are grouped and cut into device batches of `batch_rows` rows
@@ -320,29 +386,28 @@ pub(crate) fn pack_for_cache(
     Ok(columns.iter().map(|c| packed.by_ref().take(c.len()).collect()).collect())
 }
 
-/// The device batches of a partition's `columns` (its `layout`): each column from `cache`, or
-/// uploaded (all the missing ones together) and offered to it on `terms`.
+/// The device batches of a partition's `columns` (its `layout`): each column from `cache` as it
+/// keeps it, or uploaded (all the missing ones together) and offered to it on `terms`.
 pub(crate) fn load_partition(
     gpu: &Arc<Gpu>,
     cache: &Arc<TableCache>,
     terms: CacheTerms,
     layout: &PartitionLayout,
     columns: &[usize],
-    schema: &SchemaRef,
     upload_time: &Time,
 ) -> Result<Loaded> {
     cache.watch(gpu.device_memory());
     let (batches, chunk_rows) = (&layout.batches, &layout.chunk_rows);
     if batches.is_empty() {
-        return Ok(Loaded { batches: Vec::new(), hits: 0, misses: 0, uploaded_bytes: 0 });
+        return Ok(Loaded { batches: Vec::new(), keys: Vec::new(), hits: 0, misses: 0, uploaded_bytes: 0 });
     }
     let scanned: Vec<&ScanColumn> = columns.iter().map(|&c| layout.column(c)).collect::<Result<_>>()?;
-    let fits = |chunks: &Vec<Arc<DeviceColumn>>| {
-        chunks.len() == chunk_rows.len() && chunks.iter().zip(chunk_rows).all(|(c, &r)| c.len == r)
+    let fits = |chunks: &Vec<CachedChunk>| {
+        chunks.len() == chunk_rows.len() && chunks.iter().zip(chunk_rows).all(|(c, &r)| c.len() == r)
     };
     let keys: Vec<ColumnKey> = scanned.iter().map(|s| s.key.clone()).collect();
-    let mut found: Vec<Option<Vec<Arc<DeviceColumn>>>> =
-        cache.read(&keys, gpu, terms.limit)?.into_iter().map(|f| f.filter(fits)).collect();
+    let mut found: Vec<Option<Vec<CachedChunk>>> =
+        cache.read_chunks(&keys, terms.limit).into_iter().map(|f| f.filter(fits)).collect();
     // Each missing table column once, even when the scan lists it twice.
     let mut missing: Vec<usize> = Vec::new();
     let mut missing_columns: Vec<&ScanColumn> = Vec::new();
@@ -380,28 +445,21 @@ pub(crate) fn load_partition(
             (0..missing.len()).map(|j| uploaded.iter().map(|d| Arc::clone(&d.columns()[j])).collect()).collect();
         let packed = pack_for_cache(gpu, &stream, terms, &loaded)?;
         for (((&c, column), chunks), packed) in missing.iter().zip(&missing_columns).zip(loaded).zip(packed) {
-            if !fits(&chunks) {
+            let ready: Vec<CachedChunk> = chunks.iter().map(|c| CachedChunk::Ready(Arc::clone(c))).collect();
+            if !fits(&ready) {
                 return internal_err!("a cached scan cut column {c} into other batches than its partition's");
             }
             for (i, _) in columns.iter().enumerate().filter(|(_, col)| **col == c) {
-                found[i] = Some(chunks.clone());
+                found[i] = Some(ready.clone());
             }
             cache.insert_packed(column.key.clone(), chunks, packed, Some(Arc::clone(&column.arrays)), terms.limit);
         }
         crate::timeline::mark("cached scan", || "columns cached".into());
     }
-    let found: Vec<Vec<Arc<DeviceColumn>>> = found
+    let found: Vec<Vec<CachedChunk>> = found
         .into_iter()
         .map(|f| f.ok_or_else(|| gpu_error("a cached scan lost a column it uploaded")))
         .collect::<Result<_>>()?;
-    let batches = chunk_rows
-        .iter()
-        .enumerate()
-        .map(|(i, &rows)| {
-            let cols = found.iter().map(|chunks| Arc::clone(&chunks[i])).collect();
-            // Every column's work is complete: its consumers may work on a stream of their own.
-            DeviceBatch::try_new(Arc::clone(schema), cols, rows, Arc::clone(gpu), gpu.stream())
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Loaded { batches, hits, misses: missing.len(), uploaded_bytes })
+    let batches = (0..chunk_rows.len()).map(|i| LoadedBatch::of(&found, i)).collect::<Result<Vec<_>>>()?;
+    Ok(Loaded { batches, keys, hits, misses: missing.len(), uploaded_bytes })
 }

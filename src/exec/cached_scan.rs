@@ -42,11 +42,11 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::cached_files::{FileLoad, ScanFiles};
-use super::cached_layouts::{CacheTerms, Loaded, ScanLayouts, load_partition};
+use super::cached_layouts::{CacheTerms, Loaded, LoadedBatch, ScanLayouts, load_partition, ready_batch};
 use super::{DeviceBatchStream, GpuExec, blocking, host_partition_stream};
-use crate::columns::DeviceBatch;
-use crate::columns::cache::TableCache;
+use crate::columns::cache::{ColumnKey, TableCache};
 use crate::columns::is_supported;
+use crate::columns::packed::{packable_width, packing_for};
 use crate::config::{GpuConfig, human_bytes};
 use crate::device::Gpu;
 
@@ -207,8 +207,10 @@ impl GpuCachedScanExec {
     }
 
     /// The device bytes its columns likely take: their host arrays' for in-memory batches, the
-    /// rows the files' statistics give times the columns' widths for files (unknown rows: none).
-    pub fn likely_device_bytes(&self) -> u64 {
+    /// rows the files' statistics give times the columns' widths for files (unknown rows: none);
+    /// with `packed` (`gpu.table_cache.compress`), an integer, date or decimal column whose least
+    /// and greatest values the statistics give at the width its packing takes.
+    pub fn likely_device_bytes(&self, packed: bool) -> u64 {
         match &self.rows {
             ScanRows::Memory { partitions, .. } => partitions
                 .iter()
@@ -216,13 +218,26 @@ impl GpuCachedScanExec {
                 .map(|b| self.columns.iter().map(|&c| b.column(c).get_array_memory_size() as u64).sum::<u64>())
                 .sum(),
             ScanRows::Files(_) => {
-                let rows = self
+                let Some(stats) = self
                     .source
                     .as_ref()
                     .and_then(|s| s.statistics_from_inputs(&[], &StatisticsArgs::new().with_partition(None)).ok())
-                    .and_then(|s| s.num_rows.get_value().copied())
-                    .unwrap_or(0) as u64;
-                let width: u64 = self.schema.fields().iter().map(|f| likely_row_bytes(f.data_type())).sum();
+                else {
+                    return 0;
+                };
+                let rows = stats.num_rows.get_value().copied().unwrap_or(0) as u64;
+                let width: u64 = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let range = stats.column_statistics.get(i).filter(|_| packed).and_then(|c| {
+                            Some((scalar_i64(c.min_value.get_value()?)?, scalar_i64(c.max_value.get_value()?)?))
+                        });
+                        likely_row_bytes(f.data_type(), range)
+                    })
+                    .sum();
                 rows.saturating_mul(width)
             }
         }
@@ -267,21 +282,47 @@ pub fn cache_limit(cfg: &GpuConfig, gpu: &Gpu) -> u64 {
 /// above, streams them within the memory limit.
 pub fn cache_table_scans(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig, limit: u64) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
-        Ok(match GpuCachedScanExec::over(&node, cfg).filter(|s| s.likely_device_bytes() <= limit) {
-            Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
-            None => Transformed::no(node),
-        })
+        Ok(
+            match GpuCachedScanExec::over(&node, cfg)
+                .filter(|s| s.likely_device_bytes(cfg.table_cache_compress) <= limit)
+            {
+                Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
+                None => Transformed::no(node),
+            },
+        )
     })
     .map(|t| t.data)
 }
 
-/// The device bytes a column of `data_type` likely takes a row: its width, or for strings and
-/// binaries their offsets and a guess of their bytes.
-fn likely_row_bytes(data_type: &datafusion::arrow::datatypes::DataType) -> u64 {
+/// The device bytes a column of `data_type` likely takes a row: its width, or its packed width
+/// when it is packable ([`packable_width`]) and `range` gives its least and greatest values, or
+/// for strings and binaries their offsets and a guess of their bytes.
+fn likely_row_bytes(data_type: &datafusion::arrow::datatypes::DataType, range: Option<(i64, i64)>) -> u64 {
     use datafusion::arrow::datatypes::DataType;
-    match data_type {
-        DataType::Dictionary(k, _) => k.primitive_width().unwrap_or(4) as u64,
-        other => other.primitive_width().map_or(24, |w| w as u64),
+    let packed = packable_width(data_type)
+        .zip(range)
+        .map(|(w, (min, max))| packing_for(w, min, max).map_or(w, |how| how.to_bytes()));
+    match (data_type, packed) {
+        (_, Some(bytes)) => bytes as u64,
+        (DataType::Dictionary(k, _), None) => k.primitive_width().unwrap_or(4) as u64,
+        (other, None) => other.primitive_width().map_or(24, |w| w as u64),
+    }
+}
+
+/// A statistic's value as the integer a packed column stores (dates as days or milliseconds,
+/// timestamps in their unit, decimals unscaled), when it fits 8 bytes.
+fn scalar_i64(value: &datafusion::common::ScalarValue) -> Option<i64> {
+    use datafusion::common::ScalarValue as S;
+    match value {
+        S::Int32(Some(v)) | S::Date32(Some(v)) => Some(*v as i64),
+        S::Int64(Some(v))
+        | S::Date64(Some(v))
+        | S::TimestampSecond(Some(v), _)
+        | S::TimestampMillisecond(Some(v), _)
+        | S::TimestampMicrosecond(Some(v), _)
+        | S::TimestampNanosecond(Some(v), _) => Some(*v),
+        S::Decimal128(Some(v), _, _) => i64::try_from(*v).ok(),
+        _ => None,
     }
 }
 
@@ -458,7 +499,8 @@ impl GpuExec for GpuCachedScanExec {
             }
             false => String::new(),
         };
-        let load: futures::future::BoxFuture<'static, Result<Vec<DeviceBatch>>> = match &self.rows {
+        let (read_gpu, read_cache) = (Arc::clone(&gpu), Arc::clone(&cache));
+        let load: futures::future::BoxFuture<'static, Result<Loaded>> = match &self.rows {
             ScanRows::Memory { partitions, layouts } => {
                 if partitions.is_empty() {
                     return Ok(Box::pin(futures::stream::empty()));
@@ -466,12 +508,21 @@ impl GpuExec for GpuCachedScanExec {
                 let (partitions, layouts) = (Arc::clone(partitions), Arc::clone(layouts));
                 Box::pin(blocking(move || {
                     crate::timeline::mark(&who, || "loading".into());
-                    let Some(layout) = layouts.device_partition(partition, &partitions)? else { return Ok(Vec::new()) };
-                    let loaded = load_partition(&gpu, &cache, terms, layout, &columns, &schema, &metrics.time)?;
+                    let Some(layout) = layouts.device_partition(partition, &partitions)? else {
+                        return Ok(Loaded {
+                            batches: Vec::new(),
+                            keys: Vec::new(),
+                            hits: 0,
+                            misses: 0,
+                            uploaded_bytes: 0,
+                        });
+                    };
+                    let loaded = load_partition(&gpu, &cache, terms, layout, &columns, &metrics.time)?;
                     crate::timeline::mark(&who, || {
                         format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses)
                     });
-                    Ok(metrics.count(loaded))
+                    metrics.count(&loaded);
+                    Ok(loaded)
                 }))
             }
             // Every file's rows are partition 0's.
@@ -482,22 +533,32 @@ impl GpuExec for GpuCachedScanExec {
                 Box::pin(async move {
                     crate::timeline::mark(&who, || "loading".into());
                     let load = FileLoad { files: &files, gpu: &gpu, cache: &cache, terms, batch_rows };
-                    let loaded = load.columns(&columns, &schema, context, &metrics.time).await?;
+                    let loaded = load.columns(&columns, context, &metrics.time).await?;
                     crate::timeline::mark(&who, || {
                         format!("{} columns cached, {} uploaded", loaded.hits, loaded.misses)
                     });
-                    Ok(metrics.count(loaded))
+                    metrics.count(&loaded);
+                    Ok(loaded)
                 })
             }
         };
-        Ok(Box::pin(
-            futures::stream::once(load)
-                .map(|loaded| match loaded {
-                    Ok(batches) => futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
-                    Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
-                })
-                .flatten(),
-        ))
+        // The batches go out one at a time, each widened from the cache's packed form as it is
+        // read: a table's full-width columns are never all on the device at once for the scan.
+        let hand_out = move |loaded: Result<Loaded>| match loaded {
+            Ok(Loaded { batches, keys, .. }) => {
+                let keys: Arc<[ColumnKey]> = keys.into();
+                let (gpu, cache, schema) = (Arc::clone(&read_gpu), Arc::clone(&read_cache), Arc::clone(&schema));
+                futures::stream::iter(batches.into_iter().enumerate())
+                    .then(move |(chunk, batch)| {
+                        let (gpu, cache, schema, keys) =
+                            (Arc::clone(&gpu), Arc::clone(&cache), Arc::clone(&schema), Arc::clone(&keys));
+                        blocking(move || ready_batch(&gpu, &cache, terms.limit, &schema, &keys, chunk, batch))
+                    })
+                    .boxed()
+            }
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+        };
+        Ok(Box::pin(futures::stream::once(load).map(hand_out).flatten()))
     }
 }
 
@@ -512,14 +573,13 @@ struct ScanMetrics {
 }
 
 impl ScanMetrics {
-    /// Counts what a partition's scan did; returns its batches.
-    fn count(&self, loaded: Loaded) -> Vec<DeviceBatch> {
+    /// Counts what a partition's scan did.
+    fn count(&self, loaded: &Loaded) {
         self.hits.add(loaded.hits);
         self.misses.add(loaded.misses);
         self.bytes.add(loaded.uploaded_bytes);
-        self.rows.add(loaded.batches.iter().map(DeviceBatch::num_rows).sum());
-        self.scanned.add(loaded.batches.iter().map(DeviceBatch::byte_size).sum());
-        loaded.batches
+        self.rows.add(loaded.batches.iter().map(|b| b.rows).sum());
+        self.scanned.add(loaded.batches.iter().map(LoadedBatch::wide_byte_size).sum());
     }
 }
 
@@ -609,5 +669,43 @@ mod tests {
                 assert!(sum <= batch || g.len() == 1 || rows[g.clone()].iter().filter(|&&r| r > 0).count() == 1);
             }
         }
+    }
+
+    /// A packable column whose statistics give its range counts the bytes its packing takes; one
+    /// without a range, or not packable, counts its width.
+    #[test]
+    fn likely_row_bytes_count_packed_widths_where_the_range_is_known() {
+        use super::likely_row_bytes;
+        use datafusion::arrow::datatypes::DataType;
+        assert_eq!(likely_row_bytes(&DataType::Int64, None), 8);
+        assert_eq!(likely_row_bytes(&DataType::Int64, Some((10, 200))), 1, "a frame of reference in 1 byte");
+        assert_eq!(likely_row_bytes(&DataType::Int64, Some((-5, 5_000_000_000))), 8);
+        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), Some((0, 10_000_000))), 3);
+        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), Some((0, 1 << 40))), 8);
+        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), None), 16);
+        assert_eq!(likely_row_bytes(&DataType::Date32, Some((8035, 10_591))), 2);
+        assert_eq!(likely_row_bytes(&DataType::Utf8, Some((0, 1))), 24, "strings are not packed");
+        assert_eq!(likely_row_bytes(&DataType::Float64, Some((0, 1))), 8);
+    }
+
+    /// Over Parquet files, the scan's likely device bytes count packed widths from the files'
+    /// statistics when the cache packs, full widths when it does not.
+    #[tokio::test]
+    async fn parquet_scans_are_sized_at_their_packed_widths() {
+        use crate::testing::{ParquetDir, kvs_batch};
+        use datafusion::prelude::SessionContext;
+        let dir = ParquetDir::new("packed-size");
+        dir.write("part-0.parquet", &[kvs_batch(0, 10_000)], 4_000);
+        let ctx = SessionContext::new();
+        let location = dir.location();
+        ctx.sql(&format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{location}'")).await.unwrap();
+        let mut plan = ctx.sql("SELECT k, v FROM t").await.unwrap().create_physical_plan().await.unwrap();
+        while let Some(child) = plan.children().first().map(|c| Arc::clone(c)) {
+            plan = child;
+        }
+        let scan = GpuCachedScanExec::over(&plan, &GpuConfig::default()).expect("a plain Parquet scan is cached");
+        // k: 0..10,000 in 2 bytes; v: 0..96 in 1 byte.
+        assert_eq!(scan.likely_device_bytes(true), 10_000 * 3);
+        assert_eq!(scan.likely_device_bytes(false), 10_000 * 16);
     }
 }
