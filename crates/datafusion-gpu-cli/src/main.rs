@@ -458,11 +458,10 @@ async fn run(cli: Cli) -> std::result::Result<(), String> {
             let partitions = std::thread::available_parallelism().map_or(1, |n| n.get());
             let bars = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let dir = data::data_dir(&out, suite, sf);
-            let tables =
-                data::generate(suite, sf, seed, partitions, &data::Progresses::new(bars)).map_err(|e| e.to_string())?;
-            data::write_parquet(&dir, &tables).map_err(|e| e.to_string())?;
-            for t in &tables {
-                println!("{:<10} {:>12} rows", t.name, t.num_rows());
+            let tables = data::generate_parquet(&dir, suite, sf, seed, partitions, &data::Progresses::new(bars))
+                .map_err(|e| e.to_string())?;
+            for (name, rows) in &tables {
+                println!("{name:<10} {rows:>12} rows");
             }
             println!("wrote {}", dir.display());
             Ok(())

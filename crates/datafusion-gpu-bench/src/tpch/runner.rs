@@ -610,7 +610,7 @@ async fn load(suite: Suite, o: &SuiteBenchOptions, partitions: usize, bars: bool
                 return Ok((Vec::new(), format!("Parquet in {}, registered as Parquet tables", dir.display())));
             }
             eprintln!("generating {} SF {} into {}", suite.title(), o.sf, dir.display());
-            data::write_parquet(&dir, &data::generate(suite, o.sf, o.seed, partitions, &progress)?)?;
+            data::generate_parquet(&dir, suite, o.sf, o.seed, partitions, &progress)?;
             Ok((Vec::new(), format!("generated into {}, registered as Parquet tables", dir.display())))
         }
         (Some(root), Source::Memory) => {
@@ -813,6 +813,10 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
             if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) }
         }
         bar.inc(1);
+        if bar.is_hidden() {
+            // Without a terminal, a line a query: a long run cut short still says how far it got.
+            eprintln!("{}", progress_line(&report));
+        }
         reports.push(report);
     }
     bar.finish_and_clear();
@@ -970,6 +974,21 @@ struct Runs {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// One query's outcome in a line: its check, and its first and median times on each side.
+fn progress_line(r: &QueryReport) -> String {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1} ms"));
+    format!(
+        "{}: {} ({} rows); with the GPU rule first {}, median {}; CPU first {}, median {}",
+        r.query,
+        r.check,
+        r.rows,
+        ms(r.gpu_first_ms),
+        ms(r.gpu_ms),
+        ms(r.cpu_first_ms),
+        ms(r.cpu_ms)
+    )
+}
+
 async fn run_query(
     q: &Query,
     cpu: &SessionContext,
