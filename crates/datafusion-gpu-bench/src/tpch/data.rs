@@ -122,20 +122,32 @@ impl TpchTable {
         TpchTable { name, schema, rows, part_count, make: Box::new(move |i, n| Box::new(make(i, n)) as PartBatches) }
     }
 
+    /// Part `part` (from 1) of its `part_count`.
+    fn part(&self, part: i32) -> Result<Vec<RecordBatch>> {
+        (self.make)(part, self.part_count).map(|b| b.map_err(Into::into)).collect()
+    }
+
     /// Parts `parts` generated in parallel, each one's batches in order, counted on `bar`.
     fn parts(&self, parts: &[i32], bar: &Progress) -> Result<Vec<Vec<RecordBatch>>> {
         parts
             .par_iter()
             .map(|&part| {
-                (self.make)(part, self.part_count)
-                    .map(|b| {
-                        let b = b?;
-                        bar.inc(b.num_rows() as u64);
-                        Ok(b)
-                    })
-                    .collect::<Result<Vec<_>>>()
+                let batches = self.part(part)?;
+                bar.inc(batches.iter().map(|b| b.num_rows() as u64).sum());
+                Ok(batches)
             })
             .collect()
+    }
+
+    /// The table as [`write_generated`] writes it.
+    fn as_parts(&self) -> GeneratedParts<'_> {
+        GeneratedParts {
+            name: self.name,
+            schema: Arc::clone(&self.schema),
+            rows: self.rows as u64,
+            parts: self.part_count as usize,
+            make: Box::new(move |i| self.part(i as i32 + 1)),
+        }
     }
 
     /// The whole table in memory, its parts dealt to `partitions` partitions.
@@ -237,10 +249,10 @@ pub fn write_parquet(dir: &Path, tables: &[Table]) -> Result<()> {
 }
 
 /// Generates the tables of `suite` at `sf` into `dir/<table>.parquet` as [`write_parquet`]
-/// writes them; returns each table's name and rows. TPC-H tables are written as they are
-/// generated, a wave of parts (one a thread) at a time, so the host holds a few parts, not the
-/// table: SF100 does not fit the memory of a 128 GiB host otherwise. SSB's tables are generated
-/// in memory first.
+/// writes them; returns each table's name and rows. TPC-H's tables and SSB's `lineorder` are
+/// written as they are generated, a wave of parts (one a thread) at a time, so the host holds a
+/// few parts, not the table: SF100 does not fit the memory of a 128 GiB host otherwise. SSB's
+/// other tables (a few million rows at SF100) are generated in memory first.
 pub fn generate_parquet(
     dir: &Path,
     suite: Suite,
@@ -249,30 +261,53 @@ pub fn generate_parquet(
     partitions: usize,
     progress: &Progresses,
 ) -> Result<Vec<(&'static str, usize)>> {
-    if suite == Suite::Ssb {
-        let tables = generate(suite, sf, seed, partitions, progress)?;
-        write_parquet(dir, &tables)?;
-        return Ok(tables.iter().map(|t| (t.name, t.num_rows())).collect());
-    }
     if !(sf > 0.0 && sf.is_finite()) {
         return Err(DataFusionError::Configuration(format!("the scale factor must be positive, not {sf}")));
     }
     std::fs::create_dir_all(dir)
         .map_err(|e| DataFusionError::Execution(format!("cannot create the data folder {}: {e}", dir.display())))?;
     let wave = rayon::current_num_threads().max(1);
-    tpch_tables(sf)
-        .iter()
-        .map(|t| {
-            let path = dir.join(format!("{}.parquet", t.name));
-            let tmp = dir.join(format!(".{}.parquet.tmp", t.name));
-            let file = std::fs::File::create(&tmp)
-                .map_err(|e| DataFusionError::Execution(format!("cannot write {}: {e}", tmp.display())))?;
-            let rows = write_generated(file, t, ROW_GROUP_ROWS, wave, progress)?;
-            std::fs::rename(&tmp, &path)
-                .map_err(|e| DataFusionError::Execution(format!("cannot move {} into place: {e}", path.display())))?;
-            Ok((t.name, rows))
-        })
-        .collect()
+    let write = |parts: &GeneratedParts| -> Result<(&'static str, usize)> {
+        let path = dir.join(format!("{}.parquet", parts.name));
+        let tmp = dir.join(format!(".{}.parquet.tmp", parts.name));
+        let file = std::fs::File::create(&tmp)
+            .map_err(|e| DataFusionError::Execution(format!("cannot write {}: {e}", tmp.display())))?;
+        let rows = write_generated(file, parts, ROW_GROUP_ROWS, wave, progress)?;
+        // Renamed into place last, so a half-written folder is never taken for data.
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| DataFusionError::Execution(format!("cannot move {} into place: {e}", path.display())))?;
+        Ok((parts.name, rows))
+    };
+    match suite {
+        Suite::Tpch => tpch_tables(sf).iter().map(|t| write(&t.as_parts())).collect(),
+        Suite::Ssb => {
+            let dimensions = super::ssb::generate_dimensions(sf, seed, partitions, progress)?;
+            write_parquet(dir, &dimensions)?;
+            let mut out: Vec<(&'static str, usize)> = dimensions.iter().map(|t| (t.name, t.num_rows())).collect();
+            let sizes = super::ssb::SsbSizes::new(sf);
+            let schema = super::ssb::lineorder_schema();
+            let make = |c: usize| Ok(vec![super::ssb::lineorder_chunk(&sizes, seed, c, &schema)?]);
+            out.push(write(&GeneratedParts {
+                name: "lineorder",
+                schema: Arc::clone(&schema),
+                // About four lines an order.
+                rows: sizes.orders as u64 * 4,
+                parts: super::ssb::lineorder_chunks(&sizes),
+                make: Box::new(make),
+            })?);
+            Ok(out)
+        }
+    }
+}
+
+/// A table generated part by part: `make(i)` gives part `i` of `parts` (from 0), of about `rows`
+/// rows in all.
+struct GeneratedParts<'a> {
+    name: &'static str,
+    schema: SchemaRef,
+    rows: u64,
+    parts: usize,
+    make: Box<dyn Fn(usize) -> Result<Vec<RecordBatch>> + Sync + 'a>,
 }
 
 /// Writes `table` to `file` as it is generated, `wave` parts at once, in part order, in row
@@ -280,7 +315,7 @@ pub fn generate_parquet(
 /// returns its rows.
 fn write_generated(
     file: std::fs::File,
-    table: &TpchTable,
+    table: &GeneratedParts,
     group_rows: usize,
     wave: usize,
     progress: &Progresses,
@@ -288,11 +323,19 @@ fn write_generated(
     let (mut writer, factory) =
         ArrowWriter::try_new(file, Arc::clone(&table.schema), Some(parquet_properties(group_rows)?))?
             .into_serialized_writer()?;
-    let bar = progress.table(table.name, table.rows as u64);
-    let parts: Vec<i32> = (1..=table.part_count).collect();
+    let bar = progress.table(table.name, table.rows);
+    let parts: Vec<usize> = (0..table.parts).collect();
     let (mut next_group, mut rows) = (0usize, 0usize);
     for wave_parts in parts.chunks(wave.max(1)) {
-        let batches: Vec<RecordBatch> = table.parts(wave_parts, &bar)?.into_iter().flatten().collect();
+        let made: Vec<Vec<RecordBatch>> = wave_parts
+            .par_iter()
+            .map(|&part| {
+                let batches = (table.make)(part)?;
+                bar.inc(batches.iter().map(|b| b.num_rows() as u64).sum());
+                Ok(batches)
+            })
+            .collect::<Result<_>>()?;
+        let batches: Vec<RecordBatch> = made.into_iter().flatten().collect();
         rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
         let groups = device_batch_groups(&batches, group_rows);
         drop(batches);
@@ -527,7 +570,8 @@ mod tests {
         let progress = Progresses::new(false);
         for t in tpch_tables(0.35) {
             let path = dir.join(format!("{}.parquet", t.name));
-            let rows = write_generated(std::fs::File::create(&path).unwrap(), &t, 20_000, 2, &progress).unwrap();
+            let rows =
+                write_generated(std::fs::File::create(&path).unwrap(), &t.as_parts(), 20_000, 2, &progress).unwrap();
             let want = t.generate(1, &progress).unwrap();
             assert_eq!(rows, want.num_rows(), "{}", t.name);
             let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
@@ -542,6 +586,35 @@ mod tests {
                 t.name
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// SSB's `lineorder` generated straight into Parquet, two chunks a wave, holds the rows the
+    /// in-memory generator makes, in chunk order (SF 0.2: 5 chunks).
+    #[test]
+    fn ssb_lineorder_generated_into_parquet_holds_the_generated_rows() {
+        let dir = std::env::temp_dir().join(format!("dfg-generated-ssb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let progress = Progresses::new(false);
+        let sizes = super::super::ssb::SsbSizes::new(0.2);
+        let schema = super::super::ssb::lineorder_schema();
+        let parts = GeneratedParts {
+            name: "lineorder",
+            schema: Arc::clone(&schema),
+            rows: sizes.orders as u64 * 4,
+            parts: super::super::ssb::lineorder_chunks(&sizes),
+            make: Box::new(|c| Ok(vec![super::super::ssb::lineorder_chunk(&sizes, 7, c, &schema)?])),
+        };
+        assert!(parts.parts >= 4, "{} chunks", parts.parts);
+        let path = dir.join("lineorder.parquet");
+        let rows = write_generated(std::fs::File::create(&path).unwrap(), &parts, 100_000, 2, &progress).unwrap();
+        let tables = generate(Suite::Ssb, 0.2, 7, 1, &progress).unwrap();
+        let want = tables.iter().find(|t| t.name == "lineorder").unwrap();
+        assert_eq!(rows, want.num_rows());
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
+        let read: Vec<RecordBatch> = reader.build().unwrap().collect::<std::result::Result<_, _>>().unwrap();
+        let want: Vec<RecordBatch> = want.partitions.iter().flatten().cloned().collect();
+        assert_eq!(concat_batches(&schema, &read).unwrap(), concat_batches(&schema, &want).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

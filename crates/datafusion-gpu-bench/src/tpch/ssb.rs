@@ -473,7 +473,19 @@ fn date(progress: &Progress) -> Result<Table> {
 }
 
 fn lineorder(sizes: &SsbSizes, seed: u64, partitions: usize, progress: &Progress) -> Result<Table> {
-    let schema = nullable(&[
+    let schema = lineorder_schema();
+    let parts = chunked(lineorder_chunks(sizes), partitions, progress, |c| lineorder_chunk(sizes, seed, c, &schema))?;
+    Ok(Table { name: "lineorder", schema, partitions: parts })
+}
+
+/// `lineorder`'s chunks: one per [`CHUNK`] orders.
+pub(super) fn lineorder_chunks(sizes: &SsbSizes) -> usize {
+    sizes.orders.div_ceil(CHUNK)
+}
+
+/// `lineorder`'s schema.
+pub(super) fn lineorder_schema() -> SchemaRef {
+    nullable(&[
         ("lo_orderkey", DataType::Int64),
         ("lo_linenumber", DataType::Int32),
         ("lo_custkey", DataType::Int32),
@@ -491,89 +503,108 @@ fn lineorder(sizes: &SsbSizes, seed: u64, partitions: usize, progress: &Progress
         ("lo_tax", DataType::Int32),
         ("lo_commitdate", DataType::Int32),
         ("lo_shipmode", DataType::Utf8),
-    ]);
+    ])
+}
+
+/// Chunk `c` of `lineorder` (the lines of orders `c * CHUNK + 1 ..`), of `schema`
+/// ([`lineorder_schema`]): the same rows however the chunks are generated or dealt.
+pub(super) fn lineorder_chunk(sizes: &SsbSizes, seed: u64, c: usize, schema: &SchemaRef) -> Result<RecordBatch> {
     let days = calendar();
     // Orders are placed from 1992-01-01 to 151 days before the calendar's end, as in TPC-H.
     let last_order_day = days.len() - 152;
     let n = sizes.orders;
-    let s = Arc::clone(&schema);
-    let parts = chunked(n.div_ceil(CHUNK), partitions, progress, |c| {
-        let mut rng = rng_for(seed, 5, c);
-        let (first, last) = (c * CHUNK + 1, ((c + 1) * CHUNK).min(n));
-        let cap = (last + 1 - first) * 4;
-        let mut orderkey = Vec::with_capacity(cap);
-        let mut linenumber = Vec::with_capacity(cap);
-        let mut custkey = Vec::with_capacity(cap);
-        let mut partkey = Vec::with_capacity(cap);
-        let mut suppkey = Vec::with_capacity(cap);
-        let mut orderdate = Vec::with_capacity(cap);
-        let mut priority = Vec::with_capacity(cap);
-        let mut shippriority = Vec::with_capacity(cap);
-        let mut quantity = Vec::with_capacity(cap);
-        let mut extprice = Vec::with_capacity(cap);
-        let mut ordtotal = Vec::with_capacity(cap);
-        let mut discount = Vec::with_capacity(cap);
-        let mut revenue = Vec::with_capacity(cap);
-        let mut supplycost = Vec::with_capacity(cap);
-        let mut tax = Vec::with_capacity(cap);
-        let mut commitdate = Vec::with_capacity(cap);
-        let mut shipmode = Vec::with_capacity(cap);
-        for order in first..=last {
-            let lines = rng.random_range(1..=7);
-            let cust = rng.random_range(1..=sizes.customers) as i32;
-            let day = rng.random_range(0..=last_order_day);
-            let prio = PRIORITIES[rng.random_range(0..5)];
-            let start = orderkey.len();
-            let mut total = 0i64;
-            for line in 1..=lines {
-                let p = rng.random_range(1..=sizes.parts) as i64;
-                let q = rng.random_range(1..=50);
-                let d = rng.random_range(0..=10);
-                let t = rng.random_range(0..=8);
-                let price = retail_price(p) * q as i64;
-                let rev = price * (100 - d as i64) / 100;
-                total += rev * (100 + t as i64) / 100;
-                orderkey.push(order as i64);
-                linenumber.push(line);
-                custkey.push(cust);
-                partkey.push(p as i32);
-                suppkey.push(rng.random_range(1..=sizes.suppliers) as i32);
-                orderdate.push(datekey(&days[day]));
-                priority.push(prio);
-                shippriority.push("0");
-                quantity.push(q);
-                extprice.push(price);
-                discount.push(d);
-                revenue.push(rev);
-                supplycost.push(6 * retail_price(p) / 10);
-                tax.push(t);
-                commitdate.push(datekey(&days[day + rng.random_range(30..=90)]));
-                shipmode.push(SHIP_MODES[rng.random_range(0..7)]);
-            }
-            ordtotal.extend(std::iter::repeat_n(total, orderkey.len() - start));
+    let mut rng = rng_for(seed, 5, c);
+    let (first, last) = (c * CHUNK + 1, ((c + 1) * CHUNK).min(n));
+    let cap = (last + 1 - first) * 4;
+    let mut orderkey = Vec::with_capacity(cap);
+    let mut linenumber = Vec::with_capacity(cap);
+    let mut custkey = Vec::with_capacity(cap);
+    let mut partkey = Vec::with_capacity(cap);
+    let mut suppkey = Vec::with_capacity(cap);
+    let mut orderdate = Vec::with_capacity(cap);
+    let mut priority = Vec::with_capacity(cap);
+    let mut shippriority = Vec::with_capacity(cap);
+    let mut quantity = Vec::with_capacity(cap);
+    let mut extprice = Vec::with_capacity(cap);
+    let mut ordtotal = Vec::with_capacity(cap);
+    let mut discount = Vec::with_capacity(cap);
+    let mut revenue = Vec::with_capacity(cap);
+    let mut supplycost = Vec::with_capacity(cap);
+    let mut tax = Vec::with_capacity(cap);
+    let mut commitdate = Vec::with_capacity(cap);
+    let mut shipmode = Vec::with_capacity(cap);
+    for order in first..=last {
+        let lines = rng.random_range(1..=7);
+        let cust = rng.random_range(1..=sizes.customers) as i32;
+        let day = rng.random_range(0..=last_order_day);
+        let prio = PRIORITIES[rng.random_range(0..5)];
+        let start = orderkey.len();
+        let mut total = 0i64;
+        for line in 1..=lines {
+            let p = rng.random_range(1..=sizes.parts) as i64;
+            let q = rng.random_range(1..=50);
+            let d = rng.random_range(0..=10);
+            let t = rng.random_range(0..=8);
+            let price = retail_price(p) * q as i64;
+            let rev = price * (100 - d as i64) / 100;
+            total += rev * (100 + t as i64) / 100;
+            orderkey.push(order as i64);
+            linenumber.push(line);
+            custkey.push(cust);
+            partkey.push(p as i32);
+            suppkey.push(rng.random_range(1..=sizes.suppliers) as i32);
+            orderdate.push(datekey(&days[day]));
+            priority.push(prio);
+            shippriority.push("0");
+            quantity.push(q);
+            extprice.push(price);
+            discount.push(d);
+            revenue.push(rev);
+            supplycost.push(6 * retail_price(p) / 10);
+            tax.push(t);
+            commitdate.push(datekey(&days[day + rng.random_range(30..=90)]));
+            shipmode.push(SHIP_MODES[rng.random_range(0..7)]);
         }
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from(orderkey)),
-            Arc::new(Int32Array::from(linenumber)),
-            Arc::new(Int32Array::from(custkey)),
-            Arc::new(Int32Array::from(partkey)),
-            Arc::new(Int32Array::from(suppkey)),
-            Arc::new(Int32Array::from(orderdate)),
-            Arc::new(StringArray::from(priority)),
-            Arc::new(StringArray::from(shippriority)),
-            Arc::new(Int32Array::from(quantity)),
-            Arc::new(Int64Array::from(extprice)),
-            Arc::new(Int64Array::from(ordtotal)),
-            Arc::new(Int32Array::from(discount)),
-            Arc::new(Int64Array::from(revenue)),
-            Arc::new(Int64Array::from(supplycost)),
-            Arc::new(Int32Array::from(tax)),
-            Arc::new(Int32Array::from(commitdate)),
-            Arc::new(StringArray::from(shipmode)),
-        ];
-        Ok(RecordBatch::try_new(Arc::clone(&s), cols)?)
-    })?;
-    Ok(Table { name: "lineorder", schema, partitions: parts })
+        ordtotal.extend(std::iter::repeat_n(total, orderkey.len() - start));
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(orderkey)),
+        Arc::new(Int32Array::from(linenumber)),
+        Arc::new(Int32Array::from(custkey)),
+        Arc::new(Int32Array::from(partkey)),
+        Arc::new(Int32Array::from(suppkey)),
+        Arc::new(Int32Array::from(orderdate)),
+        Arc::new(StringArray::from(priority)),
+        Arc::new(StringArray::from(shippriority)),
+        Arc::new(Int32Array::from(quantity)),
+        Arc::new(Int64Array::from(extprice)),
+        Arc::new(Int64Array::from(ordtotal)),
+        Arc::new(Int32Array::from(discount)),
+        Arc::new(Int64Array::from(revenue)),
+        Arc::new(Int64Array::from(supplycost)),
+        Arc::new(Int32Array::from(tax)),
+        Arc::new(Int32Array::from(commitdate)),
+        Arc::new(StringArray::from(shipmode)),
+    ];
+    Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
+}
+
+/// The four SSB tables other than `lineorder` at scale factor `sf`, each split into `partitions`
+/// partitions (a few million rows at SF100: generated in memory before they are written).
+pub fn generate_dimensions(
+    sf: f64,
+    seed: u64,
+    partitions: usize,
+    progress: &super::data::Progresses,
+) -> Result<Vec<Table>> {
+    let sizes = SsbSizes::new(sf);
+    let bar = |name: &str, rows: usize| progress.table(name, rows as u64);
+    Ok(vec![
+        date(&bar("date", calendar().len()))?,
+        customer(&sizes, seed, partitions, &bar("customer", sizes.customers))?,
+        supplier(&sizes, seed, partitions, &bar("supplier", sizes.suppliers))?,
+        part(&sizes, seed, partitions, &bar("part", sizes.parts))?,
+    ])
 }
 
 /// The five SSB tables at scale factor `sf`, each split into `partitions` partitions.
