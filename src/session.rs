@@ -67,6 +67,10 @@ mod tests {
         assert_eq!(cache.schema().fields().len(), 12);
         cache.collect().await.unwrap();
         assert!(ctx.sql("SELECT * FROM gpu_table_cache(1)").await.is_err());
+        let columns = ctx.sql("SELECT * FROM gpu_table_cache_columns()").await.unwrap();
+        assert_eq!(columns.schema().fields().len(), 9);
+        columns.collect().await.unwrap();
+        assert!(ctx.sql("SELECT * FROM gpu_table_cache_columns(1)").await.is_err());
     }
 
     /// `gpu_cache('t')` replaces `t` by a GpuCachedTable of its rows when the query runs (not

@@ -689,6 +689,72 @@ impl TableCache {
     }
 }
 
+impl TableCache {
+    /// Each cached column, for `gpu_table_cache_columns()`, least recently used first.
+    pub fn columns(&self) -> Vec<CachedColumnInfo> {
+        self.purge();
+        let lru = self.lock();
+        let mut rows: Vec<(u64, CachedColumnInfo)> = lru
+            .entries
+            .iter()
+            .map(|(key, (column, bytes, used))| {
+                let (source, name) = match &key.rows {
+                    Rows::Files { files, column } => {
+                        let first = files.first().map_or(String::new(), |f| f.path.clone());
+                        let source = match files.len() {
+                            0 | 1 => first,
+                            n => format!("{first} and {} more files", n - 1),
+                        };
+                        (source, column.to_string())
+                    }
+                    Rows::Memory(_) => ("memory".to_string(), String::new()),
+                };
+                let mut info = CachedColumnInfo {
+                    source,
+                    column: name,
+                    data_type: key.data_type.clone(),
+                    rows: 0,
+                    bytes: *bytes,
+                    packed_bytes: 0,
+                    full_width_bytes: 0,
+                    read: !column.unread(),
+                };
+                for c in &column.chunks {
+                    let cached = c.cached();
+                    info.rows += cached.len() as u64;
+                    info.full_width_bytes += cached.wide_byte_size() as u64;
+                    if let Chunk::Packed { packed, .. } = c {
+                        info.packed_bytes += packed.byte_size() as u64;
+                    }
+                }
+                (*used, info)
+            })
+            .collect();
+        rows.sort_by_key(|(used, _)| *used);
+        rows.into_iter().map(|(_, info)| info).collect()
+    }
+}
+
+/// One cached column as `gpu_table_cache_columns()` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedColumnInfo {
+    /// The file it was read from (the first, and how many more), or `memory` for an in-memory
+    /// table's.
+    pub source: String,
+    /// Its name, for a file column.
+    pub column: String,
+    pub data_type: DataType,
+    pub rows: u64,
+    /// Device bytes it holds: packed batches, full-width copies beside them, plain batches.
+    pub bytes: u64,
+    /// Of `bytes`, those of its packed batches.
+    pub packed_bytes: u64,
+    /// What it takes at its Arrow width.
+    pub full_width_bytes: u64,
+    /// Whether a running query reads it (it cannot be evicted then).
+    pub read: bool,
+}
+
 impl Reclaim for TableCache {
     /// Gives up the full-width copies of packed columns no query reads, then drops the entries
     /// whose tables are gone, then the least recently used ones no query reads, until `bytes` of

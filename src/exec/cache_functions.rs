@@ -1,4 +1,4 @@
-//! The table cache in SQL: three table functions that `with_gpu()` registers.
+//! The table cache in SQL: four table functions that `with_gpu()` registers.
 //!
 //! - `SELECT * FROM gpu_cache('t')` reads registered table `t` with DataFusion (any provider:
 //!   in memory, Parquet, CSV), holds its rows on the host and registers a [`GpuCachedTable`] of
@@ -17,6 +17,10 @@
 //!   given up to make room for device memory, since the process started; and of its bytes, those
 //!   of packed columns (`gpu.table_cache.compress`), what those would take at full width, and the
 //!   full-width copies kept beside them.
+//! - `SELECT * FROM gpu_table_cache_columns()` shows each cached column: its device, the file it
+//!   was read from (`memory` for an in-memory table's), its name and type, rows, device bytes, of
+//!   them those packed, what it takes at its Arrow width, and whether a running query reads it;
+//!   least recently used first.
 //!
 //! The work is done when the query runs, not when it is planned (an `EXPLAIN` caches nothing).
 
@@ -24,7 +28,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{
     SchemaProvider, Session, TableFunction, TableFunctionArgs, TableFunctionImpl, TableProvider,
@@ -44,13 +48,14 @@ use datafusion::physical_plan::{
 };
 
 use super::cached_table::{GpuCachedTable, collect_for_cache, scan_for_cache};
-use crate::columns::cache::TableCache;
+use crate::columns::cache::{CachedColumnInfo, TableCache};
 use crate::config::GpuConfig;
 
 /// The SQL names of the functions.
 pub const CACHE_FUNCTION: &str = "gpu_cache";
 pub const UNCACHE_FUNCTION: &str = "gpu_uncache";
 pub const TABLE_CACHE_FUNCTION: &str = "gpu_table_cache";
+pub const TABLE_CACHE_COLUMNS_FUNCTION: &str = "gpu_table_cache_columns";
 
 /// The three functions, as a session registers them.
 pub fn table_functions() -> Vec<Arc<TableFunction>> {
@@ -58,6 +63,7 @@ pub fn table_functions() -> Vec<Arc<TableFunction>> {
         Arc::new(TableFunction::new(CACHE_FUNCTION.to_string(), Arc::new(CacheFunction { uncache: false }))),
         Arc::new(TableFunction::new(UNCACHE_FUNCTION.to_string(), Arc::new(CacheFunction { uncache: true }))),
         Arc::new(TableFunction::new(TABLE_CACHE_FUNCTION.to_string(), Arc::new(TableCacheFunction))),
+        Arc::new(TableFunction::new(TABLE_CACHE_COLUMNS_FUNCTION.to_string(), Arc::new(TableCacheColumnsFunction))),
     ]
 }
 
@@ -112,6 +118,53 @@ impl TableFunctionImpl for TableCacheFunction {
         let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
         Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
     }
+}
+
+/// `gpu_table_cache_columns()` (see the module's text).
+#[derive(Debug)]
+pub struct TableCacheColumnsFunction;
+
+impl TableFunctionImpl for TableCacheColumnsFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        if !args.exprs().is_empty() {
+            return plan_err!("{TABLE_CACHE_COLUMNS_FUNCTION}() takes no arguments");
+        }
+        let batch = table_cache_columns(&TableCache::all())?;
+        Ok(Arc::new(MemTable::try_new(batch.schema(), vec![vec![batch]])?))
+    }
+}
+
+/// The rows of `gpu_table_cache_columns()` for `caches` (by device ordinal).
+fn table_cache_columns(caches: &[(usize, Arc<TableCache>)]) -> Result<RecordBatch> {
+    let u64s = ["rows", "bytes", "packed_bytes", "full_width_bytes"];
+    let mut fields = vec![
+        Field::new("device", DataType::UInt64, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("column", DataType::Utf8, false),
+        Field::new("data_type", DataType::Utf8, false),
+    ];
+    fields.extend(u64s.iter().map(|n| Field::new(*n, DataType::UInt64, false)));
+    fields.push(Field::new("read", DataType::Boolean, false));
+    let all: Vec<(usize, CachedColumnInfo)> =
+        caches.iter().flat_map(|(d, c)| c.columns().into_iter().map(|i| (*d, i))).collect();
+    let strings = |f: &dyn Fn(&CachedColumnInfo) -> String| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(all.iter().map(|(_, i)| f(i))))
+    };
+    let numbers = |f: &dyn Fn(&CachedColumnInfo) -> u64| -> ArrayRef {
+        Arc::new(UInt64Array::from_iter_values(all.iter().map(|(_, i)| f(i))))
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt64Array::from_iter_values(all.iter().map(|(d, _)| *d as u64))),
+        strings(&|i| i.source.clone()),
+        strings(&|i| i.column.clone()),
+        strings(&|i| i.data_type.to_string()),
+        numbers(&|i| i.rows),
+        numbers(&|i| i.bytes),
+        numbers(&|i| i.packed_bytes),
+        numbers(&|i| i.full_width_bytes),
+        Arc::new(BooleanArray::from_iter(all.iter().map(|(_, i)| Some(i.read)))),
+    ];
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
 }
 
 /// `gpu_cache('t')` or, with `uncache`, `gpu_uncache('t')`.

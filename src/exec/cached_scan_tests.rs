@@ -550,8 +550,10 @@ fn parquet_tables_through_the_table_cache_give_datafusions_answers() {
             dir.write(&format!("part-{i}.parquet"), p, 1500);
         }
     };
-    write(&dirs[0], &partitions(&mut rng, 40_000, 4, 500));
-    write(&dirs[1], &partitions(&mut rng, 60_000, 5, 700));
+    let data = [partitions(&mut rng, 40_000, 4, 500), partitions(&mut rng, 60_000, 5, 700)];
+    write(&dirs[0], &data[0]);
+    write(&dirs[1], &data[1]);
+    let file_rows: Vec<u64> = data.iter().map(|d| d.iter().flatten().map(|b| b.num_rows() as u64).sum()).collect();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cache = TableCache::of_device(gpu.info().ordinal);
     cache.clear();
@@ -601,6 +603,24 @@ fn parquet_tables_through_the_table_cache_give_datafusions_answers() {
     check(&ctx, &cpu, "cold", false);
     assert!(cache.stats().entries > 0, "no column was cached: {:?}", cache.stats());
     check(&ctx, &cpu, "warm", true);
+    // gpu_table_cache_columns() lists each cached column under its table's files (as the object
+    // store names them: `file:///tmp/...`), with every row of them, read by no query once the
+    // queries are done.
+    let listed = cache.columns();
+    assert!(!listed.is_empty());
+    for c in &listed {
+        let table = dirs.iter().position(|d| c.source.contains(&d.location()));
+        let table = table.unwrap_or_else(|| panic!("{c:?} is from neither table's files"));
+        assert_eq!(c.rows, file_rows[table], "{c:?}");
+        assert!(!c.read && c.bytes > 0 && c.packed_bytes <= c.bytes && !c.column.is_empty(), "{c:?}");
+    }
+    let shown = rt.block_on(async {
+        let sql = "SELECT count(*) FROM gpu_table_cache_columns() WHERE bytes > 0";
+        ctx.sql(sql).await.unwrap().collect().await.unwrap()
+    });
+    let counted =
+        shown[0].column(0).as_any().downcast_ref::<datafusion::arrow::array::Int64Array>().map(|a| a.value(0));
+    assert_eq!(counted, Some(listed.len() as i64));
     // Another cut into ranges and device batches of 5,000 rows: the cached columns of another
     // cut are not mixed with newly loaded ones.
     let (other, other_cpu) = session(7, true, 5000);

@@ -22,7 +22,7 @@ use super::peer::{self, DuckDb, Peer, PeerQuery};
 use super::queries::{self, Query};
 use datafusion::execution::SessionStateBuilder;
 use datafusion_distributed::DistributedExt;
-use datafusion_gpu::columns::cache::TableCache;
+use datafusion_gpu::columns::cache::{CachedColumnInfo, TableCache};
 use datafusion_gpu::columns::pin_partitions;
 use datafusion_gpu::config::{GpuConfig, human_bytes};
 use datafusion_gpu::device::doctor::{self, DoctorOptions};
@@ -357,6 +357,9 @@ pub struct SuiteReport {
     pub slower_than_0_9: Vec<String>,
     pub all_ok: bool,
     pub label: Option<String>,
+    /// What each table's columns took in the device's table cache at the end of the run (tables
+    /// of files by their file's name, in-memory tables together as `memory`).
+    pub device_columns: Vec<DeviceColumns>,
     /// `--peer`'s engine and version, with its threads, when one ran.
     pub peer: Option<String>,
     /// Seconds the peer took to load the Parquet into its own tables.
@@ -366,6 +369,40 @@ pub struct SuiteReport {
     pub geomean_vs_peer: Option<f64>,
     #[serde(skip)]
     pub files: Vec<PathBuf>,
+}
+
+/// One table's columns in the device's table cache.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceColumns {
+    pub table: String,
+    pub columns: usize,
+    /// Device bytes they hold (packed batches, full-width copies beside them, plain batches).
+    pub bytes: u64,
+    /// Of `bytes`, those of packed batches.
+    pub packed_bytes: u64,
+    /// What the columns take at their Arrow widths.
+    pub full_width_bytes: u64,
+}
+
+/// `columns` (every device's cached columns) summed by table: a file's stem, or `memory`.
+fn device_columns_by_table(columns: &[CachedColumnInfo]) -> Vec<DeviceColumns> {
+    let mut by: std::collections::BTreeMap<String, DeviceColumns> = Default::default();
+    for c in columns {
+        let file = c.source.split(" and ").next().unwrap_or(&c.source);
+        let name = Path::new(file).file_stem().map_or(file.to_string(), |s| s.to_string_lossy().into_owned());
+        let t = by.entry(name.clone()).or_insert(DeviceColumns {
+            table: name,
+            columns: 0,
+            bytes: 0,
+            packed_bytes: 0,
+            full_width_bytes: 0,
+        });
+        t.columns += 1;
+        t.bytes += c.bytes;
+        t.packed_bytes += c.packed_bytes;
+        t.full_width_bytes += c.full_width_bytes;
+    }
+    by.into_values().collect()
 }
 
 /// The median of `v` (the mean of the two middle runs for an even count), or `None` when
@@ -856,6 +893,9 @@ pub async fn run(suite: Suite, o: &SuiteBenchOptions, command: &str) -> Result<S
             _ => tables.iter().map(|t| (t.name.to_string(), t.num_rows(), t.memory_size())).collect(),
         },
         source: o.source,
+        device_columns: device_columns_by_table(
+            &TableCache::all().into_iter().flat_map(|(_, c)| c.columns()).collect::<Vec<_>>(),
+        ),
         all_ok: reports.iter().all(|r| r.ok),
         queries: reports,
         geomean_speedup,
@@ -1270,6 +1310,22 @@ impl std::fmt::Display for SuiteReport {
             let of = if self.source == Source::Parquet { " of Parquet" } else { "" };
             writeln!(f, "  {name:<10} {rows:>12} rows {:>10.1} MiB{of}", *bytes as f64 / (1 << 20) as f64)?;
         }
+        if !self.device_columns.is_empty() {
+            writeln!(f, "device table cache at the end (gpu_table_cache_columns()):")?;
+        }
+        for t in &self.device_columns {
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            writeln!(
+                f,
+                "  {:<10} {:>3} columns {:>10.1} MiB, {:.1} MiB of it packed, {:.1} MiB at Arrow widths ({:.0}%)",
+                t.table,
+                t.columns,
+                mib(t.bytes),
+                mib(t.packed_bytes),
+                mib(t.full_width_bytes),
+                100.0 * t.bytes as f64 / t.full_width_bytes.max(1) as f64
+            )?;
+        }
         match (&self.device, &self.no_gpu) {
             (Some(d), _) => {
                 writeln!(f, "GPU: {d}; gpu.cost.min_rows = {}", self.gpu_min_rows)?;
@@ -1570,6 +1626,45 @@ mod tests {
         let err = run(Suite::Tpch, &o, "test").await.unwrap_err().to_string();
         assert!(err.contains("give --data"), "{err}");
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    /// Cached columns are summed by the stem of the file they came from (its first, for a
+    /// table of several), in-memory tables' together as `memory`.
+    #[test]
+    fn device_columns_are_summed_by_table() {
+        let column = |source: &str, bytes: u64, packed: u64, wide: u64| CachedColumnInfo {
+            source: source.into(),
+            column: "c".into(),
+            data_type: datafusion::arrow::datatypes::DataType::Int64,
+            rows: 10,
+            bytes,
+            packed_bytes: packed,
+            full_width_bytes: wide,
+            read: false,
+        };
+        let got = device_columns_by_table(&[
+            column("file:///d/tpch-sf1/lineitem.parquet", 10, 10, 40),
+            column("/d/tpch-sf1/orders.parquet", 8, 0, 8),
+            column("/d/tpch-sf1/lineitem.parquet", 5, 2, 9),
+            column("/d/x/part-0.parquet and 3 more files", 1, 1, 2),
+            column("memory", 7, 0, 7),
+        ]);
+        let want = |table: &str, columns, bytes, packed_bytes, full_width_bytes| DeviceColumns {
+            table: table.into(),
+            columns,
+            bytes,
+            packed_bytes,
+            full_width_bytes,
+        };
+        assert_eq!(
+            got,
+            vec![
+                want("lineitem", 2, 15, 12, 49),
+                want("memory", 1, 7, 0, 7),
+                want("orders", 1, 8, 0, 8),
+                want("part-0", 1, 1, 1, 2),
+            ]
+        );
     }
 
     #[test]
