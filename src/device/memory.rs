@@ -135,6 +135,56 @@ impl MemoryBudget {
         }
     }
 
+    /// Bytes a reservation of `bytes` could take now, after asking what holds memory it can give
+    /// back ([`Self::add_reclaim`]) to free the difference when [`Self::available`] falls short:
+    /// for choices made before reserving (whether a join's build fits in memory), which would
+    /// otherwise count the table cache's idle columns as taken.
+    pub fn room_for(&self, bytes: u64) -> u64 {
+        let available = self.available();
+        if available >= bytes || bytes > self.most() {
+            return available;
+        }
+        self.reclaim_for(bytes - available);
+        self.available()
+    }
+
+    /// [`Self::room_for`], waiting while other operators hold the room: returns once `bytes` are
+    /// available, or when nothing was released for [`STALL`] (the holders wait too), or after
+    /// `most`, with the bytes available then. For a choice that would take a slower path at once
+    /// (a join's build partitioned into host memory) because another operator of the query holds
+    /// its memory for a moment. It blocks: call it off the async runtime's threads.
+    pub fn wait_for_room(&self, bytes: u64, most: Duration) -> u64 {
+        let available = self.room_for(bytes);
+        if available >= bytes || bytes > self.most() || most.is_zero() {
+            return available;
+        }
+        let start = Instant::now();
+        self.room.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut releases = self.room.releases.lock().unwrap_or_else(|e| e.into_inner());
+        let waited_for = loop {
+            // Checked under the lock, after counting this waiter: a release cannot slip by.
+            let available = self.available();
+            let waited = start.elapsed();
+            if available >= bytes || waited >= most {
+                break available;
+            }
+            let seen = *releases;
+            let (guard, timeout) =
+                self.room.freed.wait_timeout(releases, STALL.min(most - waited)).unwrap_or_else(|e| e.into_inner());
+            releases = guard;
+            if timeout.timed_out() && *releases == seen {
+                break self.available();
+            }
+        };
+        drop(releases);
+        self.room.waiting.fetch_sub(1, Ordering::SeqCst);
+        match waited_for >= bytes {
+            true => waited_for,
+            // Columns a query read when the wait began may be idle now.
+            false => self.room_for(bytes),
+        }
+    }
+
     /// The most a single reservation can ever take: the smallest limit up the chain.
     pub fn most(&self) -> u64 {
         match &self.parent {
@@ -308,7 +358,12 @@ impl MemoryBudget {
                     self.room.freed.wait_timeout(releases, STALL.min(most - waited)).unwrap_or_else(|e| e.into_inner());
                 releases = guard;
                 if timeout.timed_out() && *releases == seen {
-                    if self.try_take(bytes) {
+                    // Columns a query read when this one first asked may be idle now. The lock
+                    // goes first: what the cache frees is released under it.
+                    drop(releases);
+                    if self.try_take(bytes)
+                        || (self.reclaim_for(bytes.saturating_sub(self.available())) && self.try_take(bytes))
+                    {
                         return Ok(Reservation { budget: Arc::clone(self), bytes });
                     }
                     return Err(self.refusal(bytes, what, Some(start.elapsed())));
@@ -572,6 +627,101 @@ mod tests {
         };
         assert_eq!(budget.reserve(200, "moving").unwrap().bytes(), 200);
         churn.join().unwrap();
+    }
+
+    /// Memory held as a cache holds its columns: each piece is given back on request unless a
+    /// reader still holds its handle.
+    #[derive(Debug, Default)]
+    struct Idle {
+        held: Mutex<Vec<(Reservation, Arc<()>)>>,
+    }
+
+    impl Reclaim for Idle {
+        fn reclaim(&self, bytes: u64) -> u64 {
+            let mut held = self.held.lock().unwrap();
+            let mut freed = 0;
+            held.retain(|(r, reader)| {
+                if freed >= bytes || Arc::strong_count(reader) > 1 {
+                    return true;
+                }
+                freed += r.bytes();
+                false
+            });
+            freed
+        }
+    }
+
+    fn idle_under(budget: &Arc<MemoryBudget>, bytes: u64) -> (Arc<Idle>, Arc<()>) {
+        let idle = Arc::new(Idle::default());
+        let reader = Arc::new(());
+        idle.held.lock().unwrap().push((budget.reserve(bytes, "cached").unwrap(), Arc::clone(&reader)));
+        let weak: std::sync::Weak<dyn Reclaim> = Arc::downgrade(&(Arc::clone(&idle) as Arc<dyn Reclaim>));
+        budget.add_reclaim(weak);
+        (idle, reader)
+    }
+
+    /// `room_for` counts what the cache can give back as room: it frees idle memory only when
+    /// what is free now falls short, and never memory a reader holds.
+    #[test]
+    fn room_for_frees_idle_memory_only_when_short() {
+        let budget = Arc::new(MemoryBudget::new(1000));
+        let (idle, reader) = idle_under(&budget, 600);
+        assert_eq!(budget.room_for(300), 400);
+        assert_eq!(budget.used(), 600, "enough was free: nothing given back");
+        assert_eq!(budget.room_for(700), 400, "a reader holds the cached piece");
+        drop(reader);
+        assert_eq!(budget.room_for(700), 1000);
+        assert_eq!(budget.used(), 0);
+        assert!(idle.held.lock().unwrap().is_empty());
+        assert_eq!(budget.room_for(2000), 1000, "more than the limit frees nothing");
+    }
+
+    /// `wait_for_room` returns as soon as a holder's release makes the room, at once when the
+    /// cache can give it, and after the stall time, with what is free, when nothing moves.
+    #[test]
+    fn wait_for_room_waits_for_a_release_and_gives_up_on_a_stall() {
+        let budget = Arc::new(MemoryBudget::new(1000));
+        let held = budget.reserve(600, "held").unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(STALL / 5);
+            drop(held);
+        });
+        let start = Instant::now();
+        assert_eq!(budget.wait_for_room(700, MOST_WAIT), 1000);
+        assert!(start.elapsed() < STALL, "{:?}", start.elapsed());
+        release.join().unwrap();
+        let _held = budget.reserve(600, "held").unwrap();
+        let start = Instant::now();
+        assert_eq!(budget.wait_for_room(700, MOST_WAIT), 400);
+        assert!(start.elapsed() >= STALL, "{:?}", start.elapsed());
+        assert_eq!(budget.wait_for_room(300, MOST_WAIT), 400, "enough is free: no wait");
+        assert_eq!(budget.wait_for_room(2000, MOST_WAIT), 400, "more than the limit: no wait");
+        let (_idle, reader) = idle_under(&budget, 300);
+        drop(reader);
+        let start = Instant::now();
+        assert_eq!(budget.wait_for_room(300, MOST_WAIT), 400);
+        assert!(start.elapsed() < STALL, "the cache's idle memory is room at once: {:?}", start.elapsed());
+    }
+
+    /// A reservation that waited while a reader held the cached memory asks the cache again
+    /// once the wait stalls: the reader may be done by then, though nothing was released.
+    #[test]
+    fn a_stalled_reservation_asks_the_cache_again() {
+        let budget = Arc::new(MemoryBudget::new(1000));
+        let (_idle, reader) = idle_under(&budget, 600);
+        let waiter = {
+            let budget = Arc::clone(&budget);
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                (budget.reserve(700, "waiting").map(|r| r.bytes()), start.elapsed())
+            })
+        };
+        std::thread::sleep(STALL / 5);
+        drop(reader);
+        let (got, waited) = waiter.join().unwrap();
+        assert_eq!(got.unwrap(), 700);
+        assert!(waited >= STALL, "{waited:?}");
+        assert_eq!(budget.used(), 0);
     }
 
     /// Fault injection refuses the requests it names after the first few, and no others.

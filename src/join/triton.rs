@@ -106,6 +106,12 @@ pub fn fits_in_memory(build_bytes: u64, limit: u64) -> bool {
     build_bytes.saturating_mul(STATE_FACTOR) <= limit / 2
 }
 
+/// The least limit under which a build input of `build_bytes` joins in memory
+/// ([`fits_in_memory`]).
+pub fn memory_to_fit(build_bytes: u64) -> u64 {
+    build_bytes.saturating_mul(STATE_FACTOR).saturating_mul(2)
+}
+
 /// Output windows a stream of an out-of-core join may hold at once: two buffered in its channel,
 /// one parked with the driver's sender (its only sender that sends while the driver runs), and
 /// one being read.

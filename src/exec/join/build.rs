@@ -25,8 +25,12 @@ use crate::error::{CudaResultExt, recoverable_on_cpu};
 use crate::exec::cpu_join::CpuJoin;
 use crate::exec::upload::{ChunkUploader, batch_bytes};
 use crate::exec::{as_gpu_exec, blocking, download_all, onto, rows_within_limit, timeline};
-use crate::join::triton::{SpillSizes, SpilledSide, fits_in_memory};
+use crate::join::triton::{SpillSizes, SpilledSide, fits_in_memory, memory_to_fit};
 use crate::join::{JoinBuild, JoinSpec, window_bound};
+
+/// The longest a build waits for other operators to release the device memory it would join in
+/// before it is partitioned into host memory.
+const BUILD_ROOM_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A join's build input, its build columns: host batches from a CPU child (as they came, not
 /// concatenated), device batches from a GPU child (nothing crosses PCIe), or host batches that
@@ -280,8 +284,15 @@ impl BuildJob {
         };
         timeline::mark(&self.who, || format!("build input of {rows} rows collected"));
         // Partitioned mode runs one join per partition at the same time: each gets its share. Of
-        // the limit, only what other operators do not hold now is there for this build.
-        let available = self.gpu.memory().available();
+        // the limit, only what other operators do not hold is there for this build, once the
+        // table cache has given back the idle columns it would take. An operator beside it (the
+        // other side of a join above, its own probe side's scans) may hold the room for a while:
+        // waiting up to BUILD_ROOM_WAIT for it costs less than partitioning the build into host
+        // memory, which moves it over the host link three times.
+        let share = if self.consumers_share_build { 1 } else { self.consumers.max(1) as u64 };
+        let need = memory_to_fit(bytes).saturating_mul(share);
+        let memory = Arc::clone(self.gpu.memory());
+        let available = blocking(move || Ok(memory.wait_for_room(need, BUILD_ROOM_WAIT))).await?;
         let (limit, streams) = match self.consumers_share_build {
             true => (available, self.consumers),
             false => (available / self.consumers.max(1) as u64, 1),
