@@ -41,4 +41,6 @@ for path in sorted(glob.glob(os.path.join(qdir, "q*.sql")), key=key):
     except Exception as e:
         print(f"{q:<6} error: {e}", flush=True)
         report["queries"].append({"query": q, "error": str(e)})
+    # Written after every query: a run cut at its time limit keeps what it measured.
+    json.dump(report, open(out, "w"), indent=1)
 json.dump(report, open(out, "w"), indent=1)
