@@ -61,6 +61,33 @@ __device__ __forceinline__ T block_exclusive_scan(T v, T* warp_sums, T* total) {
     return warp_sums[warp] + inc - v;
 }
 
+// String offsets from each row's length, a block of THREADS threads a tile of THREADS * ITEMS
+// rows, tile t's first row starting at starts[t] (whoever laid the rows out, or an earlier pass
+// over the tiles, knows it): out[0] = 0 and out[i + 1] = where row i ends. `length(i)` is row
+// i's length. Each thread takes ITEMS consecutive rows.
+template <int THREADS, int ITEMS, typename O, typename Length>
+__device__ __forceinline__ void tile_offsets(Length length, const u64* __restrict__ starts, O* __restrict__ out, u64 n) {
+    __shared__ u64 warp_sums[THREADS / 32];
+    __shared__ u64 total;
+    const u64 first = (u64)blockIdx.x * (THREADS * ITEMS) + (u64)threadIdx.x * ITEMS;
+    u64 v[ITEMS];
+    u64 s = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; j++) {
+        const u64 i = first + j;
+        v[j] = i < n ? length(i) : 0;
+        s += v[j];
+    }
+    u64 end = block_exclusive_scan<THREADS / 32, u64>(s, warp_sums, &total) + starts[blockIdx.x];
+#pragma unroll
+    for (int j = 0; j < ITEMS; j++) {
+        const u64 i = first + j;
+        end += v[j];
+        if (i < n) out[i + 1] = (O)end;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 0;
+}
+
 // Marks "no row": an outer join's missing side, gathered as NULL.
 #define NULL_ROW 0xffffffffu
 

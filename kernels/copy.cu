@@ -109,25 +109,7 @@ extern "C" __global__ void widen_u24_to_i128(const u8* __restrict__ src, long lo
 template <typename L>
 __device__ __forceinline__ void offsets_from_lengths(const L* __restrict__ lengths, const u64* __restrict__ starts,
                                                      u64* __restrict__ out, u64 n) {
-    __shared__ u64 warp_sums[OFFSETS_THREADS / 32];
-    __shared__ u64 total;
-    const u64 first = (u64)blockIdx.x * OFFSETS_TILE + (u64)threadIdx.x * OFFSETS_ITEMS;
-    u64 v[OFFSETS_ITEMS];
-    u64 s = 0;
-#pragma unroll
-    for (int j = 0; j < OFFSETS_ITEMS; j++) {
-        u64 i = first + j;
-        v[j] = i < n ? (u64)lengths[i] : 0;
-        s += v[j];
-    }
-    u64 end = block_exclusive_scan<OFFSETS_THREADS / 32, u64>(s, warp_sums, &total) + starts[blockIdx.x];
-#pragma unroll
-    for (int j = 0; j < OFFSETS_ITEMS; j++) {
-        u64 i = first + j;
-        end += v[j];
-        if (i < n) out[i + 1] = end;
-    }
-    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 0;
+    tile_offsets<OFFSETS_THREADS, OFFSETS_ITEMS, u64>([=](u64 i) { return (u64)lengths[i]; }, starts, out, n);
 }
 extern "C" __global__ void __launch_bounds__(OFFSETS_THREADS)
     offsets_from_u8_lengths(const unsigned char* lengths, const u64* starts, u64* out, u64 n) {

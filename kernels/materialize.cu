@@ -98,3 +98,79 @@ extern "C" __global__ void mat_dict_rows_w1(const u8* k, const u8* v, u64 n, u32
 extern "C" __global__ void mat_dict_rows_w2(const unsigned short* k, const u8* v, u64 n, u32* r) { dict_rows<unsigned short>(k, v, n, r); }
 extern "C" __global__ void mat_dict_rows_w4(const u32* k, const u8* v, u64 n, u32* r) { dict_rows<u32>(k, v, n, r); }
 extern "C" __global__ void mat_dict_rows_w8(const u64* k, const u8* v, u64 n, u32* r) { dict_rows<u64>(k, v, n, r); }
+
+// Dictionary-coded strings (the table cache's packed string columns, src/columns/packed.rs):
+// row i holds values[codes[i]], or nothing where it is null. Rows come in tiles of DICT_TILE
+// (`DICTIONARY_TILE_ROWS` there); the encoder sums each tile's bytes with dict_tile_bytes_* and
+// scans the sums into each tile's start, so that decoding is a block a tile for the offsets
+// (dict_offsets_*) and a thread a row for the bytes (dict_bytes_*: the values are few and short,
+// and stay in the caches). K is the code type (u8 or u16), O the offset type (i32 or i64).
+#define DICT_THREADS 256
+#define DICT_ITEMS 8
+#define DICT_TILE (DICT_THREADS * DICT_ITEMS)
+
+template <typename K, typename O>
+__device__ __forceinline__ u64 dict_row_bytes(const K* __restrict__ codes, const u8* __restrict__ validity,
+                                              const O* __restrict__ value_offsets, u64 i) {
+    if (validity != nullptr && !bit_is_set(validity, i)) return 0;
+    const u64 c = (u64)codes[i];
+    return (u64)(value_offsets[c + 1] - value_offsets[c]);
+}
+
+// sums[b] = the bytes of tile b's rows; a block of DICT_THREADS threads a tile.
+template <typename K, typename O>
+__device__ __forceinline__ void dict_tile_bytes(const K* __restrict__ codes, const u8* __restrict__ validity,
+                                                const O* __restrict__ value_offsets, u64 n, u64* __restrict__ sums) {
+    __shared__ u64 warp_sums[DICT_THREADS / 32];
+    __shared__ u64 total;
+    const u64 first = (u64)blockIdx.x * DICT_TILE + (u64)threadIdx.x * DICT_ITEMS;
+    u64 s = 0;
+#pragma unroll
+    for (int j = 0; j < DICT_ITEMS; j++) {
+        const u64 i = first + j;
+        if (i < n) s += dict_row_bytes<K, O>(codes, validity, value_offsets, i);
+    }
+    block_exclusive_scan<DICT_THREADS / 32, u64>(s, warp_sums, &total);
+    if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+
+// out[0] = 0 and out[i + 1] = where row i ends, tile t's rows starting at starts[t].
+template <typename K, typename O>
+__device__ __forceinline__ void dict_offsets(const K* __restrict__ codes, const u8* __restrict__ validity,
+                                             const O* __restrict__ value_offsets, const u64* __restrict__ starts, u64 n,
+                                             O* __restrict__ out) {
+    tile_offsets<DICT_THREADS, DICT_ITEMS, O>(
+        [=](u64 i) { return dict_row_bytes<K, O>(codes, validity, value_offsets, i); }, starts, out, n);
+}
+
+// Each valid row's value copied to where dict_offsets put it.
+template <typename K, typename O>
+__device__ __forceinline__ void dict_bytes(const K* __restrict__ codes, const u8* __restrict__ validity,
+                                           const O* __restrict__ value_offsets, const u8* __restrict__ value_bytes,
+                                           const O* __restrict__ out_offsets, u64 n, u8* __restrict__ out) {
+    for (u64 i = global_thread_id(); i < n; i += grid_stride()) {
+        if (validity != nullptr && !bit_is_set(validity, i)) continue;
+        const u64 c = (u64)codes[i];
+        const u64 src = (u64)value_offsets[c], len = (u64)value_offsets[c + 1] - src;
+        const u64 dst = (u64)out_offsets[i];
+        for (u64 b = 0; b < len; b++) out[dst + b] = value_bytes[src + b];
+    }
+}
+
+#define DICT_KERNELS(TILE_BYTES, OFFSETS, BYTES, K, O)                                                                 \
+    extern "C" __global__ void __launch_bounds__(DICT_THREADS)                                                          \
+        TILE_BYTES(const K* codes, const u8* validity, const O* value_offsets, u64 n, u64* sums) {                      \
+        dict_tile_bytes<K, O>(codes, validity, value_offsets, n, sums);                                                 \
+    }                                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(DICT_THREADS)                                                          \
+        OFFSETS(const K* codes, const u8* validity, const O* value_offsets, const u64* starts, u64 n, O* out) {         \
+        dict_offsets<K, O>(codes, validity, value_offsets, starts, n, out);                                             \
+    }                                                                                                                   \
+    extern "C" __global__ void BYTES(const K* codes, const u8* validity, const O* value_offsets, const u8* value_bytes, \
+                                     const O* out_offsets, u64 n, u8* out) {                                            \
+        dict_bytes<K, O>(codes, validity, value_offsets, value_bytes, out_offsets, n, out);                             \
+    }
+DICT_KERNELS(mat_dict_tile_bytes_k1_o32, mat_dict_offsets_k1_o32, mat_dict_bytes_k1_o32, u8, i32)
+DICT_KERNELS(mat_dict_tile_bytes_k1_o64, mat_dict_offsets_k1_o64, mat_dict_bytes_k1_o64, u8, i64)
+DICT_KERNELS(mat_dict_tile_bytes_k2_o32, mat_dict_offsets_k2_o32, mat_dict_bytes_k2_o32, unsigned short, i32)
+DICT_KERNELS(mat_dict_tile_bytes_k2_o64, mat_dict_offsets_k2_o64, mat_dict_bytes_k2_o64, unsigned short, i64)

@@ -587,10 +587,12 @@ gpu_options! {
         /// up to this many rows (a sorted table's stay apart), so resident data runs in a few long chains of launches;
         /// CPU operators read its partitions. Changing it uploads again.
         pub table_cache_batch_rows: usize, key = "table_cache.batch_rows", default = 1 << 26
-        /// Keep cached integer, date and decimal columns on the device in the fewest bytes their values need (their
-        /// distance above the least in 1, 2 or 3 bytes, or the values in 4 or 8), with full-width copies beside them
-        /// only while gpu.table_cache.limit has room: those copies go first, and a scan widens the column again. More
-        /// tables fit the device; false keeps every cached column at its Arrow width.
+        /// Keep cached columns on the device in fewer bytes: integers, dates and decimals in the fewest bytes their
+        /// values need (their distance above the least in 1, 2 or 3 bytes, or the values in 4 or 8), strings and
+        /// binaries of few distinct values (at most 4,096 in their first 65,536 rows, 65,536 in all) as 1- or 2-byte
+        /// codes into those values. Full-width copies stay beside them only while gpu.table_cache.limit has room:
+        /// those copies go first, and a scan widens the column again. More tables fit the device; false keeps every
+        /// cached column at its Arrow width.
         pub table_cache_compress: bool, key = "table_cache.compress", default = true
         /// Make a compact host image of a cached table's columns (gpu_cache()): integers and decimals without nulls in
         /// the fewest bytes their values need, strings as lengths and bytes, so cold uploads move fewer bytes. It costs

@@ -68,7 +68,7 @@ mod tests {
         cache.collect().await.unwrap();
         assert!(ctx.sql("SELECT * FROM gpu_table_cache(1)").await.is_err());
         let columns = ctx.sql("SELECT * FROM gpu_table_cache_columns()").await.unwrap();
-        assert_eq!(columns.schema().fields().len(), 9);
+        assert_eq!(columns.schema().fields().len(), 10);
         columns.collect().await.unwrap();
         assert!(ctx.sql("SELECT * FROM gpu_table_cache_columns(1)").await.is_err());
     }

@@ -6,6 +6,7 @@
 //! partition's input in chunks of `gpu.batch_rows` rows and merges the chunks' partial states
 //! with the same code over the state columns.
 
+pub mod dictionary;
 pub mod distinct;
 pub mod groups;
 pub mod layout;

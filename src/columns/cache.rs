@@ -717,21 +717,41 @@ impl TableCache {
                     bytes: *bytes,
                     packed_bytes: 0,
                     full_width_bytes: 0,
+                    encoding: String::new(),
                     read: !column.unread(),
                 };
+                let mut encodings: Vec<(String, usize)> = Vec::new();
                 for c in &column.chunks {
                     let cached = c.cached();
                     info.rows += cached.len() as u64;
                     info.full_width_bytes += cached.wide_byte_size() as u64;
-                    if let Chunk::Packed { packed, .. } = c {
-                        info.packed_bytes += packed.byte_size() as u64;
+                    let encoding = match c {
+                        Chunk::Packed { packed, .. } => {
+                            info.packed_bytes += packed.byte_size() as u64;
+                            packed.encoding()
+                        }
+                        Chunk::Plain(_) => "plain".to_string(),
+                    };
+                    match encodings.iter_mut().find(|(e, _)| *e == encoding) {
+                        Some((_, n)) => *n += 1,
+                        None => encodings.push((encoding, 1)),
                     }
                 }
+                info.encoding = encoding_summary(&encodings);
                 (*used, info)
             })
             .collect();
         rows.sort_by_key(|(used, _)| *used);
         rows.into_iter().map(|(_, info)| info).collect()
+    }
+}
+
+/// How a column's device batches are kept, from each encoding and its number of batches: the
+/// one encoding, or each with its count (`dictionary, 1-byte codes: 9; plain: 1`).
+fn encoding_summary(encodings: &[(String, usize)]) -> String {
+    match encodings {
+        [(one, _)] => one.clone(),
+        many => many.iter().map(|(e, n)| format!("{e}: {n}")).collect::<Vec<_>>().join("; "),
     }
 }
 
@@ -751,6 +771,9 @@ pub struct CachedColumnInfo {
     pub packed_bytes: u64,
     /// What it takes at its Arrow width.
     pub full_width_bytes: u64,
+    /// How its device batches are kept: `plain`, `N-byte values` or `N-byte offsets` (packed
+    /// integers), `dictionary, N-byte codes`; with the batches of each when they differ.
+    pub encoding: String,
     /// Whether a running query reads it (it cannot be evicted then).
     pub read: bool,
 }
@@ -785,7 +808,17 @@ mod tests {
 
     use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 
-    use super::{ColumnKey, Lru};
+    use super::{ColumnKey, Lru, encoding_summary};
+
+    /// One encoding is shown alone; several with their batches, in the order first met.
+    #[test]
+    fn a_columns_encodings_are_summed_by_batch() {
+        let one = [("dictionary, 1-byte codes".to_string(), 9)];
+        assert_eq!(encoding_summary(&one), "dictionary, 1-byte codes");
+        let two = [("dictionary, 1-byte codes".to_string(), 9), ("plain".to_string(), 1)];
+        assert_eq!(encoding_summary(&two), "dictionary, 1-byte codes: 9; plain: 1");
+        assert_eq!(encoding_summary(&[]), "");
+    }
 
     /// The least recently used entries go first, until the new one fits; one larger than the
     /// limit is refused and evicts nothing; a replaced key's bytes are not counted twice.

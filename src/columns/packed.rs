@@ -1,13 +1,21 @@
-//! Packed device columns: the table cache's integers, dates and decimals kept in the fewest
-//! bytes their values need (`gpu.table_cache.compress`), and widened back to their Arrow width
-//! for the operators that read them.
+//! Packed device columns: the table cache's columns kept in fewer bytes
+//! (`gpu.table_cache.compress`), and widened back to their Arrow layout for the operators that
+//! read them.
 //!
-//! A column packs when its values (every slot, null slots included, so packing loses nothing)
-//! lie in a narrow range: as their distance above the least of them in 1, 2 or 3 bytes (a frame
-//! of reference: quantities, discounts, dates, keys of a few million), or else as the values
-//! themselves in 4 or 8 bytes (Int64 keys below 2^31, decimals of up to 18 digits). The widths
-//! are the [`Narrowing`]s the uploads already use, so the same widening kernels restore them.
-//! A device batch of a column packs on its own, with its own range.
+//! - Integers, dates and decimals pack when their values (every slot, null slots included, so
+//!   packing loses nothing) lie in a narrow range: as their distance above the least of them in
+//!   1, 2 or 3 bytes (a frame of reference: quantities, discounts, dates, keys of a few million),
+//!   or else as the values themselves in 4 or 8 bytes (Int64 keys below 2^31, decimals of up to
+//!   18 digits). The widths are the [`Narrowing`]s the uploads already use, so the same widening
+//!   kernels restore them.
+//! - Strings and binaries with few distinct values are kept as a dictionary: each row's code (1
+//!   or 2 bytes) into the column's distinct values, kept beside. The encoder (a group-by on the
+//!   column, `aggregate::dictionary`) also sums the decoded bytes of every tile of
+//!   [`DICTIONARY_TILE_ROWS`] rows, so that widening is two kernels and no scan. Null rows decode
+//!   to empty slots (whatever bytes the column had under them), so a widened column may take
+//!   fewer bytes than the one that was coded.
+//!
+//! A device batch of a column packs on its own, with its own range or dictionary.
 
 use std::sync::Arc;
 
@@ -19,7 +27,7 @@ use super::device::widen;
 use crate::device::kernel::{self, Kernel};
 use crate::device::launch::KArg;
 use crate::device::transfer::Narrowing;
-use crate::device::{DeviceBuffer, Gpu};
+use crate::device::{DeviceBuffer, Gpu, opt_ptr, ptr};
 use crate::error::{Result, gpu_error};
 
 /// Columns whose values take fewer bytes than this stay as they are: their packing and widening
@@ -29,50 +37,259 @@ pub const PACK_MIN_BYTES: usize = 1 << 20;
 /// Threads a block of the `value_range_*` kernels.
 const RANGE_THREADS: u32 = 256;
 
-/// A device column whose values buffer is packed ([`Narrowing`]); its validity as the column's.
+/// Rows of a tile of the dictionary kernels (kernels/materialize.cu DICT_TILE), and the threads
+/// of their blocks (DICT_THREADS).
+pub const DICTIONARY_TILE_ROWS: usize = 2048;
+const DICTIONARY_THREADS: u32 = 256;
+
+/// A device column kept in fewer bytes than its Arrow layout; its validity as the column's.
 #[derive(Debug)]
 pub struct PackedColumn {
     pub data_type: DataType,
     pub len: usize,
     pub null_count: usize,
     validity: Option<DeviceBuffer>,
+    /// The packed values ([`Form::Narrow`]) or the rows' codes ([`Form::Dictionary`]).
     values: DeviceBuffer,
-    how: Narrowing,
+    form: Form,
+}
+
+/// How a [`PackedColumn`] keeps its values.
+#[derive(Debug)]
+enum Form {
+    /// Fixed-width values in fewer bytes.
+    Narrow(Narrowing),
+    /// Strings or binaries as codes into their distinct values.
+    Dictionary(Dictionary),
+}
+
+/// The distinct values of a dictionary-coded column and what decoding it needs.
+#[derive(Debug)]
+struct Dictionary {
+    code_bytes: usize,
+    values: DeviceColumn,
+    /// Where each tile's rows start in the decoded bytes (u64 a tile).
+    tile_starts: DeviceBuffer,
+    decoded_bytes: usize,
+}
+
+/// The parts of a dictionary-coded column, as the encoder made them (see the module's text).
+#[derive(Debug)]
+pub struct DictionaryParts {
+    pub data_type: DataType,
+    pub len: usize,
+    pub null_count: usize,
+    pub validity: Option<DeviceBuffer>,
+    /// Each row's code, `code_bytes` (1 or 2) bytes a row.
+    pub codes: DeviceBuffer,
+    pub code_bytes: usize,
+    /// The distinct values, a column of `data_type` without children.
+    pub values: DeviceColumn,
+    /// The u64 start of each tile of [`DICTIONARY_TILE_ROWS`] rows in the decoded bytes.
+    pub tile_starts: DeviceBuffer,
+    /// The decoded column's bytes (its valid rows' values end to end).
+    pub decoded_bytes: usize,
+}
+
+/// Bytes an offset of the string or binary layout of `data_type` takes, when it has one.
+pub fn offset_bytes(data_type: &DataType) -> Option<usize> {
+    match data_type {
+        DataType::Utf8 | DataType::Binary => Some(4),
+        DataType::LargeUtf8 | DataType::LargeBinary | DataType::Utf8View | DataType::BinaryView => Some(8),
+        _ => None,
+    }
+}
+
+/// The dictionary kernels for `code_bytes`-byte codes and `offset_bytes`-byte offsets: tile
+/// bytes, offsets and bytes.
+fn dictionary_kernels(code_bytes: usize, offset_bytes: usize) -> Result<(Kernel, Kernel, Kernel)> {
+    use kernel::*;
+    Ok(match (code_bytes, offset_bytes) {
+        (1, 4) => (MAT_DICT_TILE_BYTES_K1_O32, MAT_DICT_OFFSETS_K1_O32, MAT_DICT_BYTES_K1_O32),
+        (1, 8) => (MAT_DICT_TILE_BYTES_K1_O64, MAT_DICT_OFFSETS_K1_O64, MAT_DICT_BYTES_K1_O64),
+        (2, 4) => (MAT_DICT_TILE_BYTES_K2_O32, MAT_DICT_OFFSETS_K2_O32, MAT_DICT_BYTES_K2_O32),
+        (2, 8) => (MAT_DICT_TILE_BYTES_K2_O64, MAT_DICT_OFFSETS_K2_O64, MAT_DICT_BYTES_K2_O64),
+        (k, o) => return Err(gpu_error(format!("no dictionary decoding for {k}-byte codes and {o}-byte offsets"))),
+    })
+}
+
+/// The launch shape of a dictionary kernel that takes a block a tile of `rows` rows.
+fn tile_launch(rows: usize) -> Result<LaunchConfig> {
+    let tiles = u32::try_from(rows.div_ceil(DICTIONARY_TILE_ROWS).max(1))
+        .map_err(|_| gpu_error(format!("a dictionary-coded column of {rows} rows is too long")))?;
+    Ok(LaunchConfig { grid_dim: (tiles, 1, 1), block_dim: (DICTIONARY_THREADS, 1, 1), shared_mem_bytes: 0 })
+}
+
+/// The bytes each tile of [`DICTIONARY_TILE_ROWS`] rows of a dictionary-coded column decodes to
+/// (u64 a tile, null rows none): `codes` of `code_bytes` bytes into `values`, `len` rows.
+pub fn dictionary_tile_bytes(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    codes: &DeviceBuffer,
+    code_bytes: usize,
+    validity: Option<&DeviceBuffer>,
+    values: &DeviceColumn,
+    len: usize,
+) -> Result<DeviceBuffer> {
+    let ow = offset_bytes(&values.data_type)
+        .ok_or_else(|| gpu_error(format!("a dictionary of {} values", values.data_type)))?;
+    let (tile_bytes, _, _) = dictionary_kernels(code_bytes, ow)?;
+    let value_offsets = values.buffers.first().ok_or_else(|| gpu_error("a dictionary's values without offsets"))?;
+    let sums = gpu.alloc(stream, len.div_ceil(DICTIONARY_TILE_ROWS) * 8, "a dictionary's tile bytes")?;
+    if len == 0 {
+        return Ok(sums);
+    }
+    // mat_dict_tile_bytes_*(const K* codes, const u8* validity, const O* value_offsets, u64 n, u64* sums)
+    let args = [
+        ptr(codes, stream),
+        opt_ptr(validity, stream),
+        ptr(value_offsets, stream),
+        KArg::U64(len as u64),
+        ptr(&sums, stream),
+    ];
+    gpu.launch(stream, tile_bytes, tile_launch(len)?, &args)?;
+    Ok(sums)
 }
 
 impl PackedColumn {
+    /// A dictionary-coded column from its parts, which are checked against each other.
+    pub fn dictionary(parts: DictionaryParts) -> Result<PackedColumn> {
+        let DictionaryParts {
+            data_type,
+            len,
+            null_count,
+            validity,
+            codes,
+            code_bytes,
+            values,
+            tile_starts,
+            decoded_bytes,
+        } = parts;
+        let ow = offset_bytes(&data_type);
+        let tiles = len.div_ceil(DICTIONARY_TILE_ROWS);
+        let fits = ow.is_some()
+            && values.data_type == data_type
+            && values.children.is_empty()
+            && values.buffers.len() == 2
+            && values.buffers[0].len() == (values.len + 1) * ow.unwrap_or(0)
+            && matches!(code_bytes, 1 | 2)
+            && values.len <= 1 << (8 * code_bytes)
+            && codes.len() == len * code_bytes
+            && tile_starts.len() == tiles * 8;
+        if !fits {
+            return Err(gpu_error(format!(
+                "a dictionary-coded {data_type} column of {len} rows came with {} bytes of {code_bytes}-byte codes, \
+                 {} values of {} and {} bytes of tile starts",
+                codes.len(),
+                values.len,
+                values.data_type,
+                tile_starts.len()
+            )));
+        }
+        let form = Form::Dictionary(Dictionary { code_bytes, values, tile_starts, decoded_bytes });
+        Ok(PackedColumn { data_type, len, null_count, validity, values: codes, form })
+    }
+
     /// Device bytes it holds.
     pub fn byte_size(&self) -> usize {
-        self.validity.as_ref().map_or(0, DeviceBuffer::len) + self.values.len()
+        let dictionary = match &self.form {
+            Form::Narrow(_) => 0,
+            Form::Dictionary(d) => d.values.byte_size() + d.tile_starts.len(),
+        };
+        self.validity.as_ref().map_or(0, DeviceBuffer::len) + self.values.len() + dictionary
     }
 
     /// Device bytes the column takes widened.
     pub fn wide_byte_size(&self) -> usize {
-        self.validity.as_ref().map_or(0, DeviceBuffer::len) + self.len * self.how.from_bytes()
+        let values = match &self.form {
+            Form::Narrow(how) => self.len * how.from_bytes(),
+            Form::Dictionary(d) => (self.len + 1) * offset_bytes(&self.data_type).unwrap_or(8) + d.decoded_bytes,
+        };
+        self.validity.as_ref().map_or(0, DeviceBuffer::len) + values
     }
 
-    /// How its values are packed.
-    pub fn packing(&self) -> Narrowing {
-        self.how
+    /// How its fixed-width values are packed, when they are.
+    pub fn packing(&self) -> Option<Narrowing> {
+        match &self.form {
+            Form::Narrow(how) => Some(*how),
+            Form::Dictionary(_) => None,
+        }
+    }
+
+    /// The bytes of a code and the number of distinct values, when it is dictionary-coded.
+    pub fn dictionary_codes(&self) -> Option<(usize, usize)> {
+        match &self.form {
+            Form::Narrow(_) => None,
+            Form::Dictionary(d) => Some((d.code_bytes, d.values.len)),
+        }
+    }
+
+    /// How it is kept, as `gpu_table_cache_columns()` shows it: `N-byte values`,
+    /// `N-byte offsets` (a frame of reference) or `dictionary, N-byte codes`.
+    pub fn encoding(&self) -> String {
+        match &self.form {
+            Form::Narrow(how @ Narrowing::Offset { .. }) => format!("{}-byte offsets", how.to_bytes()),
+            Form::Narrow(how) => format!("{}-byte values", how.to_bytes()),
+            Form::Dictionary(d) => format!("dictionary, {}-byte codes", d.code_bytes),
+        }
     }
 
     /// The column at its Arrow width, issued on `stream` (its work is queued there, not done).
     pub fn widen(&self, gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<DeviceColumn> {
         let what = format!("a {} column of {} rows widened from the table cache", self.data_type, self.len);
-        let bytes = self.len * self.how.from_bytes();
-        let values = gpu.alloc(stream, bytes, &what)?;
-        if bytes > 0 {
-            widen(gpu, stream, &self.values, self.how, &values, 0, bytes)?;
-        }
+        let buffers = match &self.form {
+            Form::Narrow(how) => {
+                let bytes = self.len * how.from_bytes();
+                let values = gpu.alloc(stream, bytes, &what)?;
+                if bytes > 0 {
+                    widen(gpu, stream, &self.values, *how, &values, 0, bytes)?;
+                }
+                vec![values]
+            }
+            Form::Dictionary(d) => self.decode(gpu, stream, d, &what)?,
+        };
         let validity = self.validity.as_ref().map(|v| gpu.clone_buffer(stream, v, &what)).transpose()?;
         Ok(DeviceColumn {
             data_type: self.data_type.clone(),
             len: self.len,
             null_count: self.null_count,
             validity,
-            buffers: vec![values],
+            buffers,
             children: Vec::new(),
         })
+    }
+
+    /// The offsets and bytes of the dictionary-coded column's rows.
+    fn decode(&self, gpu: &Gpu, stream: &Arc<CudaStream>, d: &Dictionary, what: &str) -> Result<Vec<DeviceBuffer>> {
+        let ow =
+            offset_bytes(&self.data_type).ok_or_else(|| gpu_error(format!("a dictionary of {}", self.data_type)))?;
+        let (_, offsets_kernel, bytes_kernel) = dictionary_kernels(d.code_bytes, ow)?;
+        let offsets = gpu.alloc(stream, (self.len + 1) * ow, what)?;
+        let bytes = gpu.alloc(stream, d.decoded_bytes, what)?;
+        if self.len == 0 {
+            gpu.fill_bytes(stream, &offsets, 0)?;
+            return Ok(vec![offsets, bytes]);
+        }
+        let [value_offsets, value_bytes] = d.values.buffers.as_slice() else {
+            return Err(gpu_error("a dictionary's values without offsets and bytes"));
+        };
+        let (codes, n) = (ptr(&self.values, stream), KArg::U64(self.len as u64));
+        let validity = opt_ptr(self.validity.as_ref(), stream);
+        // mat_dict_offsets_*(codes, validity, const O* value_offsets, const u64* starts, u64 n, O* out)
+        let args = [codes, validity, ptr(value_offsets, stream), ptr(&d.tile_starts, stream), n, ptr(&offsets, stream)];
+        gpu.launch(stream, offsets_kernel, tile_launch(self.len)?, &args)?;
+        // mat_dict_bytes_*(codes, validity, value_offsets, const u8* value_bytes, const O* out_offsets, u64 n, u8* out)
+        let args = [
+            codes,
+            validity,
+            ptr(value_offsets, stream),
+            ptr(value_bytes, stream),
+            ptr(&offsets, stream),
+            n,
+            ptr(&bytes, stream),
+        ];
+        gpu.launch_n(stream, bytes_kernel, self.len as u64, &args)?;
+        Ok(vec![offsets, bytes])
     }
 }
 
@@ -210,11 +427,10 @@ pub fn pack_columns(
         let values = gpu.alloc(stream, how.narrowed_len(col.buffers[0].len()), &what)?;
         let base = how.base().map(|b| KArg::U64(b as u64));
         let n = col.len as u64;
-        let args: Vec<KArg> =
-            [KArg::U64(col.buffers[0].raw_ptr(stream)), KArg::U64(values.raw_ptr(stream)), KArg::U64(n)]
-                .into_iter()
-                .chain(base)
-                .collect();
+        let args: Vec<KArg> = [KArg::U64(col.buffers[0].raw_ptr(stream)), ptr(&values, stream), KArg::U64(n)]
+            .into_iter()
+            .chain(base)
+            .collect();
         gpu.launch_n(stream, pack_kernel(how), n, &args)?;
         let validity = col.validity.as_ref().map(|v| gpu.clone_buffer(stream, v, &what)).transpose()?;
         out[c.index] = Some(PackedColumn {
@@ -223,7 +439,7 @@ pub fn pack_columns(
             null_count: col.null_count,
             validity,
             values,
-            how,
+            form: Form::Narrow(how),
         });
     }
     stream.synchronize().map_err(|e| gpu_error(format!("waiting for columns to be packed: {e}")))?;
@@ -330,13 +546,25 @@ mod tests {
                 assert_eq!(*bytes, 0, "{what} was not packed");
                 continue;
             };
-            assert_eq!(p.packing().to_bytes(), *bytes, "{what}");
+            assert_eq!(p.packing().map(Narrowing::to_bytes), Some(*bytes), "{what}");
             assert!(p.byte_size() < dev.byte_size() && p.wide_byte_size() == dev.byte_size(), "{what}");
             let wide = p.widen(&gpu, &stream).unwrap();
             let back = download_columns(&gpu, &stream, &[&wide]).unwrap().pop().unwrap();
             let back = unpack(back).unwrap();
             assert_eq!(back.to_data(), array.to_data(), "{what}");
         }
+    }
+
+    /// The dictionary kernels' tiles and blocks are the ones the launches assume.
+    #[test]
+    fn dictionary_tiles_match_the_kernels() {
+        let source = include_str!("../../kernels/materialize.cu");
+        let define = |name: &str| -> usize {
+            let line = source.lines().find(|l| l.starts_with(&format!("#define {name} "))).expect(name);
+            line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).expect(name)
+        };
+        assert_eq!(define("DICT_THREADS"), super::DICTIONARY_THREADS as usize);
+        assert_eq!(define("DICT_THREADS") * define("DICT_ITEMS"), super::DICTIONARY_TILE_ROWS);
     }
 
     #[test]

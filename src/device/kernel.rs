@@ -223,6 +223,18 @@ catalogue! {
         MAT_GATHER_W4 = mat_gather_w4,
         MAT_GATHER_W8 = mat_gather_w8,
         MAT_GATHER_W16 = mat_gather_w16,
+        MAT_DICT_TILE_BYTES_K1_O32 = mat_dict_tile_bytes_k1_o32,
+        MAT_DICT_TILE_BYTES_K1_O64 = mat_dict_tile_bytes_k1_o64,
+        MAT_DICT_TILE_BYTES_K2_O32 = mat_dict_tile_bytes_k2_o32,
+        MAT_DICT_TILE_BYTES_K2_O64 = mat_dict_tile_bytes_k2_o64,
+        MAT_DICT_OFFSETS_K1_O32 = mat_dict_offsets_k1_o32,
+        MAT_DICT_OFFSETS_K1_O64 = mat_dict_offsets_k1_o64,
+        MAT_DICT_OFFSETS_K2_O32 = mat_dict_offsets_k2_o32,
+        MAT_DICT_OFFSETS_K2_O64 = mat_dict_offsets_k2_o64,
+        MAT_DICT_BYTES_K1_O32 = mat_dict_bytes_k1_o32,
+        MAT_DICT_BYTES_K1_O64 = mat_dict_bytes_k1_o64,
+        MAT_DICT_BYTES_K2_O32 = mat_dict_bytes_k2_o32,
+        MAT_DICT_BYTES_K2_O64 = mat_dict_bytes_k2_o64,
     }
     Verify {
         VERIFY_W16 = verify_w16,

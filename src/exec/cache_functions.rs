@@ -19,7 +19,8 @@
 //!   full-width copies kept beside them.
 //! - `SELECT * FROM gpu_table_cache_columns()` shows each cached column: its device, the file it
 //!   was read from (`memory` for an in-memory table's), its name and type, rows, device bytes, of
-//!   them those packed, what it takes at its Arrow width, and whether a running query reads it;
+//!   them those packed, what it takes at its Arrow width, how it is kept (`plain`, packed
+//!   integers, `dictionary, 1-byte codes`) and whether a running query reads it;
 //!   least recently used first.
 //!
 //! The work is done when the query runs, not when it is planned (an `EXPLAIN` caches nothing).
@@ -144,6 +145,7 @@ fn table_cache_columns(caches: &[(usize, Arc<TableCache>)]) -> Result<RecordBatc
         Field::new("data_type", DataType::Utf8, false),
     ];
     fields.extend(u64s.iter().map(|n| Field::new(*n, DataType::UInt64, false)));
+    fields.push(Field::new("encoding", DataType::Utf8, false));
     fields.push(Field::new("read", DataType::Boolean, false));
     let all: Vec<(usize, CachedColumnInfo)> =
         caches.iter().flat_map(|(d, c)| c.columns().into_iter().map(|i| (*d, i))).collect();
@@ -162,6 +164,7 @@ fn table_cache_columns(caches: &[(usize, Arc<TableCache>)]) -> Result<RecordBatc
         numbers(&|i| i.bytes),
         numbers(&|i| i.packed_bytes),
         numbers(&|i| i.full_width_bytes),
+        strings(&|i| i.encoding.clone()),
         Arc::new(BooleanArray::from_iter(all.iter().map(|(_, i)| Some(i.read)))),
     ];
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)

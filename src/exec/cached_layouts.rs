@@ -15,6 +15,7 @@ use datafusion::physical_plan::metrics::Time;
 
 use super::cached_scan::CACHED_SCAN_NAME;
 use super::resident::device_batch_groups;
+use crate::aggregate::dictionary::{can_encode, dictionary_encode};
 use crate::columns::cache::{CachedChunk, ColumnKey, TableCache};
 use crate::columns::host::AssembledColumn;
 use crate::columns::image::column_image;
@@ -371,7 +372,9 @@ pub(crate) struct CacheTerms {
 }
 
 /// The packed forms of `columns`' device batches (`columns[j][g]`: column `j`'s batch `g`), as
-/// the cache keeps them with `terms` (none without packing), on `stream`.
+/// the cache keeps them with `terms` (none without packing), on `stream`: fixed-width values in
+/// fewer bytes ([`pack_columns`]), strings and binaries of few distinct values as dictionaries
+/// ([`dictionary_encode`]). Their work is done when it returns.
 pub(crate) fn pack_for_cache(
     gpu: &Gpu,
     stream: &Arc<cudarc::driver::CudaStream>,
@@ -381,8 +384,19 @@ pub(crate) fn pack_for_cache(
     if !terms.pack {
         return Ok(columns.iter().map(|_| Vec::new()).collect());
     }
-    let all: Vec<&DeviceColumn> = columns.iter().flatten().map(|c| c.as_ref()).collect();
-    let mut packed = pack_columns(gpu, stream, &all)?.into_iter();
+    let all: Vec<&Arc<DeviceColumn>> = columns.iter().flatten().collect();
+    let mut packed = pack_columns(gpu, stream, &all.iter().map(|c| c.as_ref()).collect::<Vec<_>>())?;
+    for (slot, col) in packed.iter_mut().zip(&all) {
+        if slot.is_none() && can_encode(&col.data_type) {
+            // The codes are an option: a column the encoder could not code (its group-by found
+            // no room on the device, say) is cached as it is.
+            *slot = dictionary_encode(gpu, stream, col).unwrap_or_else(|e| {
+                log::debug!("a cached {} column of {} rows stays uncoded: {e}", col.data_type, col.len);
+                None
+            });
+        }
+    }
+    let mut packed = packed.into_iter();
     Ok(columns.iter().map(|c| packed.by_ref().take(c.len()).collect()).collect())
 }
 

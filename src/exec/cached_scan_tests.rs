@@ -506,6 +506,13 @@ fn packed_cached_columns_give_datafusions_answers() {
         let roomy = cache.stats();
         eprintln!("with room: {roomy:?}");
         assert!(roomy.packed_bytes > 0, "nothing was packed: {roomy:?}");
+        // The string column `s` (60 values and NULL) is kept as 1-byte codes.
+        let strings: Vec<_> = cache
+            .columns()
+            .into_iter()
+            .filter(|c| c.data_type == datafusion::arrow::datatypes::DataType::Utf8)
+            .collect();
+        assert!(!strings.is_empty() && strings.iter().all(|c| c.encoding == "dictionary, 1-byte codes"), "{strings:?}");
         assert!(roomy.packed_bytes * 2 <= roomy.packed_full_bytes, "packed to more than half: {roomy:?}");
         assert_eq!(roomy.wide_copy_bytes, roomy.packed_full_bytes, "the full-width copies were not kept: {roomy:?}");
         check("warm, full-width copies").await;

@@ -1640,6 +1640,7 @@ mod tests {
             bytes,
             packed_bytes: packed,
             full_width_bytes: wide,
+            encoding: "plain".into(),
             read: false,
         };
         let got = device_columns_by_table(&[
