@@ -290,8 +290,7 @@ pub fn generate_parquet(
             out.push(write(&GeneratedParts {
                 name: "lineorder",
                 schema: Arc::clone(&schema),
-                // About four lines an order.
-                rows: sizes.orders as u64 * 4,
+                rows: super::ssb::lineorder_rows_estimate(&sizes) as u64,
                 parts: super::ssb::lineorder_chunks(&sizes),
                 make: Box::new(make),
             })?);

@@ -209,8 +209,14 @@ fn days_in_month(year: i32, month: u32) -> u32 {
     }
 }
 
+/// Every day from 1992-01-01 to 1998-12-31, made once.
+fn calendar() -> &'static [Day] {
+    static DAYS: std::sync::OnceLock<Vec<Day>> = std::sync::OnceLock::new();
+    DAYS.get_or_init(days_1992_to_1998)
+}
+
 /// Every day from 1992-01-01 to 1998-12-31 (1992-01-01 was a Wednesday).
-fn calendar() -> Vec<Day> {
+fn days_1992_to_1998() -> Vec<Day> {
     let mut out = Vec::with_capacity(2557);
     let mut weekday = 3;
     for year in 1992..=1998 {
@@ -478,6 +484,12 @@ fn lineorder(sizes: &SsbSizes, seed: u64, partitions: usize, progress: &Progress
     Ok(Table { name: "lineorder", schema, partitions: parts })
 }
 
+/// About how many rows `lineorder` has: four lines an order on average (1 to 7); the progress
+/// bars count lines.
+pub(super) fn lineorder_rows_estimate(sizes: &SsbSizes) -> usize {
+    sizes.orders * 4
+}
+
 /// `lineorder`'s chunks: one per [`CHUNK`] orders.
 pub(super) fn lineorder_chunks(sizes: &SsbSizes) -> usize {
     sizes.orders.div_ceil(CHUNK)
@@ -610,15 +622,10 @@ pub fn generate_dimensions(
 /// The five SSB tables at scale factor `sf`, each split into `partitions` partitions.
 pub fn generate(sf: f64, seed: u64, partitions: usize, progress: &super::data::Progresses) -> Result<Vec<Table>> {
     let sizes = SsbSizes::new(sf);
-    let bar = |name: &str, rows: usize| progress.table(name, rows as u64);
-    Ok(vec![
-        date(&bar("date", calendar().len()))?,
-        customer(&sizes, seed, partitions, &bar("customer", sizes.customers))?,
-        supplier(&sizes, seed, partitions, &bar("supplier", sizes.suppliers))?,
-        part(&sizes, seed, partitions, &bar("part", sizes.parts))?,
-        // About four lines per order; the bar counts lines.
-        lineorder(&sizes, seed, partitions, &bar("lineorder", sizes.orders * 4))?,
-    ])
+    let mut tables = generate_dimensions(sf, seed, partitions, progress)?;
+    let bar = progress.table("lineorder", lineorder_rows_estimate(&sizes) as u64);
+    tables.push(lineorder(&sizes, seed, partitions, &bar)?);
+    Ok(tables)
 }
 
 #[cfg(test)]
