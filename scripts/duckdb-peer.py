@@ -3,8 +3,10 @@ into DuckDB's own in-memory tables, runs the runner's query texts with 16 thread
 N timed runs a query, and prints the median of each with its row count; writes JSON.
    usage: python3 scripts/duckdb-peer.py SUITE SF DATA_DIR QUERY_DIR RUNS OUT.json [views]
    (with `views`, each table is a view over read_parquet of its file: DuckDB reading the files)
-   (the DuckDB column of the records in benches/results)"""
-import glob, json, os, statistics, sys, time
+   (the DuckDB column of the records in benches/results)
+   With DUCKDB_PEER_ROWS=DIR set, each query's rows (from its first, untimed run) are written to
+   DIR/<query>.csv, so that a record can check DuckDB's values against the GPU's."""
+import csv, glob, json, os, statistics, sys, time
 import duckdb
 
 suite, sf, data, qdir, runs, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
@@ -29,7 +31,12 @@ for path in sorted(glob.glob(os.path.join(qdir, "q*.sql")), key=key):
     q = os.path.basename(path)[:-4]
     sql = open(path).read()
     try:
-        rows = len(con.execute(sql).fetchall())
+        result = con.execute(sql).fetchall()
+        rows = len(result)
+        if os.environ.get("DUCKDB_PEER_ROWS"):
+            os.makedirs(os.environ["DUCKDB_PEER_ROWS"], exist_ok=True)
+            with open(os.path.join(os.environ["DUCKDB_PEER_ROWS"], f"{q}.csv"), "w", newline="") as f:
+                csv.writer(f).writerows(result)
         times = []
         for _ in range(runs):
             t = time.perf_counter()
