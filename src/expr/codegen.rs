@@ -14,7 +14,9 @@
 //! Float64 `+ - *` (IEEE, as on the CPU); widening integer casts, integer to decimal casts that
 //! cannot overflow, decimal casts to an equal or larger scale (with arrow's error, or NULL for a
 //! safe cast, where the value exceeds the target precision), integer and decimal to Float64 casts (arrow's
-//! conversion: a decimal divided by its power of ten); `[NOT] LIKE` with a literal pattern whose
+//! conversion: a decimal divided by its power of ten), Float64 to decimal casts of scale 0 to 22 (arrow's:
+//! the value times the power of ten, rounded half away from zero, with its error or NULL past the
+//! precision); `[NOT] LIKE` with a literal pattern whose
 //! only wildcard is `%` (arrow's matching, byte for byte: a pattern of literal runs between `%`s
 //! matches where the runs appear in order, the first at the start and the last at the end unless
 //! a `%` stands there; patterns with `_` or `\` escapes, and ILIKE, stay on the CPU);
@@ -291,6 +293,17 @@ __device__ __forceinline__ long long f64_key(double x) {
 
 __device__ __forceinline__ long long f64_sql_key(double x) {
     return f64_key(x == 0.0 ? 0.0 : x);
+}
+
+// A double that holds an integer, as an i128: 0 unless it is finite and of magnitude below 2^127.
+__device__ __forceinline__ __int128 f64_to_i128(double r) {
+    const double a = fabs(r);
+    if (!(a < 1.7014118346046923e38)) return 0;
+    if (a < 9.2233720368547758e18) return (__int128)(long long)r;
+    int e;
+    const double f = frexp(a, &e);
+    const u128 v = (u128)(u64)ldexp(f, 53) << (e - 53);
+    return r < 0 ? (__int128)((u128)0 - v) : (__int128)v;
 }
 
 __device__ __forceinline__ __int128 i128_mul(__int128 a, __int128 b, bool* ovf) {
@@ -682,6 +695,30 @@ impl<'a> Gen<'a> {
                 }
                 _ => {}
             }
+        }
+        // Float64 to a decimal as arrow casts it: `(10^s * x).round()` in doubles (half away from
+        // zero), an i128 where that is finite and below 2^127 in magnitude, then the target
+        // precision's check; past either, arrow's error (NULL for a safe cast). Scales of at most
+        // 22, whose powers of ten a double holds exactly, so the factor is arrow's.
+        if let (Ty::F64, DataType::Decimal128(p2, s2)) = (a.ty, to)
+            && (0..=22).contains(s2)
+            && (1..=38).contains(p2)
+        {
+            let mul = Self::f64_const(10f64.powi(*s2 as i32));
+            let bound = Self::i128_const(10i128.pow(*p2 as u32));
+            let t = self.fresh();
+            let _ = writeln!(self.body, "        const double r{t} = round(__dmul_rn({mul}, {}));", a.v);
+            let _ = writeln!(self.body, "        const __int128 d{t} = f64_to_i128(r{t});");
+            let _ = writeln!(
+                self.body,
+                "        const bool fits{t} = fabs(r{t}) < 1.7014118346046923e38 && d{t} < {bound} && d{t} > -{bound};"
+            );
+            let v = format!("(fits{t} ? d{t} : (__int128)0)");
+            let (ok, err) = match safe {
+                true => (format!("({} && fits{t})", a.ok), a.err),
+                false => (a.ok.clone(), worse(&a.err, &fails_if(&format!("{} && !fits{t}", a.ok)))),
+            };
+            return Ok(self.plain(Ty::I128, to.clone(), v, ok, err));
         }
         not_impl_err!("a cast from {} to {to}", a.dt)
     }
@@ -1311,6 +1348,31 @@ mod tests {
         let wide = generate(&cast(DataType::Decimal128(38, 4), false), &s).unwrap();
         assert!(!wide.contains("fits") && !wide.contains("err"), "{wide}");
         assert!(generate(&cast(DataType::Decimal128(10, 20), false), &s).is_err());
+    }
+
+    /// A Float64 cast to a decimal multiplies by the scale's power of ten as arrow does (its exact
+    /// double), rounds, and checks the target precision: an error, or NULL for a safe cast.
+    /// Scales past 22 and negative ones stay on the CPU.
+    #[test]
+    fn float_to_decimal_casts_round_and_check_the_precision() {
+        use datafusion::arrow::compute::CastOptions;
+        use datafusion::physical_expr::expressions::CastExpr;
+        let s = Schema::new(vec![Field::new("x", DataType::Float64, true)]);
+        let cast = |to: DataType, safe: bool| -> Arc<dyn PhysicalExpr> {
+            let options = CastOptions { safe, ..Default::default() };
+            Arc::new(CastExpr::new(col("x", &s).unwrap(), to, Some(options)))
+        };
+        let strict = generate(&cast(DataType::Decimal128(30, 15), false), &s).unwrap();
+        let mul = Gen::f64_const(1e15);
+        let bound = Gen::i128_const(10i128.pow(30));
+        assert!(strict.contains(&format!("round(__dmul_rn({mul}, ")), "{strict}");
+        assert!(strict.contains(&format!(" < {bound} && ")) && strict.contains(&format!(" > -{bound};")), "{strict}");
+        assert!(strict.contains("const u32 err") && strict.contains(" && !fits"), "{strict}");
+        let safe = generate(&cast(DataType::Decimal128(30, 15), true), &s).unwrap();
+        assert!(safe.contains(" && fits") && !safe.contains("const u32 err"), "{safe}");
+        assert!(generate(&cast(DataType::Decimal128(38, 22), false), &s).is_ok());
+        assert!(generate(&cast(DataType::Decimal128(38, 23), false), &s).is_err());
+        assert!(generate(&cast(DataType::Decimal128(10, -2), false), &s).is_err());
     }
 
     #[test]
