@@ -139,6 +139,48 @@ tar czf $out/duckdb-rows.tar.gz -C $out duckdb-rows && rm -rf $out/duckdb-rows; 
 #   timeout 100 /tmp/b/datafusion-gpu bench $s --sf 1 --iterations 2 --cpu-iterations 1 --data /tmp/dfg-data $mode --no-save
 # done; done
 
+# ===== .calls/callE.sh (.calls/lib.xz: the lib test binary with the Float64-to-decimal cast)
+#!/usr/bin/env bash
+# Call E: Float64-to-decimal casts on the GPU. The expression and codegen GPU tests, TPC-H and
+# SSB SF1 through the runner (Parquet defaults and cached, every answer checked against
+# DataFusion's), and TPC-H SF10 through the CLI (2 passes, q17 explained) to see q17's cast move.
+set -uo pipefail
+t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
+out=/tmp/o; rm -rf $out; mkdir -p $out /tmp/b
+xz -dc .calls/lib.xz > /tmp/b/libtests && chmod +x /tmp/b/libtests
+source scripts/device-env.sh >/dev/null 2>&1
+export DFG_REQUIRE_GPU=1 XDG_CACHE_HOME=/tmp/dfg-cache
+cli=/tmp/b/datafusion-gpu
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $out/nvidia-smi.txt
+( timeout 150 /tmp/b/libtests --test-threads 4 exec::expression_tests expr:: join::filter > $out/tests.log 2>&1; echo "tests rc=$? at $(el) s" >> $out/rc.txt ) &
+for s in tpch ssb; do for mode in "--source parquet" "--residency cached"; do
+  [ $s = ssb ] && [ "$mode" = "--residency cached" ] && continue
+  f=$out/$s-sf1-$(echo $mode | tr -d ' -').log
+  timeout 60 $cli bench $s --sf 1 --iterations 1 --cpu-iterations 1 --data /tmp/dfg-data $mode --no-save > $f 2>&1
+  echo "$s sf1 $mode rc=$? at $(el) s: $(grep -h 'results:' $f)"
+done; done
+timeout 40 $cli gen tpch --sf 10 --out /tmp/dfg-data > $out/gen.log 2>&1; echo "gen sf10 rc=$? at $(el) s"
+d=/tmp/dfg-data/tpch-sf10; q=crates/datafusion-gpu-bench/tpch/queries/tpch
+{ for t in nation region supplier customer part partsupp orders lineitem; do echo "CREATE EXTERNAL TABLE $t STORED AS PARQUET LOCATION '$d/$t.parquet';"; done
+  for pass in 1 2; do for i in $(seq 1 22); do grep -v '^--' $q/q$i.sql; echo; done; done
+  echo "EXPLAIN ANALYZE $(grep -v '^--' $q/q17.sql)"; } > $out/all.sql
+RUST_LOG=datafusion_gpu=debug timeout 60 $cli --format csv --maxrows inf -f $out/all.sql > $out/all.out 2> $out/all.err
+echo "cli rc=$? at $(el) s"
+grep -o "Elapsed [0-9.]* seconds" $out/all.out | awk '{print $2}' > $out/elapsed.txt
+python3 - $out/elapsed.txt <<'PY'
+import sys
+t=[float(x) for x in open(sys.argv[1])][8:]
+for p in range(2):
+    s=t[p*22:p*22+22]
+    if len(s)<22: print("pass",p+1,"incomplete"); break
+    print(f"pass {p+1}: total {sum(s):.3f} s, q17 {s[16]:.3f} s")
+PY
+grep -o "ProjectionExec: expr=\[CAST([^]]*\]" $out/all.out | head -3
+grep -c "Float64 to Decimal128" $out/all.err
+wait; cat $out/rc.txt; grep -h "test result" $out/tests.log; grep -hE "FAILED|panicked|^    [a-z_:]+$" $out/tests.log | head -10
+gzip $out/*.out $out/*.err $out/*.log
+cd $out && tar czf $OUT/callE.tar.gz .
+
 # ===== .calls/compare.py
 : <<'PY'
 # Checks DuckDB's values against the GPU session's: the CLI's CSV answers (all.out.gz, one
