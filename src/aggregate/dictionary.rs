@@ -13,8 +13,9 @@ use cudarc::driver::CudaStream;
 
 use super::groups::{CollisionTest, GroupIdMethod, group_ids};
 use crate::columns::DeviceColumn;
+use crate::columns::concat::offset_width;
 use crate::columns::packed::{
-    DICTIONARY_TILE_ROWS, DictionaryParts, PACK_MIN_BYTES, PackedColumn, dictionary_tile_bytes, offset_bytes,
+    DICTIONARY_TILE_ROWS, DictionaryParts, PACK_MIN_BYTES, PackedColumn, dictionary_tile_bytes,
 };
 use crate::device::kernel;
 use crate::device::{Gpu, KArg, ptr};
@@ -44,18 +45,13 @@ pub fn code_bytes(values: u64) -> Option<usize> {
     }
 }
 
-/// Whether columns of `data_type` can be dictionary-coded: strings and binaries.
-pub fn can_encode(data_type: &datafusion::arrow::datatypes::DataType) -> bool {
-    offset_bytes(data_type).is_some()
-}
-
 /// `col` dictionary-coded, or `None` when it is not a string or binary column of at least
 /// [`PACK_MIN_BYTES`], when it has more than [`MOST_VALUES`] distinct values (or its sample
 /// suggests so), or when the codes and values would not take fewer bytes than the column. When
 /// it returns, the work of the coded column is done.
 pub fn dictionary_encode(gpu: &Gpu, stream: &Arc<CudaStream>, col: &Arc<DeviceColumn>) -> Result<Option<PackedColumn>> {
     let n = col.len as u64;
-    if !can_encode(&col.data_type)
+    if offset_width(&col.data_type).is_none()
         || !col.children.is_empty()
         || col.buffers.len() != 2
         || n == 0

@@ -33,7 +33,7 @@ pub fn can_concat(dt: &DataType) -> bool {
 }
 
 /// Offset width in bytes of a string or binary type as stored on the device, or `None`.
-fn offset_width(dt: &DataType) -> Option<usize> {
+pub fn offset_width(dt: &DataType) -> Option<usize> {
     use DataType::*;
     match dt {
         Utf8 | Binary => Some(4),

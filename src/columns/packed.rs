@@ -23,6 +23,7 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 use datafusion::arrow::datatypes::DataType;
 
 use super::DeviceColumn;
+use super::concat::offset_width;
 use super::device::widen;
 use crate::device::kernel::{self, Kernel};
 use crate::device::launch::KArg;
@@ -91,15 +92,6 @@ pub struct DictionaryParts {
     pub decoded_bytes: usize,
 }
 
-/// Bytes an offset of the string or binary layout of `data_type` takes, when it has one.
-pub fn offset_bytes(data_type: &DataType) -> Option<usize> {
-    match data_type {
-        DataType::Utf8 | DataType::Binary => Some(4),
-        DataType::LargeUtf8 | DataType::LargeBinary | DataType::Utf8View | DataType::BinaryView => Some(8),
-        _ => None,
-    }
-}
-
 /// The dictionary kernels for `code_bytes`-byte codes and `offset_bytes`-byte offsets: tile
 /// bytes, offsets and bytes.
 fn dictionary_kernels(code_bytes: usize, offset_bytes: usize) -> Result<(Kernel, Kernel, Kernel)> {
@@ -131,7 +123,7 @@ pub fn dictionary_tile_bytes(
     values: &DeviceColumn,
     len: usize,
 ) -> Result<DeviceBuffer> {
-    let ow = offset_bytes(&values.data_type)
+    let ow = offset_width(&values.data_type)
         .ok_or_else(|| gpu_error(format!("a dictionary of {} values", values.data_type)))?;
     let (tile_bytes, _, _) = dictionary_kernels(code_bytes, ow)?;
     let value_offsets = values.buffers.first().ok_or_else(|| gpu_error("a dictionary's values without offsets"))?;
@@ -165,7 +157,7 @@ impl PackedColumn {
             tile_starts,
             decoded_bytes,
         } = parts;
-        let ow = offset_bytes(&data_type);
+        let ow = offset_width(&data_type);
         let tiles = len.div_ceil(DICTIONARY_TILE_ROWS);
         let fits = ow.is_some()
             && values.data_type == data_type
@@ -203,7 +195,7 @@ impl PackedColumn {
     pub fn wide_byte_size(&self) -> usize {
         let values = match &self.form {
             Form::Narrow(how) => self.len * how.from_bytes(),
-            Form::Dictionary(d) => (self.len + 1) * offset_bytes(&self.data_type).unwrap_or(8) + d.decoded_bytes,
+            Form::Dictionary(d) => (self.len + 1) * offset_width(&self.data_type).unwrap_or(8) + d.decoded_bytes,
         };
         self.validity.as_ref().map_or(0, DeviceBuffer::len) + values
     }
@@ -262,7 +254,7 @@ impl PackedColumn {
     /// The offsets and bytes of the dictionary-coded column's rows.
     fn decode(&self, gpu: &Gpu, stream: &Arc<CudaStream>, d: &Dictionary, what: &str) -> Result<Vec<DeviceBuffer>> {
         let ow =
-            offset_bytes(&self.data_type).ok_or_else(|| gpu_error(format!("a dictionary of {}", self.data_type)))?;
+            offset_width(&self.data_type).ok_or_else(|| gpu_error(format!("a dictionary of {}", self.data_type)))?;
         let (_, offsets_kernel, bytes_kernel) = dictionary_kernels(d.code_bytes, ow)?;
         let offsets = gpu.alloc(stream, (self.len + 1) * ow, what)?;
         let bytes = gpu.alloc(stream, d.decoded_bytes, what)?;
@@ -446,6 +438,38 @@ pub fn pack_columns(
     Ok(out)
 }
 
+/// The device bytes a column of `data_type` likely takes a row: its width, or its packed width
+/// when it is packable ([`packable_width`]) and `range` gives its least and greatest values, or
+/// for strings and binaries their offsets and a guess of their bytes.
+pub fn likely_row_bytes(data_type: &datafusion::arrow::datatypes::DataType, range: Option<(i64, i64)>) -> u64 {
+    use datafusion::arrow::datatypes::DataType;
+    let packed = packable_width(data_type)
+        .zip(range)
+        .map(|(w, (min, max))| packing_for(w, min, max).map_or(w, |how| how.to_bytes()));
+    match (data_type, packed) {
+        (_, Some(bytes)) => bytes as u64,
+        (DataType::Dictionary(k, _), None) => k.primitive_width().unwrap_or(4) as u64,
+        (other, None) => other.primitive_width().map_or(24, |w| w as u64),
+    }
+}
+
+/// A statistic's value as the integer a packed column stores (dates as days or milliseconds,
+/// timestamps in their unit, decimals unscaled), when it fits 8 bytes.
+pub fn scalar_i64(value: &datafusion::common::ScalarValue) -> Option<i64> {
+    use datafusion::common::ScalarValue as S;
+    match value {
+        S::Int32(Some(v)) | S::Date32(Some(v)) => Some(*v as i64),
+        S::Int64(Some(v))
+        | S::Date64(Some(v))
+        | S::TimestampSecond(Some(v), _)
+        | S::TimestampMillisecond(Some(v), _)
+        | S::TimestampMicrosecond(Some(v), _)
+        | S::TimestampNanosecond(Some(v), _) => Some(*v),
+        S::Decimal128(Some(v), _, _) => i64::try_from(*v).ok(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::datatypes::DataType;
@@ -565,6 +589,23 @@ mod tests {
         };
         assert_eq!(define("DICT_THREADS"), super::DICTIONARY_THREADS as usize);
         assert_eq!(define("DICT_THREADS") * define("DICT_ITEMS"), super::DICTIONARY_TILE_ROWS);
+    }
+
+    /// A packable column whose statistics give its range counts the bytes its packing takes; one
+    /// without a range, or not packable, counts its width.
+    #[test]
+    fn likely_row_bytes_count_packed_widths_where_the_range_is_known() {
+        use super::likely_row_bytes;
+        use datafusion::arrow::datatypes::DataType;
+        assert_eq!(likely_row_bytes(&DataType::Int64, None), 8);
+        assert_eq!(likely_row_bytes(&DataType::Int64, Some((10, 200))), 1, "a frame of reference in 1 byte");
+        assert_eq!(likely_row_bytes(&DataType::Int64, Some((-5, 5_000_000_000))), 8);
+        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), Some((0, 10_000_000))), 3);
+        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), Some((0, 1 << 40))), 8);
+        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), None), 16);
+        assert_eq!(likely_row_bytes(&DataType::Date32, Some((8035, 10_591))), 2);
+        assert_eq!(likely_row_bytes(&DataType::Utf8, Some((0, 1))), 24, "strings are not packed");
+        assert_eq!(likely_row_bytes(&DataType::Float64, Some((0, 1))), 8);
     }
 
     #[test]

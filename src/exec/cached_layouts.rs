@@ -15,7 +15,7 @@ use datafusion::physical_plan::metrics::Time;
 
 use super::cached_scan::CACHED_SCAN_NAME;
 use super::resident::device_batch_groups;
-use crate::aggregate::dictionary::{can_encode, dictionary_encode};
+use crate::aggregate::dictionary::dictionary_encode;
 use crate::columns::cache::{CachedChunk, ColumnKey, TableCache};
 use crate::columns::host::AssembledColumn;
 use crate::columns::image::column_image;
@@ -387,7 +387,7 @@ pub(crate) fn pack_for_cache(
     let all: Vec<&Arc<DeviceColumn>> = columns.iter().flatten().collect();
     let mut packed = pack_columns(gpu, stream, &all.iter().map(|c| c.as_ref()).collect::<Vec<_>>())?;
     for (slot, col) in packed.iter_mut().zip(&all) {
-        if slot.is_none() && can_encode(&col.data_type) {
+        if slot.is_none() {
             // The codes are an option: a column the encoder could not code (its group-by found
             // no room on the device, say) is cached as it is.
             *slot = dictionary_encode(gpu, stream, col).unwrap_or_else(|e| {

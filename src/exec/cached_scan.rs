@@ -46,7 +46,7 @@ use super::cached_layouts::{CacheTerms, Loaded, LoadedBatch, ScanLayouts, load_p
 use super::{DeviceBatchStream, GpuExec, blocking, host_partition_stream};
 use crate::columns::cache::{ColumnKey, TableCache};
 use crate::columns::is_supported;
-use crate::columns::packed::{packable_width, packing_for};
+use crate::columns::packed::{likely_row_bytes, scalar_i64};
 use crate::config::{GpuConfig, human_bytes};
 use crate::device::Gpu;
 
@@ -292,38 +292,6 @@ pub fn cache_table_scans(plan: Arc<dyn ExecutionPlan>, cfg: &GpuConfig, limit: u
         )
     })
     .map(|t| t.data)
-}
-
-/// The device bytes a column of `data_type` likely takes a row: its width, or its packed width
-/// when it is packable ([`packable_width`]) and `range` gives its least and greatest values, or
-/// for strings and binaries their offsets and a guess of their bytes.
-fn likely_row_bytes(data_type: &datafusion::arrow::datatypes::DataType, range: Option<(i64, i64)>) -> u64 {
-    use datafusion::arrow::datatypes::DataType;
-    let packed = packable_width(data_type)
-        .zip(range)
-        .map(|(w, (min, max))| packing_for(w, min, max).map_or(w, |how| how.to_bytes()));
-    match (data_type, packed) {
-        (_, Some(bytes)) => bytes as u64,
-        (DataType::Dictionary(k, _), None) => k.primitive_width().unwrap_or(4) as u64,
-        (other, None) => other.primitive_width().map_or(24, |w| w as u64),
-    }
-}
-
-/// A statistic's value as the integer a packed column stores (dates as days or milliseconds,
-/// timestamps in their unit, decimals unscaled), when it fits 8 bytes.
-fn scalar_i64(value: &datafusion::common::ScalarValue) -> Option<i64> {
-    use datafusion::common::ScalarValue as S;
-    match value {
-        S::Int32(Some(v)) | S::Date32(Some(v)) => Some(*v as i64),
-        S::Int64(Some(v))
-        | S::Date64(Some(v))
-        | S::TimestampSecond(Some(v), _)
-        | S::TimestampMillisecond(Some(v), _)
-        | S::TimestampMicrosecond(Some(v), _)
-        | S::TimestampNanosecond(Some(v), _) => Some(*v),
-        S::Decimal128(Some(v), _, _) => i64::try_from(*v).ok(),
-        _ => None,
-    }
 }
 
 impl DisplayAs for GpuCachedScanExec {
@@ -669,23 +637,6 @@ mod tests {
                 assert!(sum <= batch || g.len() == 1 || rows[g.clone()].iter().filter(|&&r| r > 0).count() == 1);
             }
         }
-    }
-
-    /// A packable column whose statistics give its range counts the bytes its packing takes; one
-    /// without a range, or not packable, counts its width.
-    #[test]
-    fn likely_row_bytes_count_packed_widths_where_the_range_is_known() {
-        use super::likely_row_bytes;
-        use datafusion::arrow::datatypes::DataType;
-        assert_eq!(likely_row_bytes(&DataType::Int64, None), 8);
-        assert_eq!(likely_row_bytes(&DataType::Int64, Some((10, 200))), 1, "a frame of reference in 1 byte");
-        assert_eq!(likely_row_bytes(&DataType::Int64, Some((-5, 5_000_000_000))), 8);
-        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), Some((0, 10_000_000))), 3);
-        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), Some((0, 1 << 40))), 8);
-        assert_eq!(likely_row_bytes(&DataType::Decimal128(15, 2), None), 16);
-        assert_eq!(likely_row_bytes(&DataType::Date32, Some((8035, 10_591))), 2);
-        assert_eq!(likely_row_bytes(&DataType::Utf8, Some((0, 1))), 24, "strings are not packed");
-        assert_eq!(likely_row_bytes(&DataType::Float64, Some((0, 1))), 8);
     }
 
     /// Over Parquet files, the scan's likely device bytes count packed widths from the files'
